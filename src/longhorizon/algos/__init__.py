@@ -1,1 +1,31 @@
-"""algos"""
+"""Algorithms. Each module follows one protocol:
+
+``NAME``, a frozen ``Config`` (validated on construction), ``default_config(env_id)``,
+``steps_per_update(config)``, ``init(key, env, config) -> state``,
+``collect(state) -> (state, batch)``, ``learn(state, batch) -> (state, metrics)``,
+``agent_params(state)`` and ``act(params, obs, key, greedy)``.
+
+Batches expose ``episode_return`` and ``episode_done`` (time-major) for the engine's statistics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import difflib
+from types import ModuleType
+
+from longhorizon.errors import UsageError
+
+ALGORITHMS = {"ppo": "longhorizon.algos.ppo"}
+
+
+def register(name: str, module_path: str) -> None:
+    ALGORITHMS[name] = module_path
+
+
+def get(name: str) -> ModuleType:
+    if name not in ALGORITHMS:
+        close = difflib.get_close_matches(name, list(ALGORITHMS), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"choose one of: {', '.join(sorted(ALGORITHMS))}."
+        raise UsageError(f"unknown algorithm '{name}'; {hint}")
+    return importlib.import_module(ALGORITHMS[name])

@@ -1,0 +1,262 @@
+"""Proximal Policy Optimization (Schulman et al., 2017), discrete and continuous actions.
+
+Per update: collect ``num_steps`` steps from ``num_envs`` environments with the current policy,
+compute GAE advantages (bootstrapping on truncation, not on termination), then run
+``update_epochs`` passes of ``num_minibatches`` minibatches over the clipped surrogate objective
+
+    L = -E[min(r A, clip(r, 1-eps, 1+eps) A)] + vf_coef * L_V - ent_coef * H,   r = pi/pi_old.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from longhorizon.config import AlgoConfig
+from longhorizon.core import distributions as dist
+from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss
+from longhorizon.core.nets import ACTIVATIONS, ActorCritic
+from longhorizon.core.normalize import RunningMeanStd
+from longhorizon.core.returns import gae
+from longhorizon.envs import vectorize
+from longhorizon.envs.wrappers import NormalizeReward
+
+NAME = "ppo"
+
+
+# ----------------------------------------------------------------------------- config
+@dataclasses.dataclass(frozen=True)
+class Config(AlgoConfig):
+    num_envs: int = 4
+    num_steps: int = 128
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    clip_value: bool = False
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantages: bool = True
+    normalize_observations: bool = False
+    normalize_rewards: bool = False
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+
+    def validate(self) -> None:
+        self._check_positive("num_envs", "num_steps", "learning_rate", "update_epochs", "num_minibatches",
+                             "clip_eps", "max_grad_norm")
+        self._check_unit_interval("gamma", "gae_lambda")
+        self._check_choice("activation", sorted(ACTIVATIONS))
+        if (self.num_envs * self.num_steps) % self.num_minibatches:
+            raise_batch_error(self)
+
+
+def raise_batch_error(config) -> None:
+    from longhorizon.errors import UsageError
+
+    batch = config.num_envs * config.num_steps
+    raise UsageError(f"--num-minibatches {config.num_minibatches} does not divide num_envs x num_steps = {batch}; "
+                     f"choose a divisor of {batch} such as {max(d for d in (1, 2, 4, 8, 16, 32) if batch % d == 0)}.")
+
+
+def default_config(env_id: str) -> Config:
+    """Per-family defaults (PureJaxRL/CleanRL-style settings)."""
+    from longhorizon.envs.registry import make
+
+    if not make(env_id).act_info.discrete:
+        # Continuous control: longer rollouts, normalised observations and rewards, no entropy bonus.
+        return Config(num_envs=16, num_steps=128, learning_rate=1e-3, update_epochs=10, num_minibatches=16,
+                      gamma=0.95, ent_coef=0.0, normalize_observations=True, normalize_rewards=True,
+                      max_grad_norm=0.5, total_steps=1_000_000)
+    if env_id.endswith("-MinAtar"):
+        return Config(num_envs=64, num_steps=128, learning_rate=5e-4, num_minibatches=8, hidden=(16, 128),
+                      activation="relu", total_steps=5_000_000)
+    return Config()
+
+
+def steps_per_update(config: Config) -> int:
+    return config.num_envs * config.num_steps
+
+
+# ----------------------------------------------------------------------------- state
+@struct.dataclass
+class AgentParams:
+    """Everything ``act`` needs: network weights, observation statistics, the network itself."""
+
+    weights: Any
+    obs_rms: RunningMeanStd
+    network: ActorCritic = struct.field(pytree_node=False)
+    normalize_observations: bool = struct.field(pytree_node=False, default=False)
+    action_low: Any = struct.field(pytree_node=False, default=None)
+    action_high: Any = struct.field(pytree_node=False, default=None)
+
+
+@struct.dataclass
+class State:
+    agent: AgentParams
+    opt_state: Any
+    env_state: Any
+    obs: jax.Array
+    key: jax.Array
+    update_step: jax.Array
+    config: Config = struct.field(pytree_node=False)
+    env: Any = struct.field(pytree_node=False)
+    optimizer: Any = struct.field(pytree_node=False)
+
+
+@struct.dataclass
+class Batch:
+    obs: jax.Array  # normalised as the policy saw it
+    next_obs: jax.Array  # true next observation (final one at episode end), normalised
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    episode_return: jax.Array
+    episode_done: jax.Array
+
+
+# ----------------------------------------------------------------------------- networks
+def _policy(agent: AgentParams, weights, obs_normalised):
+    return agent.network.apply(weights, obs_normalised)
+
+
+def _prepare(agent: AgentParams, obs):
+    obs = jnp.asarray(obs, jnp.float32)
+    return agent.obs_rms.normalize(obs) if agent.normalize_observations else obs
+
+
+def _log_prob_entropy(agent: AgentParams, out, action):
+    logits_or_mean, log_std, _ = out
+    if agent.network.continuous:
+        return dist.diag_gaussian_log_prob(logits_or_mean, log_std, action), dist.diag_gaussian_entropy(log_std)
+    return dist.categorical_log_prob(logits_or_mean, action), dist.categorical_entropy(logits_or_mean)
+
+
+def _sample(agent: AgentParams, out, key, greedy):
+    logits_or_mean, log_std, _ = out
+    if agent.network.continuous:
+        return dist.diag_gaussian_sample(key, logits_or_mean, log_std, greedy)
+    return dist.categorical_sample(key, logits_or_mean, greedy)
+
+
+def _to_env_action(agent: AgentParams, action):
+    if agent.network.continuous and agent.action_low is not None:
+        return jnp.clip(action, jnp.asarray(agent.action_low), jnp.asarray(agent.action_high))
+    return action
+
+
+def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = False) -> jax.Array:
+    """Action for raw observation(s) ``obs``; ``greedy`` takes the mode of the policy."""
+    out = _policy(params, params.weights, _prepare(params, obs))
+    return _to_env_action(params, _sample(params, out, key, greedy))
+
+
+def agent_params(state: State) -> AgentParams:
+    return state.agent
+
+
+# ----------------------------------------------------------------------------- init
+def init(key: jax.Array, env, config: Config) -> State:
+    obs_info, act_info = env.obs_info, env.act_info
+    network = ActorCritic(obs_shape=obs_info.shape, action_dim=act_info.n if act_info.discrete else act_info.shape[0],
+                          continuous=not act_info.discrete, hidden=config.hidden, activation=config.activation)
+    venv = vectorize(env, config.num_envs)
+    if config.normalize_rewards:
+        venv = NormalizeReward(venv, gamma=config.gamma)
+    key, net_key, env_key = jax.random.split(key, 3)
+    obs, env_state = venv.reset(env_key)
+    weights = network.init(net_key, jnp.zeros(obs_info.shape, jnp.float32))
+    obs_rms = RunningMeanStd.create(obs_info.shape)
+    if config.normalize_observations:
+        obs_rms = obs_rms.update(obs)
+    num_updates = max(1, config.total_steps // steps_per_update(config))
+    lr = (optax.linear_schedule(config.learning_rate, 0.0, num_updates * config.update_epochs * config.num_minibatches)
+          if config.anneal_lr else config.learning_rate)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    agent = AgentParams(weights, obs_rms, network, config.normalize_observations,
+                        None if act_info.discrete else tuple(map(float, act_info.low.reshape(-1))),
+                        None if act_info.discrete else tuple(map(float, act_info.high.reshape(-1))))
+    return State(agent, optimizer.init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
+
+
+# ----------------------------------------------------------------------------- collect
+def collect(state: State) -> tuple[State, Batch]:
+    """Roll the current policy for ``num_steps`` steps in every environment."""
+    agent, venv = state.agent, state.env
+
+    def env_step(carry, _):
+        env_state, obs, key = carry
+        key, act_key, step_key = jax.random.split(key, 3)
+        obs_n = _prepare(agent, obs)
+        out = _policy(agent, agent.weights, obs_n)
+        action = _sample(agent, out, act_key, False)
+        log_prob, _ = _log_prob_entropy(agent, out, action)
+        next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, _to_env_action(agent, action))
+        done = jnp.logical_or(terminated, truncated)
+        true_next = jnp.where(done.reshape(done.shape + (1,) * (obs.ndim - 1)), info["final_obs"], next_obs)
+        step = Batch(obs_n, _prepare(agent, true_next), action, log_prob, out[2], reward, terminated, truncated,
+                     info["episode_return"], info["episode_done"])
+        return (env_state, next_obs, key), (step, obs)
+
+    (env_state, obs, key), (batch, raw_obs) = jax.lax.scan(env_step, (state.env_state, state.obs, state.key), None,
+                                                           state.config.num_steps)
+    if state.config.normalize_observations:  # statistics move once per rollout, after acting
+        agent = agent.replace(obs_rms=agent.obs_rms.update(raw_obs))
+    return state.replace(env_state=env_state, obs=obs, key=key, agent=agent), batch
+
+
+# ----------------------------------------------------------------------------- learn
+def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
+    config, agent = state.config, state.agent
+    next_values = _policy(agent, agent.weights, batch.next_obs)[2]
+    advantages, targets = gae(batch.reward, batch.value, next_values, batch.terminated,
+                              jnp.logical_or(batch.terminated, batch.truncated), config.gamma, config.gae_lambda)
+
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731  [T, N, ...] -> [T*N, ...]
+    data = (flat(batch.obs), flat(batch.action), flat(batch.log_prob), flat(batch.value), flat(advantages), flat(targets))
+    batch_size = config.num_envs * config.num_steps
+    mb_size = batch_size // config.num_minibatches
+
+    def loss_fn(weights, mb):
+        obs, action, old_log_prob, old_value, advantage, target = mb
+        out = _policy(agent, weights, obs)
+        log_prob, entropy = _log_prob_entropy(agent, out, action)
+        if config.normalize_advantages:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        policy_loss, clip_frac = clipped_surrogate_loss(log_prob, old_log_prob, advantage, config.clip_eps)
+        value_loss = clipped_value_loss(out[2], old_value, target, config.clip_eps if config.clip_value else None)
+        entropy = entropy.mean()
+        total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+        approx_kl = jnp.mean((jnp.exp(log_prob - old_log_prob) - 1) - (log_prob - old_log_prob))
+        return total, dict(loss=total, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+                           approx_kl=approx_kl, clip_fraction=clip_frac)
+
+    def minibatch_step(carry, mb):
+        weights, opt_state = carry
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(weights, mb)
+        updates, opt_state = state.optimizer.update(grads, opt_state, weights)
+        return (optax.apply_updates(weights, updates), opt_state), metrics
+
+    def epoch(carry, key):
+        perm = jax.random.permutation(key, batch_size)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), data)
+        return jax.lax.scan(minibatch_step, carry, shuffled)
+
+    key, epoch_key = jax.random.split(state.key)
+    (weights, opt_state), metrics = jax.lax.scan(epoch, (agent.weights, state.opt_state),
+                                                 jax.random.split(epoch_key, config.update_epochs))
+    state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,
+                          update_step=state.update_step + 1)
+    return state, jax.tree.map(jnp.mean, metrics)

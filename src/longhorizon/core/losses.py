@@ -1,0 +1,42 @@
+"""Policy and value losses shared by the policy-gradient algorithms."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def clipped_surrogate_loss(log_prob: jax.Array, old_log_prob: jax.Array, advantage: jax.Array,
+                           clip_eps: float, clip_eps_high: float | None = None) -> tuple[jax.Array, jax.Array]:
+    r"""PPO's clipped surrogate, as a loss to minimise, and the fraction of clipped ratios.
+
+    .. math::
+        L = -\mathbb E\big[\min(\rho A,\ \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon_{high}) A)\big],
+        \qquad \rho = \exp(\log\pi - \log\pi_{old}).
+    """
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = jnp.exp(log_prob - old_log_prob)
+    unclipped = ratio * advantage
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + high) * advantage
+    clip_fraction = jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))
+    return -jnp.mean(jnp.minimum(unclipped, clipped)), clip_fraction
+
+
+def clipped_value_loss(value: jax.Array, old_value: jax.Array, target: jax.Array,
+                       clip_eps: float | None = None) -> jax.Array:
+    r"""Half squared error to the value target, optionally with PPO's value clipping:
+
+    .. math::
+        L_V = \tfrac12 \mathbb E\big[\max\big((V - G)^2,\ (V_{old} + \mathrm{clip}(V - V_{old}, -\epsilon, \epsilon) - G)^2\big)\big].
+    """
+    squared = (value - target) ** 2
+    if clip_eps is None:
+        return 0.5 * jnp.mean(squared)
+    clipped_value = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+    return 0.5 * jnp.mean(jnp.maximum(squared, (clipped_value - target) ** 2))
+
+
+def huber(x: jax.Array, delta: float = 1.0) -> jax.Array:
+    r""":math:`\tfrac12 x^2` for :math:`|x| \le \delta`, else :math:`\delta(|x| - \tfrac12\delta)`."""
+    abs_x = jnp.abs(x)
+    return jnp.where(abs_x <= delta, 0.5 * x**2, delta * (abs_x - 0.5 * delta))

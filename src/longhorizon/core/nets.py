@@ -1,0 +1,105 @@
+"""Network building blocks shared by every algorithm (flax.linen, one way)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
+
+
+def orthogonal(scale: float = float(np.sqrt(2))):
+    return nn.initializers.orthogonal(scale)
+
+
+class MLPTorso(nn.Module):
+    """Dense layers with an optional LayerNorm (or BatchNorm-free) after each hidden layer."""
+
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        x = x.reshape(x.shape[: x.ndim - 1] + (-1,)) if x.ndim >= 1 else x
+        for width in self.hidden:
+            x = nn.Dense(width, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = ACTIVATIONS[self.activation](x)
+        return x
+
+
+class MinAtarTorso(nn.Module):
+    """The MinAtar torso: one 3x3 convolution (16 channels) and one dense layer (128 units)."""
+
+    channels: int = 16
+    dense: int = 128
+    activation: str = "relu"
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        act = ACTIVATIONS[self.activation]
+        x = nn.Conv(self.channels, (3, 3), padding="VALID", kernel_init=orthogonal())(x)
+        if self.layer_norm:
+            x = nn.LayerNorm()(x)
+        x = act(x)
+        x = x.reshape(x.shape[:-3] + (-1,))
+        x = nn.Dense(self.dense, kernel_init=orthogonal())(x)
+        if self.layer_norm:
+            x = nn.LayerNorm()(x)
+        return act(x)
+
+
+def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, layer_norm: bool = False) -> nn.Module:
+    """An MLP for vector observations, the MinAtar CNN for image observations (H, W, C)."""
+    if len(obs_shape) == 3:
+        return MinAtarTorso(channels=hidden[0] if hidden else 16, dense=hidden[-1] if hidden else 128,
+                            activation=activation, layer_norm=layer_norm)
+    return MLPTorso(hidden=tuple(hidden), activation=activation, layer_norm=layer_norm)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic torsos; a categorical or diagonal-Gaussian policy head."""
+
+    obs_shape: tuple[int, ...]
+    action_dim: int
+    continuous: bool
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, obs):
+        actor = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        policy_out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(actor)
+        critic = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        value = nn.Dense(1, kernel_init=orthogonal(1.0))(critic)[..., 0]
+        if self.continuous:
+            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+            return policy_out, jnp.broadcast_to(log_std, policy_out.shape), value
+        return policy_out, None, value
+
+
+class QNetwork(nn.Module):
+    """Q-values for a discrete action set, with LayerNorm after each hidden layer if asked."""
+
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    hidden: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, obs):
+        x = make_torso(self.obs_shape, self.hidden, self.activation, self.layer_norm)(obs)
+        return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0))(x)
+
+
+def tree_all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)

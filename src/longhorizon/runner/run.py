@@ -1,0 +1,261 @@
+"""config -> run -> results folder.
+
+A run is described by a :class:`RunSpec`. :func:`train` builds the environment and the algorithm
+(failing on bad input before anything compiles), compiles one chunk, then loops over chunks:
+log a metrics row, evaluate now and then, checkpoint, stop early if asked. Ctrl-C saves the last
+finished chunk; NaN/Inf stops with a message naming the chunk and keeps the last good checkpoint.
+``--resume`` restores the newest checkpoint and continues with the same compiled program, so the
+parameters at the end equal those of an uninterrupted run with the same seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from longhorizon import __version__
+from longhorizon import algos as algo_registry
+from longhorizon.config import apply_overrides
+from longhorizon.envs import make
+from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.runner import checkpoint
+from longhorizon.runner.evaluate import evaluate
+from longhorizon.runner.plots import plot_runs
+from longhorizon.runner.progress import ChunkProgress
+from longhorizon.runner.results import ResultsDir, read_json
+
+
+@dataclasses.dataclass
+class RunSpec:
+    algo: str
+    env: str
+    config_overrides: dict[str, str] = dataclasses.field(default_factory=dict)
+    env_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    seeds: int = 1
+    seed: int = 0
+    out: str | None = None
+    num_chunks: int = 25
+    eval_every: int = 0  # chunks between greedy evaluations (0: only at the end)
+    eval_episodes: int = 10
+    target_return: float | None = None  # stop early once the mean greedy-eval return reaches it
+    engine: str = "fused"
+    quiet: bool = False
+
+
+def default_out_dir(algo: str, env: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{algo}-{env}-{stamp}"
+
+
+def pick_updates_per_chunk(num_updates: int, num_chunks: int) -> int:
+    """The divisor of ``num_updates`` closest to ``num_updates / num_chunks`` (so no update is dropped)."""
+    target = max(1.0, num_updates / max(1, num_chunks))
+    divisors = [d for d in range(1, num_updates + 1) if num_updates % d == 0]
+    best = min(divisors, key=lambda d: (abs(math.log(d / target)), d))
+    # Too few chunks leave no room for progress: fall back to a non-divisor and drop the remainder.
+    if num_updates // best < max(2, num_chunks // 3):
+        best = max(1, round(target))
+    return best
+
+
+class Run:
+    """A resolved run: algorithm module, config, environment, engine and results folder."""
+
+    def __init__(self, spec: RunSpec):
+        if spec.seeds < 1:
+            raise UsageError(f"--seeds must be at least 1 (got {spec.seeds}); pass --seeds 1 or more.")
+        if spec.eval_episodes < 1:
+            raise UsageError(f"--eval-episodes must be at least 1 (got {spec.eval_episodes}); pass 10 for example.")
+        if spec.num_chunks < 1:
+            raise UsageError(f"--chunks must be at least 1 (got {spec.num_chunks}); pass 25 for example.")
+        self.spec = spec
+        self.algo = algo_registry.get(spec.algo)
+        self.env = make(spec.env, **spec.env_overrides)  # unknown env fails here, before compiling
+        base = self.algo.default_config(spec.env)
+        self.config = apply_overrides(base, spec.config_overrides)  # validates on construction
+        if hasattr(self.algo, "check_env"):
+            self.algo.check_env(self.env, self.config)
+        spu = self.algo.steps_per_update(self.config)
+        self.num_updates = max(1, self.config.total_steps // spu)
+        self.updates_per_chunk = pick_updates_per_chunk(self.num_updates, spec.num_chunks)
+        self.num_chunks = max(1, self.num_updates // self.updates_per_chunk)
+        self.steps_per_chunk = self.updates_per_chunk * spu
+        self.results = ResultsDir(spec.out or default_out_dir(spec.algo, spec.env))
+        self.engine = self._make_engine()
+
+    def _make_engine(self):
+        if self.spec.engine == "fused":
+            from longhorizon.engine.fused import FusedEngine
+
+            return FusedEngine(self.algo, self.env, self.config, self.spec.seeds, self.updates_per_chunk)
+        if self.spec.engine == "ray":
+            from longhorizon.engine import ray as ray_engine  # optional extra
+
+            return ray_engine.make_engine(self)
+        raise UsageError(f"unknown engine '{self.spec.engine}'; choose fused or ray.")
+
+    def resolved_config(self) -> dict[str, Any]:
+        return {
+            "algo": self.spec.algo, "env": self.spec.env, "env_overrides": self.spec.env_overrides,
+            "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.spec.engine,
+            "config": self.config.to_dict(), "config_overrides": self.spec.config_overrides,
+            "num_chunks": self.num_chunks, "updates_per_chunk": self.updates_per_chunk,
+            "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
+            "eval_episodes": self.spec.eval_episodes, "target_return": self.spec.target_return,
+            "longhorizon_version": __version__, "jax_version": jax.__version__,
+            "devices": [str(d) for d in jax.devices()],
+        }
+
+
+def spec_from_results(run_dir: str | os.PathLike, **changes: Any) -> RunSpec:
+    """Rebuild the spec of an existing results folder (for --resume and eval)."""
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise UsageError(f"{run_dir} is not a longhorizon results folder (no config.json); pass the folder a train run wrote.")
+    try:
+        cfg = read_json(path)
+        spec = RunSpec(algo=cfg["algo"], env=cfg["env"], config_overrides={k: _as_cli(v) for k, v in cfg["config"].items()},
+                       env_overrides=cfg.get("env_overrides", {}), seeds=cfg["seeds"], seed=cfg["seed"], out=str(run_dir),
+                       num_chunks=cfg["num_chunks"], eval_every=cfg.get("eval_every", 0),
+                       eval_episodes=cfg.get("eval_episodes", 10), target_return=cfg.get("target_return"),
+                       engine=cfg.get("engine", "fused"))
+    except (KeyError, ValueError, TypeError) as error:
+        raise UsageError(f"{path} is malformed ({error}); it was not written by `longhorizon train` or was edited by hand.") from None
+    return dataclasses.replace(spec, **changes)
+
+
+def _as_cli(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None) -> dict[str, Any]:
+    """Run training to completion (or ``max_chunks`` more chunks) and return the summary."""
+    run = Run(spec)
+    results, engine = run.results, run.engine
+    start_wall = time.perf_counter()
+    state = engine.init(spec.seed)
+    first_chunk, prior = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}
+    if resume:
+        state, meta = checkpoint.restore(results.checkpoints, state)
+        first_chunk = int(meta["chunk"])
+        prior = {k: float(meta.get(k, 0.0)) for k in prior}
+        results.truncate_metrics(first_chunk * run.steps_per_chunk)
+    else:
+        if results.metrics_path.exists() or checkpoint.latest_meta(results.checkpoints):
+            raise UsageError(f"{results.root} already holds a run; pass --resume {results.root} to continue it or choose another --out.")
+        results.write_config(run.resolved_config())
+
+    compile_seconds = engine.compile(state) if first_chunk < run.num_chunks else 0.0
+    eval_key = jax.random.PRNGKey(spec.seed + 10_000)
+    status, train_seconds, chunk = "completed", prior["train_seconds"], first_chunk
+    last_eval: list[float] | None = None
+    last_returns = None
+    stop_at = run.num_chunks if max_chunks is None else min(run.num_chunks, first_chunk + max_chunks)
+
+    def wall() -> float:
+        return prior["wall_seconds"] + time.perf_counter() - start_wall
+
+    def save(chunk_index: int, good_state) -> None:
+        checkpoint.save(results.checkpoints, chunk_index, good_state, {
+            "env_steps": chunk_index * run.steps_per_chunk, "wall_seconds": wall(), "train_seconds": train_seconds,
+            "compile_seconds": prior["compile_seconds"] + compile_seconds})
+
+    progress = ChunkProgress(total_steps=run.num_chunks * run.steps_per_chunk, description=f"{spec.algo} · {spec.env}",
+                             quiet=spec.quiet, completed=first_chunk * run.steps_per_chunk)
+    try:
+        with progress:
+            while chunk < stop_at:
+                t0 = time.perf_counter()
+                new_state, metrics = engine.run_chunk(state)
+                elapsed = time.perf_counter() - t0
+                if not np.all(metrics["finite"]):
+                    bad = [i for i, ok in enumerate(np.atleast_1d(metrics["finite"])) if not ok]
+                    raise TrainingDiverged(
+                        f"NaN or Inf in the loss or parameters during chunk {chunk + 1} (seed index {bad}); "
+                        f"the last good checkpoint (chunk {chunk}) is kept in {results.checkpoints}; "
+                        f"lower --learning-rate or --max-grad-norm and start again.")
+                state, chunk = new_state, chunk + 1
+                train_seconds += elapsed
+                row = _metrics_row(metrics, chunk, chunk * run.steps_per_chunk, spec.seeds * run.steps_per_chunk / elapsed, wall())
+                if row["episode_return_mean"] is None and last_returns is not None:
+                    row.update(last_returns)  # no episode ended in this chunk: carry the last figures
+                elif row["episode_return_mean"] is not None:
+                    last_returns = {k: row[k] for k in ("episode_return_mean", "episode_return_min", "episode_return_max")}
+                if spec.eval_every and (chunk % spec.eval_every == 0 or chunk == run.num_chunks):
+                    last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes)
+                    row["eval_return_mean"] = float(np.mean(last_eval))
+                    row["eval_return_per_seed"] = last_eval
+                results.append_metrics(row)
+                save(chunk, state)
+                progress.update(chunk * run.steps_per_chunk, row)
+                if spec.target_return is not None and last_eval is not None and np.mean(last_eval) >= spec.target_return:
+                    status = "target_reached"
+                    break
+        if chunk < run.num_chunks and status == "completed":
+            status = "stopped"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        save(chunk, state)  # the last finished chunk; an in-flight chunk is lost
+    except TrainingDiverged:
+        _finish(run, state, chunk, "diverged", None, compile_seconds, prior, train_seconds, wall(), eval_key)
+        raise
+
+    final_eval = None
+    if status in ("completed", "target_reached"):
+        final_eval = last_eval if (last_eval is not None and spec.eval_every and status == "target_reached") else \
+            evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, 10**6), spec.eval_episodes)
+    summary = _finish(run, state, chunk, status, final_eval, compile_seconds, prior, train_seconds, wall(), eval_key)
+    if status == "interrupted":
+        raise KeyboardInterrupt(summary)
+    return summary
+
+
+def _metrics_row(metrics: dict[str, Any], chunk: int, env_steps: int, sps: float, wall_seconds: float) -> dict[str, Any]:
+    episodes = np.asarray(metrics["episodes"], dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_seed = np.where(episodes > 0, np.asarray(metrics["episode_return_sum"]) / np.maximum(episodes, 1), np.nan)
+    has = np.isfinite(per_seed)
+    row: dict[str, Any] = {"chunk": chunk, "env_steps": env_steps, "episodes": int(episodes.sum())}
+    if has.any():
+        row.update(episode_return_mean=float(np.nanmean(per_seed)), episode_return_min=float(np.nanmin(per_seed)),
+                   episode_return_max=float(np.nanmax(per_seed)),
+                   episode_return_per_seed=[None if not np.isfinite(v) else float(v) for v in per_seed])
+    else:
+        row.update(episode_return_mean=None, episode_return_min=None, episode_return_max=None)
+    for key, value in metrics.items():
+        if key not in ("episodes", "episode_return_sum", "finite"):
+            row[key] = float(np.mean(value))
+    row.update(steps_per_second=sps, wall_seconds=wall_seconds)
+    return row
+
+
+def _finish(run: Run, state, chunk: int, status: str, final_eval, compile_seconds: float, prior: dict[str, float],
+            train_seconds: float, wall_seconds: float, eval_key) -> dict[str, Any]:
+    spec, results = run.spec, run.results
+    env_steps = chunk * run.steps_per_chunk
+    summary = {
+        "algo": spec.algo, "env": spec.env, "seeds": spec.seeds, "status": status, "chunks_done": chunk,
+        "total_env_steps": env_steps, "total_env_steps_all_seeds": env_steps * spec.seeds,
+        "final_eval_return": final_eval,
+        "final_eval_return_mean": None if final_eval is None else float(np.mean(final_eval)),
+        "eval_episodes": spec.eval_episodes,
+        # Training throughput: env steps of all seeds per second of chunk execution (compile excluded).
+        "steps_per_second": (env_steps - 0) * spec.seeds / train_seconds if train_seconds > 0 else None,
+        "compile_seconds": prior["compile_seconds"] + compile_seconds,
+        "train_seconds": train_seconds, "wall_seconds": wall_seconds,
+        "results": str(results.root),
+    }
+    results.write_summary(summary)
+    if results.read_metrics():
+        plot_runs([results.root], results.curve_path, title=f"{spec.algo} on {spec.env}")
+    return summary
