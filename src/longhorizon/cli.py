@@ -146,7 +146,10 @@ def envs() -> None:
             table.add_row(env_id, family(env_id), env.obs_info.describe(), env.act_info.describe(), str(env.max_episode_steps))
         except UsageError as error:
             table.add_row(env_id, family(env_id), "-", "-", f"unavailable: {error}")
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # piped: do not squeeze ids into an 80-column table
+        console = Console(width=200)
+    console.print(table)
 
 
 @app.command(name="eval")

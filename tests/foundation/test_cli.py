@@ -1,0 +1,55 @@
+"""CLI: usage errors exit 2 with one sentence and no traceback, before anything compiles."""
+
+import subprocess
+import sys
+
+import pytest
+
+from longhorizon.cli import main
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["train", "ppo", "--env", "CartPol-v1"], "did you mean CartPole-v1"),
+    (["train", "ppx", "--env", "CartPole-v1"], "unknown algorithm 'ppx'"),
+    (["train", "ppo", "--env", "CartPole-v1", "--learning-rate", "-0.1"], "--learning-rate must be positive"),
+    (["train", "ppo", "--env", "CartPole-v1", "--num-minibatches", "7"], "does not divide num_envs x num_steps"),
+    (["train", "ppo", "--env", "CartPole-v1", "--lerning-rate", "3e-4"], "did you mean --learning-rate"),
+    (["train", "ppo", "--env", "CartPole-v1", "--num-envs", "many"], "expects a value of type int"),
+    (["train", "ppo", "--env", "CartPole-v1", "--gamma", "1.5"], "--gamma must lie in [0, 1]"),
+    (["train", "ppo", "--env", "CartPole-v1", "--activation", "sigmoidal"], "--activation must be one of"),
+    (["train", "ppo"], "missing --env"),
+    (["eval", "/nonexistent/run"], "not a longhorizon results folder"),
+    (["plot", "/nonexistent/run"], "has no metrics.jsonl"),
+])
+def test_usage_errors_exit_2_with_one_sentence(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert err.count("\n") == 0 and "Traceback" not in err
+
+
+def test_console_script_exit_code_and_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "longhorizon.cli", "train", "ppo", "--env", "Breakout"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Breakout-MinAtar" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_envs_lists_every_gymnax_environment(capsys):
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    for env_id in ("CartPole-v1", "Breakout-MinAtar", "DeepSea-bsuite", "MemoryChain-bsuite", "FourRooms-misc"):
+        assert env_id in out
+    assert "Discrete(2)" in out
+
+
+def test_train_eval_plot_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "512", "--num-envs", "4", "--num-steps",
+                 "16", "--num-minibatches", "2", "--update-epochs", "1", "--hidden", "16,16", "--chunks", "2",
+                 "--out", str(out), "--quiet"])
+    assert code == 0 and (out / "curve.png").exists()
+    assert main(["eval", str(out), "--episodes", "3"]) == 0
+    assert "mean return over 3 episodes" in capsys.readouterr().out
+    assert main(["plot", str(out), str(out), "--out", str(tmp_path / "both.png")]) == 0
+    assert (tmp_path / "both.png").stat().st_size > 1000

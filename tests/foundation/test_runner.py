@@ -1,0 +1,114 @@
+"""Runner: results folder, exact resume, Ctrl-C and NaN handling (tiny PPO runs)."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from flax import serialization
+
+from longhorizon.engine.fused import FusedEngine
+from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.runner import checkpoint
+from longhorizon.runner.run import RunSpec, pick_updates_per_chunk, train
+
+TINY = {"num_envs": "4", "num_steps": "16", "num_minibatches": "2", "update_epochs": "1", "total_steps": "512",
+        "hidden": "16,16"}
+
+
+def spec(out, **kw):
+    return RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(TINY), seeds=2, out=str(out), num_chunks=4,
+                   eval_episodes=10, quiet=True, **kw)
+
+
+def _weights(run_dir):
+    meta = checkpoint.latest_meta(run_dir / "checkpoints")
+    return serialization.msgpack_restore((run_dir / "checkpoints" / meta["file"]).read_bytes())["agent"]["weights"]
+
+
+def test_results_folder_and_summary(tmp_path):
+    summary = train(spec(tmp_path / "run"))
+    run = tmp_path / "run"
+    for name in ("config.json", "metrics.jsonl", "summary.json", "curve.png", "checkpoints/latest.json"):
+        assert (run / name).exists(), name
+    saved = json.loads((run / "summary.json").read_text())
+    for key in ("algo", "env", "seeds", "total_env_steps", "final_eval_return", "steps_per_second",
+                "compile_seconds", "wall_seconds"):
+        assert key in saved
+    assert saved["total_env_steps"] == 512 and len(saved["final_eval_return"]) == 2
+    assert all(r > 0 for r in saved["final_eval_return"])  # CartPole gives +1 per step
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in rows] == [128, 256, 384, 512]
+    assert {"episode_return_mean", "episode_return_min", "episode_return_max", "loss", "steps_per_second",
+            "wall_seconds"} <= set(rows[-1])
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["num_envs"] == 4 and config["config"]["learning_rate"] == 2.5e-4  # fully resolved
+    assert summary["status"] == "completed"
+    with pytest.raises(UsageError, match="already holds a run"):
+        train(spec(run))
+
+
+def test_resume_ends_with_the_same_parameters(tmp_path):
+    train(spec(tmp_path / "straight"))
+    train(spec(tmp_path / "split"), max_chunks=2)
+    assert checkpoint.latest_meta(tmp_path / "split" / "checkpoints")["chunk"] == 2
+    summary = train(spec(tmp_path / "split"), resume=True)
+    assert summary["total_env_steps"] == 512
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    rows = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 4  # no duplicated rows after resuming
+
+
+def test_ctrl_c_saves_the_last_finished_chunk(tmp_path, monkeypatch):
+    real = FusedEngine.run_chunk
+    calls = {"n": 0}
+
+    def interrupt_third(self, state):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, state)
+
+    monkeypatch.setattr(FusedEngine, "run_chunk", interrupt_third)
+    with pytest.raises(KeyboardInterrupt):
+        train(spec(tmp_path / "run"))
+    assert checkpoint.latest_meta(tmp_path / "run" / "checkpoints")["chunk"] == 2
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+    monkeypatch.setattr(FusedEngine, "run_chunk", real)
+    assert train(spec(tmp_path / "run"), resume=True)["status"] == "completed"
+
+
+def test_nan_stops_with_the_chunk_named_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    real = FusedEngine.run_chunk
+    calls = {"n": 0}
+
+    def poison_third(self, state):
+        calls["n"] += 1
+        new_state, metrics = real(self, state)
+        if calls["n"] == 3:
+            metrics = {**metrics, "finite": np.array([True, False])}
+        return new_state, metrics
+
+    monkeypatch.setattr(FusedEngine, "run_chunk", poison_third)
+    with pytest.raises(TrainingDiverged, match="chunk 3"):
+        train(spec(tmp_path / "run"))
+    assert checkpoint.latest_meta(tmp_path / "run" / "checkpoints")["chunk"] == 2
+
+
+def test_engine_flags_real_nan_in_parameters(tmp_path):
+    from longhorizon.runner.run import Run
+
+    run = Run(RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(TINY), seeds=1, out=str(tmp_path / "r"),
+                      num_chunks=4, quiet=True))
+    state = run.engine.init(0)
+    poisoned = jax.tree.map(lambda w: w * np.nan, state.agent.weights)
+    _, metrics = run.engine.run_chunk(state.replace(agent=state.agent.replace(weights=poisoned)))
+    assert not bool(np.all(metrics["finite"]))
+
+
+def test_chunking_never_drops_updates_when_a_divisor_exists():
+    assert pick_updates_per_chunk(976, 20) == 61
+    assert pick_updates_per_chunk(8, 4) == 2
+    assert pick_updates_per_chunk(1, 25) == 1
