@@ -16,7 +16,11 @@ from types import ModuleType
 
 from longhorizon.errors import UsageError
 
-ALGORITHMS = {"ppo": "longhorizon.algos.ppo"}
+ALGORITHMS = {
+    "ppo": "longhorizon.algos.ppo",
+    "pqn": "longhorizon.algos.pqn",
+    "dqn": "longhorizon.algos.dqn",
+}
 
 
 def register(name: str, module_path: str) -> None:

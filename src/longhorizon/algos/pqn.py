@@ -1,0 +1,241 @@
+r"""Parallelised Q-Network, PQN (Gallici et al., 2024, "Simplifying Deep Temporal Difference Learning").
+
+Online Q-learning without a replay buffer and without a target network: a Q-network with LayerNorm
+after every hidden layer, many vectorised environments acting epsilon-greedily, and Peng's Q(lambda)
+targets computed once per rollout from the Q-values cached while acting. Per update:
+
+1. roll ``num_steps`` steps in each of ``num_envs`` environments; every environment draws its own
+   exploratory action with probability epsilon (one linearly decaying epsilon for all);
+2. targets, with :math:`b_t = \max_a Q(s'_t, a)` on the *true* next state (the final observation
+   when an episode ended, so a time limit bootstraps and a termination does not):
+
+   .. math:: G_t = c\,r_t + \gamma (1 - \text{term}_t)\big[(1-\lambda_t) b_t + \lambda_t G_{t+1}\big],
+             \quad \lambda_t = \lambda (1 - \text{done}_t), \ \lambda_{T-1} = 0
+
+   (``core.returns.lambda_returns``; ``c`` is ``reward_scale``);
+3. ``update_epochs`` x ``num_minibatches`` steps of RAdam (global-norm clipped, optionally linearly
+   decayed learning rate) on :math:`\tfrac12 (Q(s_t, a_t) - G_t)^2`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from longhorizon.config import AlgoConfig
+from longhorizon.core.nets import ACTIVATIONS, QNetwork
+from longhorizon.core.returns import lambda_returns
+from longhorizon.envs import vectorize
+from longhorizon.errors import UsageError
+
+NAME = "pqn"
+
+
+# ----------------------------------------------------------------------------- config
+@dataclasses.dataclass(frozen=True)
+class Config(AlgoConfig):
+    num_envs: int = 32
+    num_steps: int = 64
+    update_epochs: int = 4
+    num_minibatches: int = 16
+    learning_rate: float = 1e-4
+    anneal_lr: bool = True  # linear decay to 0 over training
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    q_lambda: float = 0.95
+    reward_scale: float = 0.1
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.2
+    epsilon_fraction: float = 0.2  # share of total_steps over which epsilon decays linearly
+    hidden: tuple[int, ...] = (256, 256)  # MLP widths; for image observations (conv channels, dense units)
+    activation: str = "relu"
+    layer_norm: bool = True
+
+    def validate(self) -> None:
+        self._check_positive("num_envs", "num_steps", "update_epochs", "num_minibatches", "learning_rate",
+                             "max_grad_norm", "reward_scale")
+        self._check_unit_interval("gamma", "q_lambda", "epsilon_start", "epsilon_end", "epsilon_fraction")
+        self._check_choice("activation", sorted(ACTIVATIONS))
+        if not self.hidden or any(w <= 0 for w in self.hidden):
+            self._fail("hidden", "must list positive layer widths", "pass e.g. --hidden 256,256")
+        batch = self.num_envs * self.num_steps
+        if batch % self.num_minibatches:
+            divisor = max(d for d in (1, 2, 4, 8, 16, 32) if batch % d == 0)
+            raise UsageError(f"--num-minibatches {self.num_minibatches} does not divide num_envs x num_steps = {batch}; "
+                             f"choose a divisor of {batch} such as {divisor}.")
+
+
+def default_config(env_id: str) -> Config:
+    """The reference settings per family (purejaxql's CartPole and MinAtar configurations)."""
+    if env_id.endswith("-MinAtar"):
+        return Config(num_envs=128, num_steps=32, update_epochs=2, num_minibatches=32, learning_rate=5e-4,
+                      q_lambda=0.65, reward_scale=1.0, epsilon_end=0.05, epsilon_fraction=0.1, hidden=(16, 128),
+                      total_steps=10_000_000)
+    return Config()
+
+
+def check_env(env, config: Config) -> None:
+    if not env.act_info.discrete:
+        raise UsageError(f"pqn needs a discrete action space but {env.id} has {env.act_info.describe()}; "
+                         f"choose an environment with discrete actions or use ppo.")
+
+
+def steps_per_update(config: Config) -> int:
+    return config.num_envs * config.num_steps
+
+
+def epsilon(config: Config, update_step: jax.Array) -> jax.Array:
+    """Linear decay from ``epsilon_start`` to ``epsilon_end`` over the first ``epsilon_fraction`` of
+    training, then constant; ``update_step`` counts updates done before this rollout."""
+    decay_steps = max(1.0, config.epsilon_fraction * config.total_steps)
+    progress = jnp.minimum(1.0, update_step * steps_per_update(config) / decay_steps)
+    return config.epsilon_start + (config.epsilon_end - config.epsilon_start) * progress
+
+
+# ----------------------------------------------------------------------------- state
+@struct.dataclass
+class AgentParams:
+    weights: Any
+    network: QNetwork = struct.field(pytree_node=False)
+    epsilon: float = struct.field(pytree_node=False, default=0.0)  # for act(greedy=False)
+
+
+@struct.dataclass
+class State:
+    agent: AgentParams
+    opt_state: Any
+    env_state: Any
+    obs: jax.Array
+    key: jax.Array
+    update_step: jax.Array
+    config: Config = struct.field(pytree_node=False)
+    env: Any = struct.field(pytree_node=False)
+    optimizer: Any = struct.field(pytree_node=False)
+
+
+@struct.dataclass
+class Batch:
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    next_q_max: jax.Array  # max_a Q(s'_t, a) on the true next state, cached while acting
+    episode_return: jax.Array
+    episode_done: jax.Array
+
+
+# ----------------------------------------------------------------------------- acting
+def _q(network, weights, obs):
+    return network.apply(weights, jnp.asarray(obs, jnp.float32))
+
+
+def _epsilon_greedy(key, q_values, eps):
+    """Greedy action per row of ``q_values``, replaced by a uniform one with probability ``eps``."""
+    explore_key, action_key = jax.random.split(key)
+    greedy = jnp.argmax(q_values, axis=-1)
+    random = jax.random.randint(action_key, greedy.shape, 0, q_values.shape[-1])
+    return jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
+
+
+def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = False) -> jax.Array:
+    """Greedy action for ``obs`` (a batch), or epsilon-greedy with the final training epsilon."""
+    q = _q(params.network, params.weights, obs)
+    return _epsilon_greedy(key, q, jnp.where(greedy, 0.0, params.epsilon))
+
+
+def agent_params(state: State) -> AgentParams:
+    return state.agent
+
+
+# ----------------------------------------------------------------------------- init
+def init(key: jax.Array, env, config: Config) -> State:
+    obs_info = env.obs_info
+    network = QNetwork(obs_shape=obs_info.shape, num_actions=env.act_info.n, hidden=config.hidden,
+                       activation=config.activation, layer_norm=config.layer_norm)
+    venv = vectorize(env, config.num_envs)
+    key, net_key, env_key = jax.random.split(key, 3)
+    obs, env_state = venv.reset(env_key)
+    weights = network.init(net_key, jnp.zeros((1,) + obs_info.shape, jnp.float32))
+    num_updates = max(1, config.total_steps // steps_per_update(config))
+    lr = (optax.linear_schedule(config.learning_rate, 0.0, num_updates * config.update_epochs * config.num_minibatches)
+          if config.anneal_lr else config.learning_rate)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(lr))
+    agent = AgentParams(weights, network, float(config.epsilon_end))
+    return State(agent, optimizer.init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
+
+
+# ----------------------------------------------------------------------------- collect
+def collect(state: State) -> tuple[State, Batch]:
+    """Roll ``num_steps`` epsilon-greedy steps in every environment.
+
+    One network call per step evaluates both the observation to act on next and the true next state
+    of the step just taken, so the Q(lambda) bootstraps cost no pass of their own."""
+    agent, venv, n = state.agent, state.env, state.config.num_envs
+    eps = epsilon(state.config, state.update_step)
+
+    def env_step(carry, _):
+        env_state, obs, q_obs, key = carry
+        key, act_key, step_key = jax.random.split(key, 3)
+        action = _epsilon_greedy(act_key, q_obs, eps)
+        next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, action)
+        done = jnp.logical_or(terminated, truncated)
+        true_next = jnp.where(done.reshape(done.shape + (1,) * (obs.ndim - 1)), info["final_obs"], next_obs)
+        q_both = _q(agent.network, agent.weights, jnp.concatenate([next_obs, true_next]))
+        step = Batch(obs, action, reward, terminated, truncated, jnp.max(q_both[n:], axis=-1),
+                     info["episode_return"], info["episode_done"])
+        return (env_state, next_obs, q_both[:n], key), step
+
+    q0 = _q(agent.network, agent.weights, state.obs)
+    (env_state, obs, _, key), batch = jax.lax.scan(env_step, (state.env_state, state.obs, q0, state.key), None,
+                                                   state.config.num_steps)
+    return state.replace(env_state=env_state, obs=obs, key=key), batch
+
+
+# ----------------------------------------------------------------------------- learn
+def q_lambda_targets(batch: Batch, config: Config) -> jax.Array:
+    """Peng's Q(lambda) targets of a time-major rollout (see the module docstring)."""
+    done = jnp.logical_or(batch.terminated, batch.truncated)
+    return lambda_returns(batch.reward * config.reward_scale, batch.next_q_max, batch.terminated, done,
+                          config.gamma, config.q_lambda)
+
+
+def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
+    config, agent = state.config, state.agent
+    targets = q_lambda_targets(batch, config)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731  [T, N, ...] -> [T*N, ...]
+    data = (flat(batch.obs), flat(batch.action), flat(targets))
+    batch_size = config.num_envs * config.num_steps
+    mb_size = batch_size // config.num_minibatches
+
+    def loss_fn(weights, mb):
+        obs, action, target = mb
+        q = _q(agent.network, weights, obs)
+        chosen = jnp.take_along_axis(q, action[:, None].astype(jnp.int32), axis=-1)[:, 0]
+        loss = 0.5 * jnp.mean((chosen - target) ** 2)
+        return loss, dict(loss=loss, q_mean=chosen.mean())
+
+    def minibatch_step(carry, mb):
+        weights, opt_state = carry
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(weights, mb)
+        updates, opt_state = state.optimizer.update(grads, opt_state, weights)
+        return (optax.apply_updates(weights, updates), opt_state), metrics
+
+    def epoch(carry, key):
+        perm = jax.random.permutation(key, batch_size)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), data)
+        return jax.lax.scan(minibatch_step, carry, shuffled)
+
+    key, epoch_key = jax.random.split(state.key)
+    (weights, opt_state), metrics = jax.lax.scan(epoch, (agent.weights, state.opt_state),
+                                                 jax.random.split(epoch_key, config.update_epochs))
+    metrics = {**jax.tree.map(jnp.mean, metrics), "target_mean": targets.mean(),
+               "epsilon": epsilon(config, state.update_step)}
+    state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,
+                          update_step=state.update_step + 1)
+    return state, metrics
