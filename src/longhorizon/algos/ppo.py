@@ -5,6 +5,11 @@ compute GAE advantages (bootstrapping on truncation, not on termination), then r
 ``update_epochs`` passes of ``num_minibatches`` minibatches over the clipped surrogate objective
 
     L = -E[min(r A, clip(r, 1-eps, 1+eps) A)] + vf_coef * L_V - ent_coef * H,   r = pi/pi_old.
+
+Batches acted by an older policy mu (the Ray engine's asynchronous mode) are corrected towards the
+current, proximal policy pi_prox with ``--correction vtrace`` (V-trace advantages and targets,
+Espeholt et al., 2018) or ``--correction decoupled`` (the decoupled objective of Hilton et al., 2022,
+used by AReaL: E[min(w, rho_clip) min(r A, clip(r) A)], r = pi/pi_prox, w = pi_prox/mu).
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from longhorizon.core import distributions as dist
 from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss
 from longhorizon.core.nets import ACTIVATIONS, ActorCritic
 from longhorizon.core.normalize import RunningMeanStd
-from longhorizon.core.returns import gae
+from longhorizon.core.returns import gae, vtrace
 from longhorizon.envs import vectorize
 from longhorizon.envs.wrappers import NormalizeReward
 
 NAME = "ppo"
+CORRECTIONS = ("none", "vtrace", "decoupled")
 
 
 # ----------------------------------------------------------------------------- config
@@ -50,12 +56,17 @@ class Config(AlgoConfig):
     normalize_rewards: bool = False
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
+    # Off-policy correction for batches acted by an older policy mu (``--engine ray --mode async``):
+    # none; vtrace (advantages and value targets by V-trace); decoupled (AReaL's decoupled PPO objective).
+    correction: str = "none"
+    rho_clip: float = 1.0  # truncation of the importance weights pi/mu in both corrections
 
     def validate(self) -> None:
         self._check_positive("num_envs", "num_steps", "learning_rate", "update_epochs", "num_minibatches",
-                             "clip_eps", "max_grad_norm")
+                             "clip_eps", "max_grad_norm", "rho_clip")
         self._check_unit_interval("gamma", "gae_lambda")
         self._check_choice("activation", sorted(ACTIVATIONS))
+        self._check_choice("correction", CORRECTIONS)
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise_batch_error(self)
 
@@ -85,6 +96,16 @@ def default_config(env_id: str) -> Config:
 
 def steps_per_update(config: Config) -> int:
     return config.num_envs * config.num_steps
+
+
+def max_staleness(config: Config) -> tuple[int, str]:
+    """How many parameter versions old a batch may be (``--engine ray --mode async``), and why."""
+    if config.normalize_observations:
+        return -1, ("collect updates the observation statistics, which asynchronous actors cannot hand back; "
+                    "pass --normalize-observations false or --mode sync")
+    if config.correction == "none":
+        return 0, "without an off-policy correction (--correction vtrace or decoupled allows up to 8)"
+    return 8, f"with the {config.correction} correction"
 
 
 # ----------------------------------------------------------------------------- state
@@ -167,6 +188,11 @@ def agent_params(state: State) -> AgentParams:
     return state.agent
 
 
+def with_agent_params(state: State, params: AgentParams) -> State:
+    """``state`` acting with ``params`` (an asynchronous actor receiving the learner's parameters)."""
+    return state.replace(agent=params)
+
+
 # ----------------------------------------------------------------------------- init
 def init(key: jax.Array, env, config: Config) -> State:
     obs_info, act_info = env.obs_info, env.act_info
@@ -221,20 +247,37 @@ def collect(state: State) -> tuple[State, Batch]:
 def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     config, agent = state.config, state.agent
     next_values = _policy(agent, agent.weights, batch.next_obs)[2]
-    advantages, targets = gae(batch.reward, batch.value, next_values, batch.terminated,
-                              jnp.logical_or(batch.terminated, batch.truncated), config.gamma, config.gae_lambda)
+    done = jnp.logical_or(batch.terminated, batch.truncated)
+    old_log_prob, old_value, weight = batch.log_prob, batch.value, jnp.ones_like(batch.log_prob)
+    if config.correction == "none":
+        advantages, targets = gae(batch.reward, batch.value, next_values, batch.terminated, done, config.gamma,
+                                  config.gae_lambda)
+    else:  # the batch may come from an older policy mu: correct towards the current (proximal) policy
+        out = _policy(agent, agent.weights, batch.obs)
+        old_log_prob, old_value = _log_prob_entropy(agent, out, batch.action)[0], out[2]
+        log_rho = old_log_prob - batch.log_prob
+        if config.correction == "vtrace":
+            targets, advantages = vtrace(batch.reward, old_value, next_values, batch.terminated, done, log_rho,
+                                         config.gamma, config.gae_lambda, config.rho_clip, 1.0)
+        else:  # decoupled: clip around the proximal policy, weight each sample by pi_prox / mu
+            advantages, targets = gae(batch.reward, old_value, next_values, batch.terminated, done, config.gamma,
+                                      config.gae_lambda)
+            weight = jnp.minimum(config.rho_clip, jnp.exp(log_rho))
 
     flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731  [T, N, ...] -> [T*N, ...]
-    data = (flat(batch.obs), flat(batch.action), flat(batch.log_prob), flat(batch.value), flat(advantages), flat(targets))
+    data = (flat(batch.obs), flat(batch.action), flat(old_log_prob), flat(old_value), flat(advantages), flat(targets),
+            flat(weight))
     batch_size = config.num_envs * config.num_steps
     mb_size = batch_size // config.num_minibatches
 
     def loss_fn(weights, mb):
-        obs, action, old_log_prob, old_value, advantage, target = mb
+        obs, action, old_log_prob, old_value, advantage, target, weight = mb
         out = _policy(agent, weights, obs)
         log_prob, entropy = _log_prob_entropy(agent, out, action)
         if config.normalize_advantages:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        if config.correction == "decoupled":  # w * min(r A, clip(r) A) = min(r wA, clip(r) wA) for w >= 0
+            advantage = weight * advantage
         policy_loss, clip_frac = clipped_surrogate_loss(log_prob, old_log_prob, advantage, config.clip_eps)
         value_loss = clipped_value_loss(out[2], old_value, target, config.clip_eps if config.clip_value else None)
         entropy = entropy.mean()
