@@ -25,7 +25,6 @@ def peer_python(name: str, requirements: list[str]) -> Path:
         return python
     print(f"[peer_env] creating {folder} with {' '.join(requirements)} (one time)", file=sys.stderr, flush=True)
     venv.EnvBuilder(with_pip=True, clear=True).create(folder)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], check=True)
     marker.write_text("\n".join(requirements) + "\n")
     return python

