@@ -1,0 +1,467 @@
+"""The Ray engine: the algorithm's ``collect`` on Ray actors, its ``learn`` on the learner.
+
+The learner is this process (it owns the training state, which the runner checkpoints); the actors
+are Ray actor processes that build the environment and the jitted ``collect`` once. Two dataflows,
+as in Podracer's Sebulba split and SRL's actor/learner streams:
+
+* ``sync`` (default): every update the learner hands each actor its share of the seeds' training
+  states (one object per share, by reference); the actors run the jitted ``collect`` and return the
+  new states and batches; the learner runs the jitted ``learn``. The arithmetic is the fused
+  engine's, so parameters and learning curves are bit-identical to ``--engine fused`` for the same
+  seeds and config (on the same kind of device). Work is split by whole seeds: ``--actors`` may not
+  exceed ``--seeds``.
+* ``async``: every actor keeps its own copies of the environments (its own random stream) and runs
+  ``collect`` with the parameters of a given version, without waiting for the learner. Parameters
+  are published once per version into Ray's object store and passed by reference; each batch carries
+  the version that acted it; admission only requests a batch that cannot be more than
+  ``max_staleness`` versions old when it is learned from (the learner takes batches in the order
+  it requested them, so the lag of a batch is the number of requests ahead of it). The algorithm
+  corrects for the lag (PPO: ``--correction vtrace`` or ``decoupled``) and declares how much lag it
+  tolerates (``max_staleness(config) -> (int, why)`` or ``MAX_STALENESS``); invalid combinations are
+  refused before Ray starts. Asynchronous acting needs ``with_agent_params(state, params)``.
+
+Faults: an actor whose process dies is replaced and its lost work requested again (in ``sync`` mode
+the replay is exact, so the run stays bit-identical); the learner's state never leaves this process.
+A learner crash is a crash of this process: ``longhorizon train --resume DIR`` continues from the
+runner's last checkpoint (exact in ``sync`` mode; ``async`` actors restart with fresh environments).
+
+JAX arrays become numpy arrays (the flattened leaves of a pytree) once, at the boundary, in
+:func:`to_wire`; each side rebuilds its pytrees from its own tree structure.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib
+import os
+import re
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longhorizon.core.nets import tree_all_finite
+from longhorizon.engine.fused import chunk_statistics
+from longhorizon.errors import UsageError
+
+MODES = ("sync", "async")
+SUMMED = ("episode_return_sum", "episodes")  # summed over a chunk; every other metric is averaged
+
+
+# ----------------------------------------------------------------------------- options
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    actors: int = 1
+    address: str = "local"  # local | auto | HOST:PORT | ray://HOST:PORT
+    mode: str = "sync"
+    max_staleness: int = 0  # async only: largest parameter-version lag of a batch the learner learns from
+    actor_cpus: float = 1.0  # resources each actor declares; Ray places actors accordingly
+    actor_gpus: float = 0.0
+
+
+def options_from_spec(spec: Any) -> RayOptions:
+    """The Ray settings of a ``RunSpec`` (fields ``actors``, ``address``, ``mode``, ``max_staleness``, ...)."""
+    defaults = RayOptions()
+    return RayOptions(**{f.name: getattr(spec, f.name, getattr(defaults, f.name)) for f in dataclasses.fields(RayOptions)})
+
+
+def staleness_tolerance(algo: ModuleType, config: Any) -> tuple[int, str]:
+    """``(largest tolerated lag, why)`` as the algorithm declares it; ``(-1, why)``: no asynchronous mode."""
+    name = getattr(algo, "NAME", algo.__name__)
+    if not hasattr(algo, "with_agent_params"):
+        return -1, f"{name} has no with_agent_params(state, params) to hand parameters to an actor; use --mode sync"
+    if hasattr(algo, "max_staleness"):
+        return algo.max_staleness(config)
+    if hasattr(algo, "MAX_STALENESS"):
+        tol = int(algo.MAX_STALENESS)
+        return tol, "(its declared MAX_STALENESS)"
+    return -1, f"{name} declares no staleness tolerance (MAX_STALENESS); use --mode sync"
+
+
+_ADDRESS = re.compile(r"^(local|auto|ray://[\w.\-]+:\d+|[\w.\-]+:\d+)$")
+
+
+def check_options(algo: ModuleType, config: Any, options: RayOptions, num_seeds: int) -> None:
+    """Refuse an invalid engine setting with one sentence, before Ray or the compiler starts."""
+    name = getattr(algo, "NAME", algo.__name__)
+    if options.mode not in MODES:
+        raise UsageError(f"--mode must be sync or async (got '{options.mode}'); pass --mode sync or --mode async.")
+    if options.actors < 1:
+        raise UsageError(f"--actors must be at least 1 (got {options.actors}); pass --actors 1 or more.")
+    if options.max_staleness < 0:
+        raise UsageError(f"--max-staleness must be 0 or more (got {options.max_staleness}); pass --max-staleness 0 or more.")
+    if options.actor_cpus < 0 or options.actor_gpus < 0:
+        raise UsageError("actor resources must not be negative; pass --actor-cpus 1 and --actor-gpus 0 for example.")
+    if not _ADDRESS.match(options.address):
+        raise UsageError(f"--address '{options.address}' is not local, auto, HOST:PORT or ray://HOST:PORT; "
+                         f"pass --address auto to join the cluster `ray start --head` made on this machine.")
+    if options.mode == "sync":
+        if options.max_staleness:
+            raise UsageError(f"--max-staleness {options.max_staleness} applies to --mode async only; "
+                             f"drop it or pass --mode async.")
+        if options.actors > num_seeds:
+            raise UsageError(f"--mode sync gives each actor whole seeds, so --actors {options.actors} needs --seeds "
+                             f"{options.actors} or more; pass more seeds, fewer actors, or --mode async.")
+    else:
+        tolerance, why = staleness_tolerance(algo, config)
+        if tolerance < 0:
+            raise UsageError(f"{name} with this config cannot run with --mode async: {why}.")
+        if options.max_staleness > tolerance:
+            raise UsageError(f"{name} tolerates a staleness of at most {tolerance} {why}, so --max-staleness "
+                             f"{options.max_staleness} is refused; pass --max-staleness {tolerance} or less.")
+    try:
+        importlib.import_module("ray")
+    except ImportError:
+        raise UsageError("--engine ray needs Ray; install it with `pip install 'longhorizon[ray]'`.") from None
+
+
+def make_engine(run: Any, options: RayOptions | None = None) -> "RayEngine":
+    """The engine for a resolved ``runner.run.Run`` (called by ``Run._make_engine``)."""
+    options = options or options_from_spec(run.spec)
+    check_options(run.algo, run.config, options, run.spec.seeds)
+    return RayEngine(run.algo, run.spec.env, run.spec.env_overrides, run.config, run.spec.seeds,
+                     run.updates_per_chunk, options, env=run.env)
+
+
+# ----------------------------------------------------------------------------- the boundary
+def to_wire(tree: Any) -> list[np.ndarray]:
+    """The leaves of a pytree as host numpy arrays: what Ray ships."""
+    return [np.asarray(leaf) for leaf in jax.device_get(jax.tree.leaves(tree))]
+
+
+def from_wire(treedef: Any, leaves: list[np.ndarray]) -> Any:
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def seed_keys(seed: int, num_seeds: int) -> jax.Array:
+    """One key per seed, as the fused engine derives them."""
+    return jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(num_seeds))
+
+
+def _compile_settings() -> dict[str, Any]:
+    """The driver's persistent-compilation-cache settings, for the actors to share its cache."""
+    return {name: getattr(jax.config, name) for name in
+            ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")}
+
+
+# ----------------------------------------------------------------------------- actor
+class CollectWorker:
+    """One Ray actor: builds the environment and the jitted ``collect`` once, then serves calls.
+
+    ``sync``: :meth:`collect_shard` advances training states it is given (its share of the seeds).
+    ``async``: :meth:`start` builds the actor's own environments; :meth:`collect_with` acts with the
+    given parameters and returns the batch tagged with their version.
+    """
+
+    def __init__(self, algo_module: str, env_id: str, env_overrides: dict, config: Any, num_seeds: int,
+                 mode: str, compile_settings: dict[str, Any]):
+        import ray
+
+        if not ray.get_gpu_ids():
+            jax.config.update("jax_platforms", "cpu")  # no accelerator was placed here; do not grab one
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # actors may share an accelerator
+        for name, value in compile_settings.items():
+            if value is not None:
+                jax.config.update(name, value)
+        from longhorizon.envs import make
+
+        algo = self.algo = importlib.import_module(algo_module)
+        env = make(env_id, **env_overrides)
+        self.mode, self.state = mode, None
+        self._init = jax.jit(jax.vmap(lambda key: algo.init(key, env, config)))
+        self._state_shape = jax.eval_shape(self._init, jax.eval_shape(lambda: seed_keys(0, num_seeds)))
+        self._state_def = jax.tree.structure(self._state_shape)
+        if mode == "sync":
+            self._collect = jax.jit(jax.vmap(algo.collect))
+            self._example = (self._state_shape,)
+        else:
+            self._params_def = jax.tree.structure(jax.eval_shape(jax.vmap(algo.agent_params), self._state_shape))
+            self._collect = jax.jit(jax.vmap(lambda state, params: algo.collect(algo.with_agent_params(state, params))))
+            self._example = (self._state_shape, jax.eval_shape(jax.vmap(algo.agent_params), self._state_shape))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def compile(self) -> float:
+        start = time.perf_counter()
+        self._collect = self._collect.lower(*self._example).compile()
+        return time.perf_counter() - start
+
+    def collect_shard(self, state_leaves: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        state, batch = self._collect(from_wire(self._state_def, state_leaves))
+        return to_wire(state), to_wire(batch)
+
+    def start(self, keys: np.ndarray) -> None:
+        self.state = self._init(jnp.asarray(keys))
+
+    def collect_with(self, params_leaves: list[np.ndarray], version: int) -> tuple[list[np.ndarray], int]:
+        self.state, batch = self._collect(self.state, from_wire(self._params_def, params_leaves))
+        return to_wire(batch), version
+
+
+# ----------------------------------------------------------------------------- engine
+@dataclasses.dataclass
+class _Request:
+    """An asynchronous collect in flight: which actor, with which parameter version."""
+
+    ref: Any
+    actor: int
+    version: int
+
+
+class RayEngine:
+    """Runs ``updates_per_chunk`` updates of ``num_seeds`` agents per call, acting on Ray actors."""
+
+    name = "ray"
+
+    def __init__(self, algo: ModuleType, env_id: str, env_overrides: dict, config: Any, num_seeds: int,
+                 updates_per_chunk: int, options: RayOptions, env: Any = None):
+        if env is None:
+            from longhorizon.envs import make
+
+            env = make(env_id, **env_overrides)
+        self.algo, self.env, self.config, self.options = algo, env, config, options
+        self.env_id, self.env_overrides = env_id, dict(env_overrides)
+        self.num_seeds, self.updates_per_chunk = num_seeds, updates_per_chunk
+        self.compile_seconds = 0.0
+        self.actor_restarts = 0
+        self._init = jax.jit(jax.vmap(lambda key: algo.init(key, env, config)))
+
+        def learn(state, batch):  # the fused engine's update, less collect
+            state, metrics = algo.learn(state, batch)
+            stats = chunk_statistics(batch.episode_return, batch.episode_done)
+            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(metrics)] or [jnp.asarray(True)]))
+            return state, {**metrics, **stats, "loss_finite": finite}
+
+        def summarize(metrics, state):  # per seed, over the chunk's updates, as the fused engine does
+            summary = {k: (jnp.sum(v) if k in SUMMED else jnp.mean(v)) for k, v in metrics.items() if k != "loss_finite"}
+            summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"]), tree_all_finite(algo.agent_params(state)))
+            return summary
+
+        self._learn = jax.jit(jax.vmap(learn))
+        self._summarize = jax.jit(jax.vmap(summarize))
+        self._seed = 0
+        self._workers: list[Any] = []
+        self._incarnation: list[int] = []
+        self._ray_started = False
+        # sync: contiguous shares of the seeds, one per actor
+        bounds = np.linspace(0, num_seeds, options.actors + 1).round().astype(int) if options.mode == "sync" else None
+        self._shards = None if bounds is None else list(zip(bounds[:-1], bounds[1:]))
+        # async: requests in the order the learner will take them, the current parameter version
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._version = 0
+        self._params_ref = None
+        self._last_state = None
+        self.staleness_seen: collections.Counter[int] = collections.Counter()
+
+    # ------------------------------------------------------------------ the engine interface
+    def seed_keys(self, seed: int) -> jax.Array:
+        return seed_keys(seed, self.num_seeds)
+
+    def init(self, seed: int):
+        """The training state of every seed, built here exactly as the fused engine builds it (no Ray)."""
+        self._seed = seed
+        return self._init(self.seed_keys(seed))
+
+    def compile(self, state) -> float:
+        """Start Ray and the actors, compile ``learn`` here and ``collect`` on every actor; returns seconds."""
+        start = time.perf_counter()
+        self._start_workers()
+        pending = [w.compile.remote() for w in self._workers]
+        batch_shape = jax.eval_shape(jax.vmap(self.algo.collect), state)[1]
+        self._learn = self._learn.lower(state, batch_shape).compile()
+        self._ray().get(pending)
+        if self.options.mode == "async":
+            self._ray().get([self._start_actor(i) for i in range(len(self._workers))])
+        self.compile_seconds = time.perf_counter() - start
+        return self.compile_seconds
+
+    def run_chunk(self, state):
+        """Advance every seed by one chunk; returns the new state and per-seed metrics (on host)."""
+        if not self._workers:
+            self.compile(state)
+        chunk_restarts = self.actor_restarts
+        rows, lags = [], []
+        for _ in range(self.updates_per_chunk):
+            if self.options.mode == "sync":
+                state, batch = self._sync_collect(state)
+            else:
+                state, batch, lag = self._async_collect(state)
+                lags.append(lag)
+            state, metrics = self._learn(state, batch)
+            rows.append(metrics)
+            if self.options.mode == "async":
+                self._version += 1
+                self._params_ref = None  # publish the new version when it is first asked for
+                self._last_state = state
+            if self.actor_restarts - chunk_restarts > 3 * self.options.actors:
+                raise RuntimeError(f"Ray actors died {self.actor_restarts - chunk_restarts} times in one chunk; "
+                                   f"check the actors' logs (memory, crashes) before running again.")
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *rows)  # [seeds, updates], as the fused scan
+        metrics = jax.device_get(self._summarize(stacked, state))
+        if lags:
+            metrics["staleness_mean"] = np.full(self.num_seeds, float(np.mean(lags)))
+            metrics["staleness_max"] = np.full(self.num_seeds, float(np.max(lags)))
+        return state, metrics
+
+    def close(self) -> None:
+        """Kill the actors this engine started; shut Ray down if this engine started it."""
+        if not self._workers:
+            return
+        ray = self._ray()
+        for worker in self._workers:
+            try:
+                ray.kill(worker)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._workers, self._pending = [], collections.deque()
+        if self._ray_started:
+            ray.shutdown()
+            self._ray_started = False
+
+    def actor_pids(self) -> list[int]:
+        """Process ids of the actors (e.g. to watch or to kill one)."""
+        return self._ray().get([w.pid.remote() for w in self._workers])
+
+    # ------------------------------------------------------------------ Ray
+    @staticmethod
+    def _ray():
+        import ray
+
+        return ray
+
+    def _connect(self) -> None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray = self._ray()
+        if ray.is_initialized():
+            return
+        address = self.options.address
+        if address == "local":  # a private single-machine instance on loopback
+            needed = int(np.ceil(self.options.actors * self.options.actor_cpus))
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False,
+                     _node_ip_address="127.0.0.1", log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+        self._ray_started = True
+
+    def _start_workers(self) -> None:
+        if self._workers:
+            return
+        self._connect()
+        self._workers = [self._new_worker(i) for i in range(self.options.actors)]
+        self._incarnation = [0] * self.options.actors
+
+    def _new_worker(self, index: int):
+        ray = self._ray()
+        remote = ray.remote(num_cpus=self.options.actor_cpus, num_gpus=self.options.actor_gpus, max_restarts=0)(CollectWorker)
+        seeds = self.num_seeds if self._shards is None else int(self._shards[index][1] - self._shards[index][0])
+        return remote.remote(self.algo.__name__, self.env_id, self.env_overrides, self.config, seeds,
+                             self.options.mode, _compile_settings())
+
+    def _start_actor(self, index: int):
+        """Async: the actor's own environments, on a random stream of its own (per actor and incarnation)."""
+        salt = 1 + index + 1000 * self._incarnation[index]
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, salt))(self.seed_keys(self._seed))
+        return self._workers[index].start.remote(np.asarray(keys))
+
+    def _replace(self, index: int, error: Exception) -> None:
+        """An actor died: start a new one in its place (compiled, and for async with fresh environments)."""
+        ray = self._ray()
+        try:
+            ray.kill(self._workers[index])
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        print(f"ray engine: actor {index} died ({type(error).__name__}); starting a replacement.", file=sys.stderr)
+        self.actor_restarts += 1
+        self._incarnation[index] += 1
+        self._workers[index] = self._new_worker(index)
+        ray.get(self._workers[index].compile.remote())
+        if self.options.mode == "async":
+            ray.get(self._start_actor(index))
+
+    @staticmethod
+    def _actor_died(error: Exception) -> bool:
+        import ray.exceptions as rex
+
+        return isinstance(error, (rex.RayActorError, getattr(rex, "ActorUnavailableError", rex.RayActorError)))
+
+    # ------------------------------------------------------------------ sync
+    def _sync_collect(self, state):
+        """Every actor advances its share of the seeds by one ``collect``; returns the joined state and batch."""
+        ray = self._ray()
+        leaves = to_wire(state)
+        shares = [ray.put([leaf[lo:hi] for leaf in leaves]) for lo, hi in self._shards]  # published once
+        refs = [w.collect_shard.remote(share) for w, share in zip(self._workers, shares)]
+        results = []
+        for i, ref in enumerate(refs):
+            while True:
+                try:
+                    results.append(ray.get(ref))
+                    break
+                except Exception as error:  # noqa: BLE001 - only a dead actor is handled here
+                    if not self._actor_died(error):
+                        raise
+                    self._replace(i, error)
+                    ref = self._workers[i].collect_shard.remote(shares[i])
+        join = (lambda parts: parts[0]) if len(results) == 1 else (lambda parts: np.concatenate(parts, axis=0))
+        state_leaves = [join(parts) for parts in zip(*(r[0] for r in results))]
+        batch_leaves = [join(parts) for parts in zip(*(r[1] for r in results))]
+        state = from_wire(jax.tree.structure(state), state_leaves)
+        return state, from_wire(self._batch_def(state), batch_leaves)
+
+    def _batch_def(self, state):
+        if not hasattr(self, "_batch_treedef"):
+            self._batch_treedef = jax.tree.structure(jax.eval_shape(jax.vmap(self.algo.collect), state)[1])
+        return self._batch_treedef
+
+    # ------------------------------------------------------------------ async
+    def _admit(self, state) -> None:
+        """Request batches while each new one is certain to be at most ``max_staleness`` versions old when used."""
+        ray = self._ray()
+        while len(self._pending) <= self.options.max_staleness:
+            if self._params_ref is None:
+                self._params_ref = ray.put(to_wire(self.algo.agent_params(state)))  # once per version
+            load = collections.Counter(r.actor for r in self._pending)
+            actor = min(range(len(self._workers)), key=lambda i: (load[i], i))
+            ref = self._workers[actor].collect_with.remote(self._params_ref, self._version)
+            self._pending.append(_Request(ref, actor, self._version))
+
+    def _async_collect(self, state):
+        ray = self._ray()
+        if self._last_state is not None and state is not self._last_state:
+            self._pending.clear()  # a different learner state (e.g. restored): drop requests made for the old one
+            self._params_ref = None
+        self._last_state = state
+        while True:
+            self._admit(state)
+            request = self._pending[0]
+            try:
+                batch_leaves, version = ray.get(request.ref)
+            except Exception as error:  # noqa: BLE001 - only a dead actor is handled here
+                if not self._actor_died(error):
+                    raise
+                self._replace(request.actor, error)
+                self._resubmit(request.actor, state)
+                continue
+            self._pending.popleft()
+            lag = self._version - version
+            if lag > self.options.max_staleness:  # cannot happen with in-order admission; refuse rather than learn
+                continue
+            self.staleness_seen[lag] += 1
+            return state, from_wire(self._batch_def(state), batch_leaves), lag
+
+    def _resubmit(self, actor: int, state) -> None:
+        """Request the lost work of a replaced actor again, in place, with the current parameters."""
+        ray = self._ray()
+        if self._params_ref is None:
+            self._params_ref = ray.put(to_wire(self.algo.agent_params(state)))
+        for request in self._pending:
+            if request.actor == actor:
+                request.ref = self._workers[actor].collect_with.remote(self._params_ref, self._version)
+                request.version = self._version

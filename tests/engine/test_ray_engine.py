@@ -1,0 +1,172 @@
+"""The Ray engine against the fused engine, under faults, asynchronously, and its refusals.
+
+All Ray tests share one Ray instance on loopback (``ray_session`` in conftest.py) and one fused
+reference run. Sync runs use 2 seeds on 2 actors (one seed each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from longhorizon.engine import ray as ray_engine
+from longhorizon.engine.ray import RayEngine
+from longhorizon.errors import UsageError
+from longhorizon.runner import checkpoint
+from longhorizon.runner.run import Run, RunSpec, train
+
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance: keep these tests on one worker (--dist loadgroup)
+
+SHORT = {"total_steps": "4096", "num_steps": "32"}  # 128 steps per update, 32 updates: 4 chunks of 8
+TIMING = ("steps_per_second", "wall_seconds", "time")
+
+
+def _spec(out: Path, engine: str, seeds: int = 2, overrides: dict | None = None, chunks: int = 4, **ray) -> RunSpec:
+    spec = RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(overrides or SHORT), seeds=seeds, out=str(out),
+                   num_chunks=chunks, quiet=True, engine=engine)
+    for name, value in ray.items():  # actors, mode, max_staleness (RunSpec fields once the CLI has them)
+        setattr(spec, name, value)
+    return spec
+
+
+def _curve(out: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+
+def _final_checkpoint(out: Path) -> bytes:
+    meta = checkpoint.latest_meta(out / "checkpoints")
+    return (out / "checkpoints" / meta["file"]).read_bytes()
+
+
+@pytest.fixture
+def engines(monkeypatch):
+    """Every Ray engine a test's runs create; their actors are killed (by handle) afterwards."""
+    made, original = [], ray_engine.make_engine
+
+    def recording(run, options=None):
+        made.append(original(run, options))
+        return made[-1]
+
+    monkeypatch.setattr(ray_engine, "make_engine", recording)
+    yield made
+    for engine in made:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def fused_reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fused") / "run"
+    summary = train(_spec(out, "fused"))
+    return summary, _curve(out), _final_checkpoint(out)
+
+
+def _assert_same_run(out: Path, summary: dict, reference) -> None:
+    ref_summary, ref_curve, ref_checkpoint = reference
+    assert _curve(out) == ref_curve  # every logged metric of every chunk, bit for bit
+    assert _final_checkpoint(out) == ref_checkpoint  # parameters, optimizer, environments, keys
+    assert summary["final_eval_return"] == ref_summary["final_eval_return"]
+
+
+def test_ray_sync_equals_fused_bit_for_bit(ray_session, fused_reference, engines, tmp_path):
+    out = tmp_path / "run"
+    summary = train(_spec(out, "ray", actors=2))
+    assert len(engines) == 1 and len(set(engines[0].actor_pids())) == 2
+    _assert_same_run(out, summary, fused_reference)
+
+
+def test_ray_actor_killed_mid_run_is_replaced_and_run_stays_exact(ray_session, fused_reference, engines, tmp_path,
+                                                                  monkeypatch):
+    calls, killed = [], []
+    original = RayEngine._sync_collect
+
+    def collect_then_kill(self, state):  # in chunk 2, at its 3rd update, kill actor 1's process by its id
+        calls.append(1)
+        if len(calls) == 8 + 3:
+            killed.append(self.actor_pids()[1])
+            os.kill(killed[0], signal.SIGKILL)
+        return original(self, state)
+
+    monkeypatch.setattr(RayEngine, "_sync_collect", collect_then_kill)
+    out = tmp_path / "run"
+    summary = train(_spec(out, "ray", actors=2))
+    engine = engines[0]
+    assert engine.actor_restarts == 1 and killed[0] not in engine.actor_pids()
+    assert summary["status"] == "completed"
+    _assert_same_run(out, summary, fused_reference)  # the lost collect was replayed exactly
+
+
+def test_ray_learner_crash_resumes_from_last_checkpoint(ray_session, fused_reference, engines, tmp_path, monkeypatch):
+    calls = []
+    original = RayEngine._sync_collect
+
+    def crash_in_chunk_3(self, state):
+        calls.append(1)
+        if len(calls) == 2 * 8 + 3:
+            raise RuntimeError("learner crashed")
+        return original(self, state)
+
+    monkeypatch.setattr(RayEngine, "_sync_collect", crash_in_chunk_3)
+    out = tmp_path / "run"
+    spec = _spec(out, "ray", actors=2)
+    with pytest.raises(RuntimeError, match="learner crashed"):
+        train(spec)
+    assert checkpoint.latest_meta(out / "checkpoints")["chunk"] == 2
+    monkeypatch.setattr(RayEngine, "_sync_collect", original)
+    summary = train(spec, resume=True)
+    assert summary["chunks_done"] == 4
+    _assert_same_run(out, summary, fused_reference)
+
+
+@pytest.mark.slow
+def test_ray_async_ppo_vtrace_solves_cartpole(ray_session, engines, tmp_path, monkeypatch):
+    """Asynchronous PPO with V-trace, 2 actors, staleness up to 2, one actor killed mid-run: >= 475 in 5e5 steps."""
+    overrides = {"correction": "vtrace", "num_envs": "16", "num_steps": "64", "learning_rate": "1e-3",
+                 "total_steps": "500000"}
+    original, calls = RayEngine.run_chunk, []
+
+    def run_chunk(self, state):  # during chunk 3, kill actor 0 while requests are in flight
+        calls.append(1)
+        if len(calls) == 3:
+            threading.Timer(0.05, os.kill, (self.actor_pids()[0], signal.SIGKILL)).start()
+        return original(self, state)
+
+    monkeypatch.setattr(RayEngine, "run_chunk", run_chunk)
+    out = tmp_path / "run"
+    summary = train(_spec(out, "ray", seeds=1, overrides=overrides, chunks=10, actors=2, mode="async", max_staleness=2))
+    rows = _curve(out)
+    assert summary["status"] == "completed" and summary["total_env_steps"] <= 1_000_000
+    assert summary["final_eval_return"][0] >= 475, summary["final_eval_return"]
+    assert all(row["staleness_max"] <= 2 for row in rows)
+    assert sum(row["staleness_mean"] for row in rows) > 0  # acting really ran ahead of learning
+    assert engines[0].actor_restarts == 1
+
+
+@pytest.mark.parametrize("settings, overrides, message", [
+    (dict(mode="async", max_staleness=2), {}, "ppo tolerates a staleness of at most 0 without an off-policy correction"),
+    (dict(mode="async", max_staleness=9), {"correction": "vtrace"}, "at most 8 with the vtrace correction"),
+    (dict(mode="async"), {"normalize_observations": "true"}, "cannot run with --mode async"),
+    (dict(mode="sync", actors=3), {}, "--actors 3 needs --seeds 3 or more"),
+    (dict(mode="sync", max_staleness=1), {}, "applies to --mode async only"),
+    (dict(mode="fast"), {}, "--mode must be sync or async"),
+    (dict(address="my cluster"), {}, "--address 'my cluster' is not local"),
+])
+def test_ray_invalid_settings_are_refused_before_anything_starts(settings, overrides, message, tmp_path, monkeypatch):
+    def no_ray(self):
+        raise AssertionError("Ray was started for an invalid setting")
+
+    monkeypatch.setattr(RayEngine, "_connect", no_ray)
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        Run(_spec(tmp_path / "run", "ray", overrides={**SHORT, **overrides}, **settings))
+    assert str(error.value).count(". ") == 0 and str(error.value).endswith(".")  # one sentence
+
+
+def test_ray_valid_async_setting_is_accepted(tmp_path):
+    run = Run(_spec(tmp_path / "run", "ray", overrides={**SHORT, "correction": "decoupled"}, mode="async",
+                    max_staleness=8, actors=4))
+    assert isinstance(run.engine, RayEngine) and run.engine.options.actors == 4
