@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli")
 
 _RUN_OPTIONS = {"env", "seeds", "seed", "total_steps", "out", "resume", "chunks", "eval_every", "eval_episodes",
-                "target_return", "engine", "quiet"}
+                "target_return", "engine", "quiet", "actors", "address", "mode", "max_staleness"}
 
 
 def setup_compilation_cache() -> None:
@@ -86,6 +86,10 @@ def train(
     target_return: Optional[float] = typer.Option(None, help="Stop once the mean greedy-eval return reaches this."),
     engine: str = typer.Option("fused", help="fused (one XLA program) or ray."),
     quiet: bool = typer.Option(False, help="No progress output."),
+    actors: int = typer.Option(1, help="--engine ray: actors running collect (sync: whole seeds per actor)."),
+    address: str = typer.Option("local", help="--engine ray: local (a private instance), auto, or HOST:PORT of a cluster."),
+    mode: str = typer.Option("sync", help="--engine ray: sync (bit-identical to fused) or async (actors run ahead)."),
+    max_staleness: int = typer.Option(0, help="--engine ray --mode async: most parameter versions a batch may lag."),
 ) -> None:
     """Train ALGO on --env; any algorithm config field can be set as --field value."""
     from longhorizon.runner.run import RunSpec, spec_from_results, train as run_train
@@ -104,7 +108,8 @@ def train(
             extra["total_steps"] = total_steps
         spec = RunSpec(algo=algo, env=env, config_overrides=extra, seeds=seeds, seed=seed,
                        out=str(out) if out else None, num_chunks=chunks, eval_every=eval_every,
-                       eval_episodes=eval_episodes, target_return=target_return, engine=engine, quiet=quiet)
+                       eval_episodes=eval_episodes, target_return=target_return, engine=engine, quiet=quiet,
+                       actors=actors, address=address, mode=mode, max_staleness=max_staleness)
     setup_compilation_cache()
     try:
         summary = run_train(spec, resume=resume is not None)

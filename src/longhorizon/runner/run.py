@@ -48,6 +48,14 @@ class RunSpec:
     target_return: float | None = None  # stop early once the mean greedy-eval return reaches it
     engine: str = "fused"
     quiet: bool = False
+    # --engine ray only (see longhorizon.engine.ray)
+    actors: int = 1
+    address: str = "local"  # local | auto | HOST:PORT
+    mode: str = "sync"  # sync (bit-identical to fused) | async (bounded staleness)
+    max_staleness: int = 0
+
+
+RAY_DEFAULTS = {"actors": 1, "address": "local", "mode": "sync", "max_staleness": 0}
 
 
 def default_out_dir(algo: str, env: str) -> Path:
@@ -92,6 +100,8 @@ class Run:
         self.engine = self._make_engine()
 
     def _make_engine(self):
+        if self.spec.engine != "ray" and RAY_DEFAULTS != {k: getattr(self.spec, k) for k in RAY_DEFAULTS}:
+            raise UsageError("--actors, --address, --mode and --max-staleness apply to --engine ray only; add --engine ray.")
         if self.spec.engine == "fused":
             from longhorizon.engine.fused import FusedEngine
 
@@ -110,6 +120,7 @@ class Run:
             "num_chunks": self.num_chunks, "updates_per_chunk": self.updates_per_chunk,
             "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
             "eval_episodes": self.spec.eval_episodes, "target_return": self.spec.target_return,
+            **({"ray": {k: getattr(self.spec, k) for k in RAY_DEFAULTS}} if self.spec.engine == "ray" else {}),
             "longhorizon_version": __version__, "jax_version": jax.__version__,
             "devices": [str(d) for d in jax.devices()],
         }
@@ -126,7 +137,7 @@ def spec_from_results(run_dir: str | os.PathLike, **changes: Any) -> RunSpec:
                        env_overrides=cfg.get("env_overrides", {}), seeds=cfg["seeds"], seed=cfg["seed"], out=str(run_dir),
                        num_chunks=cfg["num_chunks"], eval_every=cfg.get("eval_every", 0),
                        eval_episodes=cfg.get("eval_episodes", 10), target_return=cfg.get("target_return"),
-                       engine=cfg.get("engine", "fused"))
+                       engine=cfg.get("engine", "fused"), **cfg.get("ray", {}))
     except (KeyError, ValueError, TypeError) as error:
         raise UsageError(f"{path} is malformed ({error}); it was not written by `longhorizon train` or was edited by hand.") from None
     return dataclasses.replace(spec, **changes)
