@@ -49,7 +49,8 @@ def test_train_eval_plot_end_to_end(tmp_path, capsys):
                  "16", "--num-minibatches", "2", "--update-epochs", "1", "--hidden", "16,16", "--chunks", "2",
                  "--out", str(out), "--quiet"])
     assert code == 0 and (out / "curve.png").exists()
-    assert main(["eval", str(out), "--episodes", "3"]) == 0
+    assert main(["eval", str(out), "--episodes", "3", "--render", str(tmp_path / "episode.gif")]) == 0
     assert "mean return over 3 episodes" in capsys.readouterr().out
+    assert (tmp_path / "episode.gif").read_bytes()[:3] == b"GIF"
     assert main(["plot", str(out), str(out), "--out", str(tmp_path / "both.png")]) == 0
     assert (tmp_path / "both.png").stat().st_size > 1000

@@ -43,7 +43,7 @@ def render_episode(run: Run, state, out: Path, greedy: bool = True, max_frames: 
     obs, env_state = env.reset(reset_key)
     act = jax.jit(lambda o, k: run.algo.act(params, o[None], k, greedy)[0])
     step_raw = jax.jit(lambda k, s, a: inner.step_env(k, s, a, env.default_params))
-    states, rewards, total = [env_state], [], 0.0
+    states, rewards, total = [env_state], [0.0], 0.0  # one cumulative reward per frame
     for _ in range(min(max_frames, env.max_episode_steps)):
         key, act_key, step_key = jax.random.split(key, 3)
         obs, env_state, reward, done, _ = step_raw(step_key, env_state, act(obs, act_key))
@@ -52,6 +52,9 @@ def render_episode(run: Run, state, out: Path, greedy: bool = True, max_frames: 
         rewards.append(total)
         if bool(done) or bool(inner.is_truncated(env_state, env.default_params)):
             break
+    # gymnax draws classic control through gymnasium/pygame: no window and no sound device here.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     try:
         from gymnax.visualize import Visualizer
 

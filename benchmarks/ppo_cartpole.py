@@ -1,0 +1,179 @@
+"""PPO throughput on CartPole-v1, side by side in one run (a script, not a test).
+
+Three measurements at the same batch (32 envs x 128 steps, 4 epochs x 4 minibatches, 64x64 tanh
+MLP, 5e5 env steps, one seed), interleaved over ``--repeats`` rounds:
+
+* ``raw env``: the vectorised gymnax CartPole stepping with random actions (the ceiling);
+* ``longhorizon``: our fused engine running the whole training as one chunk;
+* ``rejax``: rejax's PPO at the same configuration, in its own virtual environment (it needs
+  gymnax < 1.0), created on first use by ``peer_env.py``.
+
+Compile time is measured separately (cold: the persistent cache is not used) and never counted in
+the rates. Prints a markdown table (median and min..max over repeats, with the 1-minute load average
+beside each round) and writes JSON to ``benchmarks/out/ppo_cartpole.json``.
+
+    python benchmarks/ppo_cartpole.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+NUM_ENVS, NUM_STEPS, EPOCHS, MINIBATCHES, TOTAL = 32, 128, 4, 4, 500_000
+REJAX_REQUIREMENTS = ["rejax==0.1.3", "gymnax<1.0", "six"]
+
+
+def measure_longhorizon() -> dict:
+    import jax
+
+    from longhorizon.runner.run import Run, RunSpec
+
+    overrides = dict(num_envs=str(NUM_ENVS), num_steps=str(NUM_STEPS), update_epochs=str(EPOCHS),
+                     num_minibatches=str(MINIBATCHES), total_steps=str(TOTAL), hidden="64,64", activation="tanh")
+    run = Run(RunSpec(algo="ppo", env="CartPole-v1", config_overrides=overrides, seeds=1, num_chunks=1,
+                      out=str(HERE / "out" / "scratch"), quiet=True))
+    state = run.engine.init(0)
+    jax.block_until_ready(state)
+    compile_s = run.engine.compile(state)
+    t0 = time.perf_counter()
+    state, metrics = run.engine.run_chunk(state)
+    jax.block_until_ready(state)
+    elapsed = time.perf_counter() - t0
+    steps = run.num_chunks * run.steps_per_chunk
+    ret = float(metrics["episode_return_sum"][0] / max(metrics["episodes"][0], 1))
+    return {"steps": steps, "seconds": elapsed, "steps_per_second": steps / elapsed, "compile_seconds": compile_s,
+            "last_chunk_mean_return": ret}
+
+
+def measure_raw_env() -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from longhorizon.envs import make, vectorize
+
+    venv = vectorize(make("CartPole-v1"), NUM_ENVS)
+    num_iters = TOTAL // NUM_ENVS
+
+    def rollout(key):
+        obs, state = venv.reset(key)
+
+        def step(carry, _):
+            state, key = carry
+            key, a_key, s_key = jax.random.split(key, 3)
+            action = jax.random.randint(a_key, (NUM_ENVS,), 0, 2)
+            obs, state, reward, *_ = venv.step(s_key, state, action)
+            return (state, key), reward.sum()
+
+        _, rewards = jax.lax.scan(step, (state, key), None, num_iters)
+        return rewards.sum()
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(rollout).lower(jax.random.PRNGKey(0)).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(jax.random.PRNGKey(1)))
+    elapsed = time.perf_counter() - t0
+    steps = num_iters * NUM_ENVS
+    return {"steps": steps, "seconds": elapsed, "steps_per_second": steps / elapsed, "compile_seconds": compile_s}
+
+
+REJAX_SCRIPT = textwrap.dedent(f"""
+    import json, time, jax
+    from rejax import PPO
+    algo = PPO.create(env="CartPole-v1", num_envs={NUM_ENVS}, num_steps={NUM_STEPS}, num_epochs={EPOCHS},
+                      num_minibatches={MINIBATCHES}, total_timesteps={TOTAL}, learning_rate=2.5e-4,
+                      max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+                      eval_freq={TOTAL}, skip_initial_evaluation=True,
+                      agent_kwargs={{"activation": "tanh", "hidden_layer_sizes": (64, 64)}})
+    key = jax.random.PRNGKey(0)
+    t0 = time.perf_counter()
+    train = jax.jit(algo.train).lower(key).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = train(key)
+    jax.block_until_ready(out)
+    elapsed = time.perf_counter() - t0
+    steps = ({TOTAL} // ({NUM_ENVS} * {NUM_STEPS})) * {NUM_ENVS} * {NUM_STEPS}
+    print(json.dumps({{"steps": steps, "seconds": elapsed, "steps_per_second": steps / elapsed,
+                      "compile_seconds": compile_s}}))
+""")
+
+
+def measure_rejax(python: Path) -> dict:
+    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
+    proc = subprocess.run([str(python), "-c", REJAX_SCRIPT], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"rejax failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summarise(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}..{max(values):,.0f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-rejax", action="store_true", help="skip the peer (no venv is built)")
+    args = parser.parse_args()
+    os.environ.setdefault("LONGHORIZON_COMPILE_CACHE", "0")
+
+    from peer_env import peer_python, peer_version
+
+    python = None if args.no_rejax else peer_python("rejax", REJAX_REQUIREMENTS)
+    results: dict[str, list[dict]] = {"raw env": [], "longhorizon": [], "rejax": []}
+    loads = []
+    for i in range(args.repeats):
+        order = ["raw env", "longhorizon", "rejax"] if i % 2 == 0 else ["rejax", "longhorizon", "raw env"]
+        for name in order:
+            if name == "rejax" and python is None:
+                continue
+            load = os.getloadavg()[0]
+            res = {"raw env": measure_raw_env, "longhorizon": measure_longhorizon,
+                   "rejax": lambda: measure_rejax(python)}[name]()
+            res["load_1min"] = load
+            results[name].append(res)
+            print(f"round {i + 1} {name:12s} {res['steps_per_second']:>12,.0f} steps/s  compile {res['compile_seconds']:.1f}s  load {load:.1f}",
+                  file=sys.stderr, flush=True)
+        loads.append(os.getloadavg()[0])
+
+    import jax
+
+    rows = []
+    ours = [r["steps_per_second"] for r in results["longhorizon"]]
+    for name, res in results.items():
+        if not res:
+            continue
+        sps = [r["steps_per_second"] for r in res]
+        ratio = [o / s for o, s in zip(ours, sps)]
+        rows.append(f"| {name} | {summarise(sps)} | {statistics.median(r['compile_seconds'] for r in res):.1f} | "
+                    f"{statistics.median(ratio):.2f} ({min(ratio):.2f}..{max(ratio):.2f}) | "
+                    f"{', '.join(f'{r['load_1min']:.1f}' for r in res)} |")
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.devices()[0].platform}"
+    table = "\n".join([
+        f"PPO on CartPole-v1, {NUM_ENVS} envs x {NUM_STEPS} steps, {EPOCHS} epochs x {MINIBATCHES} minibatches, "
+        f"64x64 tanh MLP, {TOTAL:,} env steps, 1 seed; {args.repeats} interleaved repeats; machine: {machine}"
+        + ("" if python is None else f"; rejax {peer_version(python, 'rejax')} with gymnax {peer_version(python, 'gymnax')}"),
+        "",
+        "| what | env steps/s, median (min..max) | compile s (median) | longhorizon / this (median, min..max) | 1-min load per round |",
+        "|---|---|---|---|---|", *rows])
+    print(table)
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    (out / "ppo_cartpole.json").write_text(json.dumps({"results": results, "table": table, "machine": machine}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
