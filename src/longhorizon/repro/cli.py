@@ -1,0 +1,38 @@
+"""`longhorizon repro NAME`: run a paper-claim reproduction and write docs/results/NAME/."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from longhorizon.errors import UsageError
+
+# name -> (module, one-line claim); each module exposes run(out_dir: str, quick: bool) -> dict
+REPROS = {
+    "h1": ("longhorizon.repro.h1", "a horizon curriculum (h=1 -> 5) beats fixed-horizon RL on long chained problems"),
+    "sgpo": ("longhorizon.repro.sgpo", "per-query group sizes from a success-rate profile match GRPO with fewer tokens"),
+}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def repro(
+        name: str = typer.Argument(..., help=f"One of: {', '.join(REPROS)}."),
+        out: Optional[Path] = typer.Option(None, help="Output folder (default: docs/results/NAME)."),
+        quick: bool = typer.Option(False, help="A smaller, faster version (for smoke tests)."),
+    ) -> None:
+        """Reproduce a paper's claim at small scale; writes a table, a plot and a verdict."""
+        if name not in REPROS:
+            raise UsageError(f"unknown reproduction '{name}'; choose one of: {', '.join(sorted(REPROS))}.")
+        module_name, _claim = REPROS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name == module_name:
+                raise UsageError(f"reproduction '{name}' is not part of this installation yet; see docs/ for the ones that are.") from None
+            raise
+        result = module.run(str(out or Path("docs") / "results" / name), quick=quick)
+        print(result.get("verdict", result) if isinstance(result, dict) else result)
