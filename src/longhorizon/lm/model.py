@@ -1,0 +1,189 @@
+"""Decoder-only transformer policy (flax linen) with an explicit, functional KV cache.
+
+One forward function serves three uses:
+
+* training / scoring: ``cache=None``, the whole sequence at once with a causal mask;
+* prefill: the prompt written into an empty cache at slot 0;
+* decoding: one new token per call written at slot ``index``.
+
+Sequences in a batch are aligned by *slot* (column). Prompts are left-padded, so padding
+slots are masked out as keys through ``kv_valid`` and positions (for rotary or learned
+position embeddings) count only valid tokens: ``position = cumsum(valid) - 1``. A padded and
+an unpadded copy of the same sequence therefore see the same positions and attend to the same
+keys.
+
+Attention of query slot i to key slot j is allowed iff ``j <= i`` and ``kv_valid[b, j]``.
+Pre-norm blocks: ``x += Attn(LN(x)); x += MLP(LN(x))``; the output layer is tied to the token
+embedding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longhorizon.errors import UsageError
+
+POSITIONS = ("rope", "learned")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 50
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    d_ff: int = 0  # 0 means 4 * d_model
+    max_len: int = 256  # only bounds learned position embeddings
+    positions: str = "rope"
+    rope_base: float = 10_000.0
+    dtype: str = "float32"  # compute dtype ("bfloat16" on accelerators); parameters stay float32
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+            if int(getattr(self, name)) < 1:
+                raise UsageError(f"model {name} must be a positive integer, got {getattr(self, name)}; set it to 1 or more.")
+        if self.d_model % self.n_heads:
+            raise UsageError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads that divides d_model."
+            )
+        if self.positions not in POSITIONS:
+            raise UsageError(f"positions={self.positions!r} is unknown; use one of {POSITIONS}.")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise UsageError(f"rotary positions need an even head size, got {self.head_dim}; change d_model or n_heads.")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise UsageError(f"dtype={self.dtype!r} is unknown; use float32, bfloat16 or float16.")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+
+class KVCache(NamedTuple):
+    """Keys and values of every layer: ``[n_layers, batch, slots, heads, head_dim]`` each."""
+
+    k: jax.Array
+    v: jax.Array
+
+    @staticmethod
+    def zeros(cfg: ModelConfig, batch: int, slots: int) -> KVCache:
+        shape = (cfg.n_layers, batch, slots, cfg.n_heads, cfg.head_dim)
+        return KVCache(jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
+
+
+def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
+    """Rotary embedding (RoFormer): rotate feature pairs (x1_i, x2_i) by angle pos * base^(-2i/d).
+
+    ``x`` is ``[B, T, H, D]``, ``positions`` is ``[B, T]``; halves-split convention.
+    """
+    d = x.shape[-1]
+    freqs = base ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2.0 / d)
+    angles = positions[..., None].astype(jnp.float32) * freqs  # [B, T, D/2]
+    sin, cos = jnp.sin(angles)[:, :, None, :], jnp.cos(angles)[:, :, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    return out.astype(x.dtype)
+
+
+class Block(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, positions, mask, kv, index):
+        cfg = self.cfg
+        h = nn.LayerNorm(dtype=cfg.dtype, name="ln_attn")(x)
+        qkv = nn.DenseGeneral((3, cfg.n_heads, cfg.head_dim), dtype=cfg.dtype, name="qkv")(h)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if cfg.positions == "rope":
+            q = rotary(q, positions, cfg.rope_base)
+            k = rotary(k, positions, cfg.rope_base)
+        if kv is not None:
+            k = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, index, 0, 0))
+            v = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, index, 0, 0))
+        scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(cfg.head_dim)
+        scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
+        weights = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
+        attn = jnp.einsum("bhts,bshd->bthd", weights, v)
+        x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), dtype=cfg.dtype, name="out")(attn)
+        h = nn.LayerNorm(dtype=cfg.dtype, name="ln_mlp")(x)
+        h = nn.Dense(cfg.ff_dim, dtype=cfg.dtype, name="up")(h)
+        x = x + nn.Dense(cfg.d_model, dtype=cfg.dtype, name="down")(jax.nn.gelu(h))
+        return x, (k, v)
+
+
+class Transformer(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0):
+        """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
+
+        Returns ``(logits [B, T, V] float32, new_cache or None)``.
+        """
+        cfg = self.cfg
+        embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, name="embed")
+        x = embed(tokens)
+        if cfg.positions == "learned":
+            x = x + nn.Embed(cfg.max_len, cfg.d_model, dtype=cfg.dtype, name="pos_embed")(
+                jnp.minimum(positions, cfg.max_len - 1)
+            )
+        t = tokens.shape[1]
+        if cache is None:
+            q_slots, k_slots = jnp.arange(t), jnp.arange(t)
+        else:
+            q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
+        mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
+        new_k, new_v = [], []
+        for i in range(cfg.n_layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, (k, v) = Block(cfg, name=f"block_{i}")(x, positions, mask, kv, index)
+            new_k.append(k)
+            new_v.append(v)
+        x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x)
+        logits = embed.attend(x).astype(jnp.float32)
+        new_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
+        return logits, new_cache
+
+
+def positions_from_valid(valid: jax.Array) -> jax.Array:
+    """Position of each token counting only valid tokens before it (0 for leading padding)."""
+    return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def init_params(key: jax.Array, cfg: ModelConfig):
+    tokens = jnp.zeros((1, 2), jnp.int32)
+    return Transformer(cfg).init(key, tokens, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2), bool))["params"]
+
+
+def count_params(params) -> int:
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
+
+
+def forward(params, cfg: ModelConfig, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """Logits ``[B, T, V]`` for a whole (padded) sequence, no cache."""
+    logits, _ = Transformer(cfg).apply({"params": params}, tokens, positions_from_valid(valid), valid)
+    return logits
+
+
+def token_logprobs(params, cfg: ModelConfig, tokens: jax.Array, valid: jax.Array, temperature: float = 1.0):
+    """Teacher-forced ``log pi(tokens[:, t+1] | tokens[:, :t+1])`` and the entropy of that distribution.
+
+    Logits are divided by ``temperature`` first (the distribution the sampler drew from, before
+    top-p truncation), as TRL does. Returns ``(logp [B, T-1], entropy [B, T-1])``.
+    """
+    logits = forward(params, cfg, tokens, valid)[:, :-1]
+    if temperature > 0:
+        logits = logits / temperature
+    logz = jax.nn.log_softmax(logits, axis=-1)
+    logp = jnp.take_along_axis(logz, tokens[:, 1:, None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logz) * logz, axis=-1)
+    return logp, entropy
