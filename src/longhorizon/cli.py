@@ -23,7 +23,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli")
 
 _RUN_OPTIONS = {"env", "seeds", "seed", "total_steps", "out", "resume", "chunks", "eval_every", "eval_episodes",
-                "target_return", "engine", "quiet", "actors", "address", "mode", "max_staleness"}
+                "target_return", "engine", "quiet", "actors", "address", "mode", "max_staleness",
+                "actor_cpus", "actor_gpus"}
 
 
 def setup_compilation_cache() -> None:
@@ -90,6 +91,8 @@ def train(
     address: str = typer.Option("local", help="--engine ray: local (a private instance), auto, or HOST:PORT of a cluster."),
     mode: str = typer.Option("sync", help="--engine ray: sync (bit-identical to fused) or async (actors run ahead)."),
     max_staleness: int = typer.Option(0, help="--engine ray --mode async: most parameter versions a batch may lag."),
+    actor_cpus: float = typer.Option(1.0, help="--engine ray: CPUs each actor declares (Ray places actors by them)."),
+    actor_gpus: float = typer.Option(0.0, help="--engine ray: GPUs (or a fraction) each actor declares."),
 ) -> None:
     """Train ALGO on --env; any algorithm config field can be set as --field value."""
     from longhorizon.runner.run import RunSpec, spec_from_results, train as run_train
@@ -109,7 +112,8 @@ def train(
         spec = RunSpec(algo=algo, env=env, config_overrides=extra, seeds=seeds, seed=seed,
                        out=str(out) if out else None, num_chunks=chunks, eval_every=eval_every,
                        eval_episodes=eval_episodes, target_return=target_return, engine=engine, quiet=quiet,
-                       actors=actors, address=address, mode=mode, max_staleness=max_staleness)
+                       actors=actors, address=address, mode=mode, max_staleness=max_staleness,
+                       actor_cpus=actor_cpus, actor_gpus=actor_gpus)
     setup_compilation_cache()
     try:
         summary = run_train(spec, resume=resume is not None)

@@ -53,9 +53,11 @@ class RunSpec:
     address: str = "local"  # local | auto | HOST:PORT
     mode: str = "sync"  # sync (bit-identical to fused) | async (bounded staleness)
     max_staleness: int = 0
+    actor_cpus: float = 1.0  # resources each actor declares; Ray places actors by them
+    actor_gpus: float = 0.0
 
 
-RAY_DEFAULTS = {"actors": 1, "address": "local", "mode": "sync", "max_staleness": 0}
+RAY_DEFAULTS = {"actors": 1, "address": "local", "mode": "sync", "max_staleness": 0, "actor_cpus": 1.0, "actor_gpus": 0.0}
 
 
 def default_out_dir(algo: str, env: str) -> Path:
@@ -101,7 +103,8 @@ class Run:
 
     def _make_engine(self):
         if self.spec.engine != "ray" and RAY_DEFAULTS != {k: getattr(self.spec, k) for k in RAY_DEFAULTS}:
-            raise UsageError("--actors, --address, --mode and --max-staleness apply to --engine ray only; add --engine ray.")
+            raise UsageError("--actors, --address, --mode, --max-staleness, --actor-cpus and --actor-gpus apply to "
+                             "--engine ray only; add --engine ray.")
         if self.spec.engine == "fused":
             from longhorizon.engine.fused import FusedEngine
 
