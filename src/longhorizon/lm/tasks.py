@@ -249,3 +249,43 @@ def max_lengths(kind: str, horizon: int, cfg: TaskConfig) -> tuple[int, int]:
     if kind == "packed":
         return horizon * (literal + step), horizon * answer
     return literal + horizon * step + (horizon - 1) * link, (2 * horizon - 1) * answer
+
+
+class ProblemStream:
+    """An endless, seeded source of problems: ``sample(horizons, n)`` draws the next ``n``.
+
+    Training streams and held-out sets use different seeds (held-out sets are built with
+    :func:`make_problems` and ``seed + HELD_OUT_OFFSET``).
+    """
+
+    def __init__(self, kind: str, cfg: TaskConfig | None = None, seed: int = 0):
+        if kind not in KINDS:
+            raise UsageError(f"task kind {kind!r} is unknown; use one of {sorted(KINDS)}.")
+        self.kind, self.cfg = kind, cfg or TaskConfig()
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, horizons, n: int) -> list[Problem]:
+        hs = [int(horizons)] if np.isscalar(horizons) else [int(h) for h in horizons]
+        make = KINDS[self.kind]
+        return [make(self.rng, hs[int(self.rng.integers(len(hs)))], self.cfg) for _ in range(n)]
+
+
+HELD_OUT_OFFSET = 1_000_003
+
+
+def parse_horizons(text: str) -> list[int]:
+    """``"1-5"`` -> [1, 2, 3, 4, 5]; ``"1,3,8"`` -> [1, 3, 8]; ``"4"`` -> [4]."""
+    out: list[int] = []
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = part.split("-")
+                out.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise UsageError(f"horizons {text!r} are malformed; write e.g. 1-5 or 1,2,4.") from None
+    if not out or min(out) < 1:
+        raise UsageError(f"horizons {text!r} must name at least one positive horizon; write e.g. 1-5.")
+    return out

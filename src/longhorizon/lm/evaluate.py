@@ -1,0 +1,63 @@
+"""Held-out evaluation: accuracy per horizon, mean reward, tokens per second."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from longhorizon.lm.generate import generate
+from longhorizon.lm.model import ModelConfig
+from longhorizon.lm.tasks import Problem, correct_flags, score
+from longhorizon.lm.tokenizer import Tokenizer
+
+
+def evaluate(
+    params,
+    model_cfg: ModelConfig,
+    tokenizer: Tokenizer,
+    problems: Sequence[Problem],
+    *,
+    max_prompt_length: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    batch_size: int = 256,
+    seed: int = 0,
+) -> dict:
+    """Greedy (``temperature=0``) or sampled evaluation in fixed-size batches (one compilation).
+
+    ``accuracy`` is exact match of the *final* answer; ``all_correct`` requires every scored
+    answer; ``reward`` is the mean of each problem's own reward.
+    """
+    key = jax.random.PRNGKey(seed)
+    rewards, finals, alls, horizons, n_tokens = [], [], [], [], 0
+    t0 = time.perf_counter()
+    for start in range(0, len(problems), batch_size):
+        chunk = list(problems[start : start + batch_size])
+        prompts = [p.prompt for p in chunk] + [""] * (batch_size - len(chunk))
+        ptok, pvalid = tokenizer.encode_prompts(prompts, max_prompt_length)
+        key, sub = jax.random.split(key)
+        gen = generate(params, ptok, pvalid, sub, cfg=model_cfg, max_new_tokens=max_new_tokens, temperature=temperature)
+        tokens, valid = np.asarray(gen.tokens)[: len(chunk)], np.asarray(gen.valid)[: len(chunk)]
+        n_tokens += int(valid.sum() + pvalid[: len(chunk)].sum())
+        for p, text in zip(chunk, tokenizer.decode_batch(tokens)):
+            flags = correct_flags(p, text)
+            rewards.append(score(p, text))
+            finals.append(float(flags[-1]))
+            alls.append(float(all(flags)))
+            horizons.append(p.horizon)
+    elapsed = time.perf_counter() - t0
+    by_h: dict[int, list[float]] = defaultdict(list)
+    for h, f in zip(horizons, finals):
+        by_h[h].append(f)
+    return {
+        "accuracy": float(np.mean(finals)) if finals else 0.0,
+        "all_correct": float(np.mean(alls)) if alls else 0.0,
+        "reward": float(np.mean(rewards)) if rewards else 0.0,
+        "by_horizon": {int(h): float(np.mean(v)) for h, v in sorted(by_h.items())},
+        "problems": len(problems),
+        "tokens_per_s": n_tokens / max(elapsed, 1e-9),
+    }

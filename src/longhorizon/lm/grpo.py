@@ -1,0 +1,400 @@
+"""Group-relative policy optimisation (GRPO and its family) with TRL's names and semantics.
+
+For each query, ``G`` completions ``o_1..o_G`` are sampled from ``pi_old`` and scored ``r_i``.
+
+Advantages (``scale_rewards``)::
+
+    A_i = r_i - mean_group(r)                                  "none"   (Dr. GRPO)
+    A_i = (r_i - mean_group(r)) / (std_group(r) + 1e-4)        "group"  (GRPO)
+    A_i = (r_i - mean_group(r)) / (std_batch(r) + 1e-4)        "batch"  (batch std, PPO-Lite)
+
+with unbiased (n - 1) standard deviations, as ``torch.std`` computes them in TRL. Groups may
+have different sizes (sGPO); a group of one has advantage 0.
+
+Per-token loss, with ``rho = pi_theta(o_t | .) / pi_old(o_t | .)``::
+
+    l_t = -min(rho A_t, clip(rho, 1 - epsilon, 1 + epsilon_high) A_t) + beta k3_t
+    k3_t = exp(log pi_ref - log pi_theta) - (log pi_ref - log pi_theta) - 1
+
+Reduction (``loss_type``), over the optimiser batch split into ``gradient_accumulation_steps``
+micro-batches m (``M_t`` the token mask, ``T_i = sum_t M_it``, ``L`` = max_completion_length)::
+
+    grpo     mean over micro-batches of  mean_i (sum_t M_it l_it / T_i)
+    bnpo     mean over micro-batches of  sum_{i in m,t} M l / sum_{i in m,t} M
+    dr_grpo  mean over micro-batches of  sum_{i in m,t} M l / (|m| L)
+    dapo     sum_{all i,t} M l / sum_{all i,t} M          (tokens of the whole optimiser batch)
+
+Each generation batch is split into ``steps_per_generation`` optimiser batches and replayed
+``num_iterations`` times; ``pi_old`` is the sampler's own log-probabilities (exact for the
+parameters that generated the batch, see :mod:`longhorizon.lm.generate`). Dynamic sampling
+(DAPO) drops groups whose rewards are all equal before the update and reports how many.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from longhorizon.core.kl import kl_k3
+from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.lm.generate import generate
+from longhorizon.lm.model import ModelConfig, token_logprobs
+from longhorizon.lm.tasks import Problem, score, segment_ids, segment_rewards
+from longhorizon.lm.tokenizer import EOS, PAD, Tokenizer
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+SCALE_REWARDS = ("group", "batch", "none")
+ADVANTAGES = ("sequence", "segment")
+STD_EPS = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    num_generations: int = 8
+    beta: float = 0.0
+    epsilon: float = 0.2
+    epsilon_high: float | None = None  # None means epsilon (symmetric clipping)
+    loss_type: str = "dapo"
+    scale_rewards: str = "group"
+    num_iterations: int = 1
+    steps_per_generation: int = 1
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_prompt_length: int = 64
+    max_completion_length: int = 48
+    mask_truncated_completions: bool = False
+    dynamic_sampling: bool = False
+    advantage: str = "sequence"  # "segment": SLCA per-statement advantages
+    batch_multiple: int = 16  # rollout batches are padded up to a multiple of this (stable shapes)
+
+    def __post_init__(self):
+        if self.num_generations < 2:
+            raise UsageError(f"num_generations={self.num_generations} must be at least 2 for group-relative advantages.")
+        if self.loss_type not in LOSS_TYPES:
+            raise UsageError(f"loss_type={self.loss_type!r} is unknown; use one of {LOSS_TYPES}.")
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise UsageError(f"scale_rewards={self.scale_rewards!r} is unknown; use one of {SCALE_REWARDS}.")
+        if self.advantage not in ADVANTAGES:
+            raise UsageError(f"advantage={self.advantage!r} is unknown; use one of {ADVANTAGES}.")
+        if self.beta < 0 or self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
+            raise UsageError("beta, epsilon and epsilon_high must be non-negative; fix the negative value.")
+        for name in ("num_iterations", "steps_per_generation", "gradient_accumulation_steps", "max_prompt_length",
+                     "max_completion_length", "batch_multiple"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name}={getattr(self, name)} must be a positive integer.")
+        if self.learning_rate <= 0:
+            raise UsageError(f"learning_rate={self.learning_rate} must be positive.")
+        if self.temperature <= 0:
+            raise UsageError(f"temperature={self.temperature} must be positive for RL sampling; use e.g. 1.0.")
+        if not 0 < self.top_p <= 1:
+            raise UsageError(f"top_p={self.top_p} must be in (0, 1].")
+
+    @property
+    def eps_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+# ----------------------------------------------------------------------------- advantages
+
+
+def group_advantages(rewards, group_ids, scale_rewards: str = "group") -> np.ndarray:
+    """Group-relative advantages (module docstring); ``group_ids[i]`` names the query of sample i."""
+    rewards = np.asarray(rewards, np.float64)
+    _, inverse, counts = np.unique(np.asarray(group_ids), return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, rewards)
+    mean = (sums / counts)[inverse]
+    centred = rewards - mean
+    if scale_rewards == "none":
+        adv = centred
+    elif scale_rewards == "group":
+        sq = np.bincount(inverse, centred**2)
+        std = np.sqrt(np.divide(sq, counts - 1, out=np.zeros_like(sq), where=counts > 1))[inverse]
+        adv = centred / (std + STD_EPS)
+    elif scale_rewards == "batch":
+        std = rewards.std(ddof=1) if rewards.size > 1 else 0.0
+        adv = centred / (std + STD_EPS)
+    else:
+        raise UsageError(f"scale_rewards={scale_rewards!r} is unknown; use one of {SCALE_REWARDS}.")
+    adv[counts[inverse] < 2] = 0.0
+    return adv.astype(np.float32)
+
+
+def all_equal_groups(rewards, group_ids) -> np.ndarray:
+    """Per sample: True if every reward in its group is equal (such a group carries no signal)."""
+    rewards = np.asarray(rewards, np.float64)
+    _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
+    hi = np.full(inverse.max() + 1, -np.inf)
+    lo = np.full(inverse.max() + 1, np.inf)
+    np.maximum.at(hi, inverse, rewards)
+    np.minimum.at(lo, inverse, rewards)
+    return np.isclose(hi, lo)[inverse]
+
+
+# ----------------------------------------------------------------------------- loss
+
+
+def per_token_loss(logp, old_logp, ref_logp, advantages, *, epsilon: float, epsilon_high: float, beta: float):
+    """``(l_t, rho_t, k3_t)`` elementwise (module docstring)."""
+    ratio = jnp.exp(logp - old_logp)
+    clipped = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
+    loss = -jnp.minimum(ratio * advantages, clipped * advantages)
+    kl = kl_k3(logp, ref_logp) if beta != 0.0 else jnp.zeros_like(logp)
+    return loss + beta * kl, ratio, kl
+
+
+def reduce_loss(token_loss, mask, loss_type: str, *, max_completion_length: int, total_tokens, n_micro: int = 1):
+    """One micro-batch's share of the optimiser-batch loss (module docstring).
+
+    ``mask`` is ``[B, T]`` (0 rows are dropped sequences, they do not count); ``total_tokens``
+    is the masked-token count of the whole optimiser batch (used by ``dapo``).
+    """
+    masked = (token_loss * mask).sum()
+    rows = (mask.sum(-1) > 0).astype(token_loss.dtype)
+    n_rows = jnp.maximum(rows.sum(), 1.0)
+    if loss_type == "grpo":
+        per_seq = (token_loss * mask).sum(-1) / jnp.maximum(mask.sum(-1), 1.0)
+        return (per_seq * rows).sum() / n_rows / n_micro
+    if loss_type == "bnpo":
+        return masked / jnp.maximum(mask.sum(), 1.0) / n_micro
+    if loss_type == "dr_grpo":
+        return masked / (n_rows * max_completion_length) / n_micro
+    if loss_type == "dapo":
+        return masked / jnp.maximum(total_tokens, 1.0)
+    raise UsageError(f"loss_type={loss_type!r} is unknown; use one of {LOSS_TYPES}.")
+
+
+def grpo_loss(params, batch, total_tokens, *, model_cfg: ModelConfig, cfg: GRPOConfig, n_micro: int):
+    """Loss of one micro-batch; ``batch`` holds tokens, valid, mask, old_logp, ref_logp, advantages."""
+    p = batch["tokens"].shape[1] - batch["mask"].shape[1]
+    logp, entropy = token_logprobs(params, model_cfg, batch["tokens"], batch["valid"], cfg.temperature)
+    logp, entropy = logp[:, p - 1 :], entropy[:, p - 1 :]
+    mask = batch["mask"]
+    tok, ratio, kl = per_token_loss(
+        logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
+        epsilon=cfg.epsilon, epsilon_high=cfg.eps_high, beta=cfg.beta,
+    )
+    loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=mask.shape[1], total_tokens=total_tokens, n_micro=n_micro)
+    adv = batch["advantages"]
+    low = ((ratio < 1 - cfg.epsilon) & (adv < 0)).astype(jnp.float32)
+    high = ((ratio > 1 + cfg.eps_high) & (adv > 0)).astype(jnp.float32)
+    sums = {
+        "tokens": mask.sum(),
+        "kl": (kl * mask).sum(),
+        "entropy": (entropy * mask).sum(),
+        "clip_low": (low * mask).sum(),
+        "clip_high": (high * mask).sum(),
+        "ratio": (ratio * mask).sum(),
+    }
+    return loss, sums
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "cfg", "optimizer"), donate_argnums=(0, 1))
+def update(params, opt_state, batch, *, model_cfg: ModelConfig, cfg: GRPOConfig, optimizer):
+    """One optimiser step on ``batch`` (leading dim B), accumulated over micro-batches."""
+    n_micro = cfg.gradient_accumulation_steps
+    total_tokens = batch["mask"].sum()
+    micro = jax.tree_util.tree_map(lambda x: x.reshape((n_micro, x.shape[0] // n_micro) + x.shape[1:]), batch)
+    grad_fn = jax.value_and_grad(grpo_loss, has_aux=True)
+
+    def body(acc, mb):
+        (loss, sums), grads = grad_fn(params, mb, total_tokens, model_cfg=model_cfg, cfg=cfg, n_micro=n_micro)
+        grads_acc, loss_acc = acc
+        return (jax.tree_util.tree_map(jnp.add, grads_acc, grads), loss_acc + loss), sums
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    (grads, loss), sums = jax.lax.scan(body, (zeros, jnp.float32(0.0)), micro)
+    sums = jax.tree_util.tree_map(jnp.sum, sums)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    denom = jnp.maximum(sums["tokens"], 1.0)
+    metrics = {k: v / denom for k, v in sums.items() if k != "tokens"}
+    metrics.update(loss=loss, grad_norm=optax.tree.norm(grads))
+    return params, opt_state, metrics
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "temperature"))
+def completion_logprobs(params, tokens, valid, *, model_cfg: ModelConfig, temperature: float):
+    """Teacher-forced log-probs of the last ``N`` columns (the completion), used for the reference model."""
+    logp, _ = token_logprobs(params, model_cfg, tokens, valid, temperature)
+    return logp
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+@functools.lru_cache(maxsize=32)
+def rl_optimizer(learning_rate: float, weight_decay: float, max_grad_norm: float):
+    """AdamW at a constant learning rate after global-norm clipping (cached: same args, same object)."""
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adamw(learning_rate, weight_decay=weight_decay))
+
+
+def _round_up(n: int, m: int) -> int:
+    return max(m, -(-n // m) * m)
+
+
+class GRPOTrainer:
+    """Holds policy, reference and optimiser; :meth:`step` runs one generation batch end to end.
+
+    ``token_weights(problem, text, n)`` (optional) returns an array of ``n`` 0/1 weights over a
+    completion's tokens that multiplies the loss mask (to exclude segments from the loss).
+    """
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        params,
+        tokenizer: Tokenizer,
+        cfg: GRPOConfig,
+        *,
+        ref_params=None,
+        seed: int = 0,
+        token_weights: Callable[[Problem, str, int], np.ndarray] | None = None,
+    ):
+        self.model_cfg, self.cfg, self.tokenizer = model_cfg, cfg, tokenizer
+        self.params = jax.tree_util.tree_map(jnp.array, params)
+        self.ref_params = self.params if ref_params is None else ref_params
+        self.ref_params = jax.tree_util.tree_map(jnp.array, self.ref_params)
+        self.optimizer = rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
+        self.opt_state = self.optimizer.init(self.params)
+        self.key = jax.random.PRNGKey(seed)
+        self.token_weights = token_weights
+        self.counters = {"generations": 0, "rollout_tokens": 0, "generated_tokens": 0, "update_tokens": 0,
+                         "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0}
+
+    # -- rollout -----------------------------------------------------------------------
+    def rollout(self, problems: Sequence[Problem], group_sizes: Sequence[int] | None = None):
+        """Sample ``group_sizes[i]`` completions of each problem; returns a dict of host arrays."""
+        cfg, tok = self.cfg, self.tokenizer
+        sizes = [cfg.num_generations] * len(problems) if group_sizes is None else [int(g) for g in group_sizes]
+        rows = [(q, p) for q, (p, g) in enumerate(zip(problems, sizes)) for _ in range(g)]
+        if not rows:
+            raise UsageError("a rollout needs at least one problem with a positive group size.")
+        b = _round_up(len(rows), cfg.batch_multiple)
+        prompts = [p.prompt for _, p in rows] + [""] * (b - len(rows))
+        ptok, pvalid = tok.encode_prompts(prompts, cfg.max_prompt_length)
+        self.key, sub = jax.random.split(self.key)
+        gen = generate(self.params, ptok, pvalid, sub, cfg=self.model_cfg, max_new_tokens=cfg.max_completion_length,
+                       temperature=cfg.temperature, top_p=cfg.top_p)
+        ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
+        texts = tok.decode_batch(ctok)
+        rewards = np.array([score(p, t) for (_, p), t in zip(rows, texts)], np.float64)
+        n_real = len(rows)
+        self.counters["generations"] += n_real
+        self.counters["generated_tokens"] += int(cvalid.sum())
+        self.counters["rollout_tokens"] += int(cvalid.sum() + pvalid[:n_real].sum())
+        return {
+            "rows": rows, "texts": texts, "rewards": rewards, "group_ids": np.array([q for q, _ in rows]),
+            "prompt_tokens": ptok[:n_real], "prompt_valid": pvalid[:n_real],
+            "tokens": ctok, "valid": cvalid, "logprobs": clp,
+            "truncated": ~((ctok == EOS) & cvalid).any(axis=1),
+        }
+
+    def advantages(self, ro) -> np.ndarray:
+        """Token-level advantages ``[B, N]`` (sequence-level broadcast, or SLCA per segment)."""
+        cfg = self.cfg
+        seq_adv = group_advantages(ro["rewards"], ro["group_ids"], cfg.scale_rewards)
+        n = ro["tokens"].shape[1]
+        if cfg.advantage == "sequence":
+            return np.repeat(seq_adv[:, None], n, axis=1)
+        from longhorizon.lm.curricula import segment_advantages
+
+        k = max(len(p.answers) for _, p in ro["rows"])
+        seg_r = np.zeros((len(ro["rows"]), k), np.float64)
+        seg_ids = np.full((len(ro["rows"]), n), -1, np.int32)
+        for i, ((_, p), text) in enumerate(zip(ro["rows"], ro["texts"])):
+            r = segment_rewards(p, text)
+            seg_r[i, : len(r)] = r
+            ids = segment_ids(text, len(p.answers))[:n]
+            seg_ids[i, : len(ids)] = ids
+        return segment_advantages(seg_r, seg_ids, ro["group_ids"], seq_adv, cfg.scale_rewards)
+
+    # -- one generation batch ------------------------------------------------------------
+    def step(self, problems: Sequence[Problem], group_sizes: Sequence[int] | None = None) -> dict:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        ro = self.rollout(problems, group_sizes)
+        t_gen = time.perf_counter() - t0
+        adv = self.advantages(ro)
+        mask = ro["valid"].astype(np.float32)
+        if cfg.mask_truncated_completions:
+            mask[ro["truncated"]] = 0.0
+        if self.token_weights is not None:
+            for i, ((_, p), text) in enumerate(zip(ro["rows"], ro["texts"])):
+                mask[i] *= np.asarray(self.token_weights(p, text, mask.shape[1]), np.float32)[: mask.shape[1]]
+        degenerate = all_equal_groups(ro["rewards"], ro["group_ids"])
+        n_groups = len(np.unique(ro["group_ids"]))
+        dropped = len(np.unique(ro["group_ids"][degenerate])) if cfg.dynamic_sampling else 0
+        keep = ~degenerate if cfg.dynamic_sampling else np.ones(len(ro["rows"]), bool)
+        self.counters["groups_dropped"] += dropped
+        metrics = {
+            "reward": float(ro["rewards"].mean()),
+            "reward_std": float(ro["rewards"].std()),
+            "groups": n_groups,
+            "groups_all_equal": int(len(np.unique(ro["group_ids"][degenerate]))),
+            "groups_dropped": dropped,
+            "completion_length": float(ro["valid"].sum(1).mean()),
+            "truncated_fraction": float(ro["truncated"].mean()),
+        }
+        train_metrics = []
+        if keep.any():
+            batch = self._train_batch(ro, adv, mask, keep)
+            n_opt = cfg.steps_per_generation
+            per = batch["tokens"].shape[0] // n_opt
+            kept_tokens = int(ro["valid"][keep].sum() + ro["prompt_valid"][keep].sum())
+            for _ in range(cfg.num_iterations):
+                for s in range(n_opt):
+                    mb = {k: v[s * per : (s + 1) * per] for k, v in batch.items()}
+                    self.params, self.opt_state, m = update(
+                        self.params, self.opt_state, mb, model_cfg=self.model_cfg, cfg=cfg, optimizer=self.optimizer
+                    )
+                    train_metrics.append(m)
+                    self.counters["optimizer_steps"] += 1
+                self.counters["update_tokens"] += kept_tokens
+        if train_metrics:
+            host = jax.device_get(train_metrics)
+            for k in host[0]:
+                metrics[k] = float(np.mean([m[k] for m in host]))
+            if not np.isfinite(metrics["loss"]):
+                raise TrainingDiverged(f"GRPO loss became {metrics['loss']}; lower learning_rate or raise max_grad_norm clipping.")
+        elapsed = time.perf_counter() - t0
+        metrics.update(
+            generation_s=t_gen, step_s=elapsed,
+            tokens_per_s=float(ro["valid"].sum() + ro["prompt_valid"].sum()) / max(elapsed, 1e-9),
+            **{k: v for k, v in self.counters.items()},
+        )
+        return metrics
+
+    def _train_batch(self, ro, adv, mask, keep):
+        cfg = self.cfg
+        idx = np.flatnonzero(keep)
+        b = _round_up(len(idx), cfg.batch_multiple * cfg.steps_per_generation * cfg.gradient_accumulation_steps)
+        # Shuffle once per generation batch (TRL shuffles before splitting into steps).
+        idx = idx[np.random.default_rng(self.counters["optimizer_steps"]).permutation(len(idx))]
+        pad = b - len(idx)
+
+        def take(x, fill=0):
+            x = x[idx]
+            return np.concatenate([x, np.full((pad,) + x.shape[1:], fill, x.dtype)]) if pad else x
+
+        tokens = np.concatenate([take(ro["prompt_tokens"], PAD), take(ro["tokens"], PAD)], axis=1)
+        valid = np.concatenate([take(ro["prompt_valid"], False), take(ro["valid"], False)], axis=1)
+        valid[len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
+        old_logp = take(ro["logprobs"])
+        batch = {"tokens": tokens, "valid": valid, "mask": take(mask), "old_logp": old_logp,
+                 "advantages": take(adv), "ref_logp": old_logp}
+        if cfg.beta != 0.0:
+            ref = completion_logprobs(self.ref_params, tokens, valid, model_cfg=self.model_cfg, temperature=cfg.temperature)
+            batch["ref_logp"] = np.asarray(ref)[:, cfg.max_prompt_length - 1 :]
+            self.counters["ref_tokens"] += int(valid[: len(idx)].sum())
+        return {k: jnp.asarray(v) for k, v in batch.items()}
