@@ -94,7 +94,18 @@ def test_verifier_reads_first_assignment_and_exact_strings():
     assert score(p, f"{v}={(x + 1) % 100};{v}={x};") == 0.0  # guessing twice earns nothing
     assert score(p, f"{v}=0{x};") == 0.0  # leading zero is not the canonical answer
     assert score(p, f"  {v}={x} ;junk") == 1.0  # whitespace around a statement is tolerated
-    assert parse_completion("a=1;b=x;c=;=3;d=04;e=5") == {"a": "1", "e": "5"}
+    assert parse_completion("a=1;b=x;c=;=3;d=04;e=5") == {"a": "1", "d": "04", "e": "5"}
+
+
+def test_fixed_width_values():
+    cfg = TaskConfig(digits=2, fixed_width=True, names="sequential")
+    for p in make_problems("chain", 3, 20, seed=0, cfg=cfg):
+        assert all(len(s.split("=")[1]) == 2 for s in p.target.rstrip(";").split(";"))
+        assert re.fullmatch(r"a=\d\d;", p.prompt[:5])
+        assert score(p, p.target) == 1.0
+    p = make_problems("chain", 1, 1, seed=0, cfg=cfg)[0]
+    (v, x), = p.answers
+    assert score(p, f"{v}={x};") == float(x >= 10)  # "7" is not the canonical "07"
 
 
 def test_segments():

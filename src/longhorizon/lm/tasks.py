@@ -39,7 +39,7 @@ from longhorizon.errors import UsageError
 REWARDS = ("final", "all", "milestone", "discounted")
 OPERATORS = "+-*"
 LETTERS = string.ascii_lowercase
-_STATEMENT = re.compile(r"^([a-z])=(0|[1-9][0-9]*)$")
+_STATEMENT = re.compile(r"^([a-z])=([0-9]+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +51,14 @@ class Problem:
     horizon: int
     reward: str = "final"
     gamma: float = 0.5
+    width: int = 0  # >0: values are written with exactly this many digits
 
     @property
     def final(self) -> str:
         return self.scored[-1]
+
+    def fmt(self, value: int) -> str:
+        return f"{value:0{self.width}d}" if self.width else str(value)
 
 
 def parse_completion(text: str) -> dict[str, str]:
@@ -73,7 +77,7 @@ def correct_flags(problem: Problem, text: str) -> list[bool]:
     """Whether each scored answer appears, exactly, in ``text``."""
     values = dict(problem.answers)
     got = parse_completion(text)
-    return [got.get(v) == str(values[v]) for v in problem.scored]
+    return [got.get(v) == problem.fmt(values[v]) for v in problem.scored]
 
 
 def score(problem: Problem, text: str) -> float:
@@ -92,7 +96,7 @@ def score(problem: Problem, text: str) -> float:
 def segment_rewards(problem: Problem, text: str) -> list[float]:
     """One reward per computed statement of the reference (1 if that statement's value is right)."""
     got = parse_completion(text)
-    return [float(got.get(v) == str(val)) for v, val in problem.answers]
+    return [float(got.get(v) == problem.fmt(val)) for v, val in problem.answers]
 
 
 def segment_ids(text: str, n_segments: int) -> np.ndarray:
@@ -126,6 +130,7 @@ class TaskConfig:
     names: str = "random"  # "random" distinct letters per problem, or "sequential" a, b, c, ...
     reward: str = "final"
     gamma: float = 0.5
+    fixed_width: bool = False  # write every value with exactly `digits` digits ("07")
 
     def __post_init__(self):
         if not 1 <= self.digits <= 6:
@@ -144,6 +149,13 @@ class TaskConfig:
     @property
     def modulus(self) -> int:
         return 10**self.digits
+
+    @property
+    def width(self) -> int:
+        return self.digits if self.fixed_width else 0
+
+    def fmt(self, value: int) -> str:
+        return f"{value:0{self.digits}d}" if self.fixed_width else str(value)
 
 
 def _names(rng: np.random.Generator, n: int, cfg: TaskConfig) -> list[str]:
@@ -164,7 +176,7 @@ def chain_problem(rng: np.random.Generator, horizon: int, cfg: TaskConfig) -> Pr
     _check_horizon(horizon)
     names = _names(rng, horizon + 1, cfg)
     value = int(rng.integers(cfg.modulus))
-    prompt = [f"{names[0]}={value};"]
+    prompt = [f"{names[0]}={cfg.fmt(value)};"]
     answers = []
     for i in range(1, horizon + 1):
         op = cfg.operators[int(rng.integers(len(cfg.operators)))]
@@ -172,8 +184,8 @@ def chain_problem(rng: np.random.Generator, horizon: int, cfg: TaskConfig) -> Pr
         value = _apply(op, value, c, cfg.modulus)
         prompt.append(f"{names[i]}={names[i - 1]}{op}{c};")
         answers.append((names[i], value))
-    target = "".join(f"{v}={x};" for v, x in answers)
-    return Problem("".join(prompt), target, tuple(answers), tuple(v for v, _ in answers), horizon, cfg.reward, cfg.gamma)
+    target = "".join(f"{v}={cfg.fmt(x)};" for v, x in answers)
+    return Problem("".join(prompt), target, tuple(answers), tuple(v for v, _ in answers), horizon, cfg.reward, cfg.gamma, cfg.width)
 
 
 def _atomic(rng: np.random.Generator, cfg: TaskConfig) -> tuple[int, str, int, int]:
@@ -191,10 +203,10 @@ def packed_problem(rng: np.random.Generator, k: int, cfg: TaskConfig) -> Problem
     for i in range(k):
         u, w = names[2 * i], names[2 * i + 1]
         n, op, c, ans = _atomic(rng, cfg)
-        prompt.append(f"{u}={n};{w}={u}{op}{c};")
+        prompt.append(f"{u}={cfg.fmt(n)};{w}={u}{op}{c};")
         answers.append((w, ans))
-    target = "".join(f"{v}={x};" for v, x in answers)
-    return Problem("".join(prompt), target, tuple(answers), tuple(v for v, _ in answers), 1, cfg.reward, cfg.gamma)
+    target = "".join(f"{v}={cfg.fmt(x)};" for v, x in answers)
+    return Problem("".join(prompt), target, tuple(answers), tuple(v for v, _ in answers), 1, cfg.reward, cfg.gamma, cfg.width)
 
 
 def composed_problem(rng: np.random.Generator, horizon: int, cfg: TaskConfig) -> Problem:
@@ -207,18 +219,18 @@ def composed_problem(rng: np.random.Generator, horizon: int, cfg: TaskConfig) ->
         u, w = names[2 * i], names[2 * i + 1]
         n, op, c, ans = _atomic(rng, cfg)
         if prev is None:
-            prompt.append(f"{u}={n};")
+            prompt.append(f"{u}={cfg.fmt(n)};")
         else:
             k = (n - prev) % cfg.modulus
-            prompt.append(f"{u}={names[2 * i - 1]}+{k};")
+            prompt.append(f"{u}={names[2 * i - 1]}+{cfg.fmt(k)};")
             answers.append((u, n))
         prompt.append(f"{w}={u}{op}{c};")
         answers.append((w, ans))
         scored.append(w)
         prev = ans
-    target = "".join(f"{v}={x};" for v, x in answers)
+    target = "".join(f"{v}={cfg.fmt(x)};" for v, x in answers)
     reward = "all" if cfg.reward == "final" else cfg.reward
-    return Problem("".join(prompt), target, tuple(answers), tuple(scored), horizon, reward, cfg.gamma)
+    return Problem("".join(prompt), target, tuple(answers), tuple(scored), horizon, reward, cfg.gamma, cfg.width)
 
 
 KINDS = {"chain": chain_problem, "composed": composed_problem, "packed": packed_problem}
