@@ -108,13 +108,31 @@ def worst_q(mdp: TabularMDP, horizon: int | None = None) -> np.ndarray:
     return evaluate(mdp, horizon).q_worst
 
 
+def max_backup(mdp: TabularMDP, x: np.ndarray) -> np.ndarray:
+    """``x'_t(s, a) = E[max_a' x_{t+1}(s', a')]`` for ``t < T-1`` and ``x'_{T-1} = x_{T-1}`` (no reward).
+
+    All timesteps in one vectorised gather; terminal outcomes (index -1) read the padding 0.
+    """
+    T, S, A = x.shape
+    out = np.empty_like(x)
+    out[-1] = x[-1]
+    if T < 2:
+        return out
+    v = np.empty((T - 1, S + 1))
+    v[:, S] = 0.0
+    np.max(x[1:], axis=2, out=v[:, :S])
+    if mdp.num_outcomes == 1:
+        np.take(v, mdp.next_states[..., 0], axis=1, out=out[:-1])
+    else:
+        out[:-1] = np.einsum("sak,tsak->tsa", mdp.next_probs, v[:, mdp.next_states])
+    return out
+
+
 def bellman_backup(mdp: TabularMDP, q: np.ndarray) -> np.ndarray:
     """One step of value iteration on a horizon-indexed Q: ``Q'_t = R + E[max Q_{t+1}]``, ``Q'_{T-1} = Q_{T-1}``."""
-    out = q.copy()
-    R = mdp.rewards
-    v = q.max(axis=2)
-    for t in range(q.shape[0] - 1):
-        out[t] = R + _expected_next_fast(mdp.next_states, mdp.next_probs, v[t + 1])
+    out = max_backup(mdp, q)
+    if q.shape[0] > 1:
+        out[:-1] += mdp.rewards
     return out
 
 

@@ -172,14 +172,8 @@ def simple_effective_horizon(mdp: TabularMDP, horizon: int | None = None, *, val
             variances.append(worst_var)
             best = min(best, h_k)
         # One max-backup of Q^k and of the variance bound (deterministic transitions).
-        q_next, var_next = q.copy(), var.copy()
-        vmax = np.append(q.max(axis=2), np.zeros((T, 1)), axis=1)  # [T, S+1]
-        varmax = np.append(var.max(axis=2), np.zeros((T, 1)), axis=1)
-        R = mdp.rewards
-        for t in range(T - 1):
-            q_next[t] = R + vmax[t + 1][nxt]
-            var_next[t] = varmax[t + 1][nxt]
-        q, var = q_next, var_next
+        q = dp.bellman_backup(mdp, q)
+        var = dp.max_backup(mdp, var)  # the variance bound of the leaf k steps ahead
         k += 1
     return SimpleBoundResult(effective_horizon=best, ks=ks, ms=ms, gaps=gaps, variances=variances)
 
