@@ -347,7 +347,8 @@ def bounds_bernstein(mu, opt, worst, m: float, resolution: float = 0.01) -> tupl
     not_self = ~np.eye(n, dtype=bool)[None, :, None, :]
     Bo, Vo, MUo = bound[:, None, None, :], var[:, None, None, :], mu[:, None, None, :]
     # prod_j P(X_j <= hi) <= exp(-sum_j x_j) for the downward deviations mu_j - hi.
-    x_hi = np.where(not_self, _bernstein_exponent(m, Bo, Vo, MUo - hi[..., None]), 0.0).sum(-1)
+    with np.errstate(over="ignore"):  # huge exponents (m up to 1e100) sum to inf: probability 0
+        x_hi = np.where(not_self, _bernstein_exponent(m, Bo, Vo, MUo - hi[..., None]), 0.0).sum(-1)
     upper = np.minimum(resolution * np.exp(-x_hi).sum(-1), 1.0)
     # prod_j P(X_j < lo) >= prod_j (1 - exp(-x_j)) for the upward deviations lo - mu_j.
     x_lo = _bernstein_exponent(m, Bo, Vo, lo[..., None] - MUo)
@@ -501,6 +502,8 @@ class _TightContext:
     def _sequences(self, t, states, rew, *qs):
         """Mean, best and worst return of every k-step sequence from each state, random afterwards."""
         A, T = self.A, self.T
+        if states.size == 0:
+            return tuple(np.zeros((0, A**self.k)) for _ in qs)
         acc = np.zeros((states.size, 1))
         cur = states[:, None]
         for j in range(self.k - 1):

@@ -40,6 +40,7 @@ from longhorizon.errors import UsageError
 from longhorizon.tabular.mdp import TabularMDP
 
 DEFAULT_MAX_STATES = 200_000
+_EXPAND_CACHE: dict = {}
 MERGE_MODES = ("observation", "future", "none")
 
 
@@ -515,7 +516,7 @@ def tabularize_gymnax(
     uses_step_env = hasattr(inner, "step_env")
     N = int(transition_samples)
 
-    def step_one(key, state, action):
+    def step_one(key, state, action, params):
         if uses_step_env:
             obs, nstate, reward, done, _ = inner.step_env(key, state, action, params)
         else:  # auto-resetting step: a finished episode's next state is never used
@@ -523,16 +524,24 @@ def tabularize_gymnax(
             done = jnp.logical_or(term, trunc)
         return obs, nstate, jnp.asarray(reward, jnp.float64 if jax.config.jax_enable_x64 else jnp.float32), done
 
-    @jax.jit
-    def expand(keys, states):
+    def expand_fn(keys, states, params):
         # keys: [B, A, N, 2]; states: batched [B]; returns outputs of shape [B, A, N, ...]
         actions = jnp.arange(A)
-        per_sample = jax.vmap(step_one, in_axes=(0, None, None))
-        per_action = jax.vmap(per_sample, in_axes=(0, None, 0))
-        return jax.vmap(per_action, in_axes=(0, 0, None))(keys, states, actions)
+        per_sample = jax.vmap(step_one, in_axes=(0, None, None, None))
+        per_action = jax.vmap(per_sample, in_axes=(0, None, 0, None))
+        return jax.vmap(per_action, in_axes=(0, 0, None, None))(keys, states, actions, params)
+
+    # Environments given by id are rebuilt on every call; reuse their compiled expansion.
+    cache_key = (name, tuple(sorted((k, repr(v)) for k, v in overrides.items())), A, N, batch_size) if isinstance(env, str) else None
+    expand = _EXPAND_CACHE.get(cache_key) if cache_key else None
+    if expand is None:
+        expand = jax.jit(expand_fn)
+        if cache_key:
+            _EXPAND_CACHE[cache_key] = expand
 
     reset_key = jax.random.PRNGKey(seed)
-    obs0, state0 = inner.reset_env(reset_key, params) if hasattr(inner, "reset_env") else inner.reset(reset_key, params)
+    reset = inner.reset_env if hasattr(inner, "reset_env") else inner.reset
+    obs0, state0 = jax.jit(reset)(reset_key, params)
     to_batch = lambda tree: jax.tree.map(lambda x: np.asarray(x)[None], tree)  # noqa: E731
     start_bytes = _row_bytes(to_batch(state0), 1)[0].tobytes()
     index: dict[bytes, int] = {start_bytes: 0}
@@ -557,7 +566,7 @@ def tabularize_gymnax(
                 batch = jax.tree.map(lambda x: x[pad], all_states)
                 key, sub = jax.random.split(key)
                 keys = jax.random.split(sub, batch_size * A * N).reshape(batch_size, A, N, -1)
-                obs, nstate, reward, done = expand(keys, batch)
+                obs, nstate, reward, done = expand(keys, batch, params)
                 flat = batch_size * A * N
                 state_rows = _row_bytes(nstate, flat)
                 obs_rows = _row_bytes(obs, flat)
