@@ -248,7 +248,7 @@ def collect(state: State) -> tuple[State, Batch]:
 # ----------------------------------------------------------------------------- learn
 def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     config, agent = state.config, state.agent
-    next_values = _policy(agent, agent.weights, batch.next_obs)[2]
+    next_values = agent.network.apply(agent.weights, batch.next_obs, value_only=True)  # critic only
     done = jnp.logical_or(batch.terminated, batch.truncated)
     old_log_prob, old_value, weight = batch.log_prob, batch.value, jnp.ones_like(batch.log_prob)
     if config.correction == "none":

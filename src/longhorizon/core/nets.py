@@ -56,12 +56,19 @@ class MinAtarTorso(nn.Module):
         return act(x)
 
 
-def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, layer_norm: bool = False) -> nn.Module:
-    """An MLP for vector observations, the MinAtar CNN for image observations (H, W, C)."""
+def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, layer_norm: bool = False,
+               index: int | None = None) -> nn.Module:
+    """An MLP for vector observations, the MinAtar CNN for image observations (H, W, C).
+
+    ``index`` names the torso explicitly (``MLPTorso_<index>``), the name flax would give the
+    ``index``-th torso of a compact module, so a module can build its submodules in any order.
+    """
     if len(obs_shape) == 3:
+        name = None if index is None else f"MinAtarTorso_{index}"
         return MinAtarTorso(channels=hidden[0] if hidden else 16, dense=hidden[-1] if hidden else 128,
-                            activation=activation, layer_norm=layer_norm)
-    return MLPTorso(hidden=tuple(hidden), activation=activation, layer_norm=layer_norm)
+                            activation=activation, layer_norm=layer_norm, name=name)
+    name = None if index is None else f"MLPTorso_{index}"
+    return MLPTorso(hidden=tuple(hidden), activation=activation, layer_norm=layer_norm, name=name)
 
 
 class ActorCritic(nn.Module):
@@ -74,11 +81,15 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
 
     @nn.compact
-    def __call__(self, obs):
-        actor = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
-        policy_out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(actor)
-        critic = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
-        value = nn.Dense(1, kernel_init=orthogonal(1.0))(critic)[..., 0]
+    def __call__(self, obs, value_only: bool = False):
+        """``(policy logits or mean, log_std or None, value)``; only the value if ``value_only``
+        (the actor is then not evaluated: bootstrap values need no policy)."""
+        critic = make_torso(self.obs_shape, self.hidden, self.activation, index=1)(obs)
+        value = nn.Dense(1, kernel_init=orthogonal(1.0), name="Dense_1")(critic)[..., 0]
+        if value_only:
+            return value
+        actor = make_torso(self.obs_shape, self.hidden, self.activation, index=0)(obs)
+        policy_out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), name="Dense_0")(actor)
         if self.continuous:
             log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
             return policy_out, jnp.broadcast_to(log_std, policy_out.shape), value
