@@ -25,12 +25,12 @@ def register(app: typer.Typer) -> None:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _task_cfg(base: dict | None, digits, operators, const_max, names, reward, gamma):
+def _task_cfg(base: dict | None, digits, operators, const_max, names, reward, gamma, fixed_width=None):
     from longhorizon.lm.tasks import TaskConfig
 
     fields = dict(base or {})
     for key, value in (("digits", digits), ("operators", operators), ("const_max", const_max), ("names", names),
-                       ("reward", reward), ("gamma", gamma)):
+                       ("reward", reward), ("gamma", gamma), ("fixed_width", fixed_width)):
         if value is not None:
             fields[key] = value
     return TaskConfig(**fields)
@@ -117,9 +117,10 @@ def sft(
     n_heads: int = typer.Option(4),
     positions: str = typer.Option("rope", help="rope or learned."),
     digits: Optional[int] = typer.Option(None, help="Values live in [0, 10**digits) (default 2)."),
-    operators: Optional[str] = typer.Option(None, help="Subset of +-* (default +-)."),
+    operators: Optional[str] = typer.Option(None, help="Subset of +-* (default +)."),
     const_max: Optional[int] = typer.Option(None, help="Constants are drawn from [1, const_max] (default 9)."),
     names: Optional[str] = typer.Option(None, help="random or sequential variable names (default sequential)."),
+    fixed_width: bool = typer.Option(True, help="Write values with exactly `digits` digits (07)."),
     eval_horizons: str = typer.Option("1-3", help="Held-out chain horizons evaluated at the end."),
     eval_problems: int = typer.Option(256),
     seed: int = typer.Option(0),
@@ -135,7 +136,8 @@ def sft(
     from longhorizon.runner.results import ResultsDir
 
     hs, eval_hs = parse_horizons(horizons), parse_horizons(eval_horizons)
-    task_cfg = _task_cfg({"names": "sequential"}, digits, operators, const_max, names, None, None)
+    task_cfg = _task_cfg({"names": "sequential", "operators": "+"}, digits, operators, const_max, names, None, None,
+                         fixed_width)
     tokenizer = Tokenizer()
     plen, clen = max_lengths(task, max(hs), task_cfg)
     seq_len = seq_len or plen + clen + 2

@@ -127,7 +127,7 @@ class TaskConfig:
     digits: int = 2  # values live in [0, 10**digits)
     operators: str = "+-"
     const_max: int = 9  # constants are drawn from [1, const_max]
-    names: str = "random"  # "random" distinct letters per problem, or "sequential" a, b, c, ...
+    names: str = "random"  # "random" distinct letters, "sequential" a, b, c, ..., or "split" (see _names)
     reward: str = "final"
     gamma: float = 0.5
     fixed_width: bool = False  # write every value with exactly `digits` digits ("07")
@@ -139,8 +139,8 @@ class TaskConfig:
             raise UsageError(f"operators={self.operators!r} must be a non-empty subset of {OPERATORS!r}.")
         if not 1 <= self.const_max < 10**self.digits:
             raise UsageError(f"const_max={self.const_max} must be in [1, 10**digits); lower it or raise digits.")
-        if self.names not in ("random", "sequential"):
-            raise UsageError(f"names={self.names!r} is unknown; use 'random' or 'sequential'.")
+        if self.names not in ("random", "sequential", "split"):
+            raise UsageError(f"names={self.names!r} is unknown; use 'random', 'sequential' or 'split'.")
         if self.reward not in REWARDS:
             raise UsageError(f"reward={self.reward!r} is unknown; use one of {REWARDS}.")
         if not 0.0 < self.gamma <= 1.0:
@@ -158,12 +158,28 @@ class TaskConfig:
         return f"{value:0{self.digits}d}" if self.fixed_width else str(value)
 
 
-def _names(rng: np.random.Generator, n: int, cfg: TaskConfig) -> list[str]:
+def _names(rng: np.random.Generator, n: int, cfg: TaskConfig, literal_slots=()) -> list[str]:
+    """``n`` distinct variable names in order of appearance; ``literal_slots`` are the literal statements.
+
+    ``random``: distinct random letters; ``sequential``: a, b, c, ...; ``split``: computed variables
+    are consecutive letters from a random start (the next one to answer is always the next
+    letter) and literals are distinct random letters outside that run (so a name-based lookup,
+    not a position, finds a literal's value, and every letter appears in both roles).
+    """
     if n > len(LETTERS):
         raise UsageError(f"a problem needs {n} variables but only {len(LETTERS)} letters exist; lower the horizon.")
     if cfg.names == "sequential":
         return list(LETTERS[:n])
-    return [LETTERS[i] for i in rng.permutation(len(LETTERS))[:n]]
+    if cfg.names == "random":
+        return [LETTERS[i] for i in rng.permutation(len(LETTERS))[:n]]
+    literal_slots = set(literal_slots)
+    n_comp = n - len(literal_slots)
+    start = int(rng.integers(len(LETTERS) - n_comp + 1))
+    computed = LETTERS[start : start + n_comp]
+    others = [c for c in LETTERS if c not in computed]
+    lits = iter(others[i] for i in rng.permutation(len(others)))
+    comps = iter(computed)
+    return [next(lits) if i in literal_slots else next(comps) for i in range(n)]
 
 
 def _check_horizon(h: int, limit: int = 25) -> None:
@@ -174,7 +190,7 @@ def _check_horizon(h: int, limit: int = 25) -> None:
 def chain_problem(rng: np.random.Generator, horizon: int, cfg: TaskConfig) -> Problem:
     """h1 chain: ``x0=n; x1=x0 op c; ...; xh=x(h-1) op c;`` -- each sub-problem consumes the previous answer."""
     _check_horizon(horizon)
-    names = _names(rng, horizon + 1, cfg)
+    names = _names(rng, horizon + 1, cfg, literal_slots=(0,))
     value = int(rng.integers(cfg.modulus))
     prompt = [f"{names[0]}={cfg.fmt(value)};"]
     answers = []
@@ -198,7 +214,7 @@ def _atomic(rng: np.random.Generator, cfg: TaskConfig) -> tuple[int, str, int, i
 def packed_problem(rng: np.random.Generator, k: int, cfg: TaskConfig) -> Problem:
     """``k`` independent atomic problems ``u=n;w=u op c;`` in one prompt (dependency depth 1)."""
     _check_horizon(k, 13)
-    names = _names(rng, 2 * k, cfg)
+    names = _names(rng, 2 * k, cfg, literal_slots=range(0, 2 * k, 2))
     prompt, answers = [], []
     for i in range(k):
         u, w = names[2 * i], names[2 * i + 1]
@@ -212,7 +228,7 @@ def packed_problem(rng: np.random.Generator, k: int, cfg: TaskConfig) -> Problem
 def composed_problem(rng: np.random.Generator, horizon: int, cfg: TaskConfig) -> Problem:
     """R-HORIZON composition of ``horizon`` atomic problems: problem i+1's literal becomes ``w_i + k``."""
     _check_horizon(horizon, 13)
-    names = _names(rng, 2 * horizon, cfg)
+    names = _names(rng, 2 * horizon, cfg, literal_slots=(0,))
     prompt, answers, scored = [], [], []
     prev = None
     for i in range(horizon):

@@ -1,0 +1,256 @@
+"""h1 (Motwani et al., 2025): a horizon curriculum bootstraps long-horizon reasoning from short problems.
+
+Claim checked, at toy scale on 2 CPU cores:
+
+1. a base policy trained by supervised learning on single problems only (dependency depth 1);
+2. RL arms with *equal rollout budgets* (same steps x prompts x generations): curriculum
+   h = 1 -> 5, only h = 5, only h = 1, uniform mix of h = 1..5; outcome reward on the final
+   answer only;
+3. greedy evaluation on held-out chains of h = 1..8.
+
+Verdicts: (a) the curriculum arm is best on long chains (mean accuracy over h >= 4);
+(b) it generalises beyond the longest training horizon (h = 6..8 above the base policy);
+(c) h = 5 alone learns little because its rewards are almost never positive.
+
+The task (:mod:`longhorizon.lm.tasks`): ``a=57;b=a+5;c=b+3;...`` -> ``b=62;c=65;...``, values
+mod 100 written with two digits. The base is trained on *packed independent* problems (``a=04;b=a+5;c=71;d=c+2;`` ->
+``b=09;d=73;``, 1 to 3 per prompt): it learns the atomic skill and the answer format, never a
+problem whose input is its own previous answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+ARMS = {
+    "curriculum": "h = 1 -> 5, equal stages",
+    "only_h5": "h = 5 throughout",
+    "only_h1": "h = 1 throughout",
+    "uniform": "h uniform in 1..5",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class H1Setup:
+    seeds: int = 3
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    sft_steps: int = 1200
+    sft_batch: int = 64
+    sft_lr: float = 3e-3
+    sft_packed: tuple[int, ...] = (1, 2, 3)
+    rl_steps: int = 60
+    prompts_per_step: int = 8
+    num_generations: int = 8
+    learning_rate: float = 2e-4
+    loss_type: str = "dr_grpo"
+    scale_rewards: str = "none"
+    train_horizons: tuple[int, ...] = (1, 2, 3, 4, 5)
+    eval_horizons: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+    eval_per_horizon: int = 100
+
+
+QUICK = H1Setup(seeds=1, rl_steps=10, prompts_per_step=4, eval_per_horizon=16)  # same (cached) base
+
+
+def task_config():
+    from longhorizon.lm.tasks import TaskConfig
+
+    return TaskConfig(digits=2, operators="+", const_max=9, names="split", reward="final", fixed_width=True)
+
+
+def train_base(setup: H1Setup, seed: int, log=print):
+    """SFT on packed independent single problems; returns ``(params, model_cfg, tokenizer, history)``."""
+    import jax
+
+    from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.sft import SFTConfig, train_sft
+    from longhorizon.lm.tasks import ProblemStream, max_lengths
+    from longhorizon.lm.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer()
+    tcfg = task_config()
+    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=setup.d_model, n_layers=setup.n_layers,
+                            n_heads=setup.n_heads)
+    plen, clen = max_lengths("packed", max(setup.sft_packed), tcfg)
+    cfg = SFTConfig(steps=setup.sft_steps, batch_size=setup.sft_batch, learning_rate=setup.sft_lr,
+                    warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 2)
+    stream = ProblemStream("packed", tcfg, seed)
+    params = init_params(jax.random.PRNGKey(seed), model_cfg)
+    params, history = train_sft(params, model_cfg, tokenizer, lambda _: stream.sample(setup.sft_packed, setup.sft_batch),
+                                cfg, log_every=max(1, setup.sft_steps // 6),
+                                on_log=lambda r: log(f"  sft step {r['step']}: loss {r['loss']:.3f} tok-acc {r['token_accuracy']:.3f}"))
+    return params, model_cfg, tokenizer, history
+
+
+def cached_base(setup: H1Setup, seed: int = 0, log=print):
+    """:func:`train_base`, cached on disk by its configuration (``LONGHORIZON_CACHE`` or ``~/.cache/longhorizon``).
+
+    One supervised base is shared by every RL seed and by the sGPO reproduction.
+    """
+    import hashlib
+    import json
+    import os
+
+    import jax
+    from flax import serialization
+
+    from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.tokenizer import Tokenizer
+
+    fields = {k: getattr(setup, k) for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch", "sft_lr",
+                                              "sft_packed")}
+    fields.update(seed=seed, task=repr(task_config()), version=2)  # bump when task generation changes
+    digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "lm"
+    path = root / f"h1_base_{digest}.msgpack"
+    tokenizer = Tokenizer()
+    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=setup.d_model, n_layers=setup.n_layers,
+                            n_heads=setup.n_heads)
+    if path.exists():
+        log(f"  base policy from cache {path}")
+        params = serialization.from_bytes(init_params(jax.random.PRNGKey(0), model_cfg), path.read_bytes())
+        return params, model_cfg, tokenizer
+    params, model_cfg, tokenizer, _ = train_base(setup, seed, log)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(serialization.to_bytes(jax.device_get(params)))
+    os.replace(tmp, path)
+    return params, model_cfg, tokenizer
+
+
+def _arm_horizons(arm: str, step: int, setup: H1Setup) -> list[int]:
+    hs = list(setup.train_horizons)
+    if arm == "curriculum":
+        per = max(1, setup.rl_steps // len(hs))
+        return [hs[min(step // per, len(hs) - 1)]]
+    return {"only_h5": [max(hs)], "only_h1": [min(hs)], "uniform": hs}[arm]
+
+
+def run_arm(arm: str, params, model_cfg, tokenizer, setup: H1Setup, seed: int, held, lengths):
+    from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
+    from longhorizon.lm.tasks import ProblemStream, max_lengths
+
+    tcfg = task_config()
+    plen, clen = lengths
+    cfg = GRPOConfig(num_generations=setup.num_generations, loss_type=setup.loss_type, scale_rewards=setup.scale_rewards,
+                     learning_rate=setup.learning_rate, max_prompt_length=plen,
+                     max_completion_length=max_lengths("chain", max(setup.train_horizons), tcfg)[1] + 1)
+    trainer = GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed)
+    stream = ProblemStream("chain", tcfg, seed * 7919 + list(ARMS).index(arm))
+    curve = []
+    for step in range(setup.rl_steps):
+        hs = _arm_horizons(arm, step, setup)
+        m = trainer.step(stream.sample(hs, setup.prompts_per_step))
+        curve.append({"step": step + 1, "horizon": max(hs), "reward": m["reward"],
+                      "groups_all_equal": m["groups_all_equal"], "groups": m["groups"],
+                      "kl": m.get("kl"), "entropy": m.get("entropy")})
+    ev = evaluate(trainer.params, model_cfg, tokenizer, held, max_prompt_length=plen, max_new_tokens=clen)
+    return ev, curve, dict(trainer.counters)
+
+
+def run(out_dir: str, quick: bool = False) -> dict:
+    from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
+    from longhorizon.runner.results import ResultsDir, write_json_atomic
+
+    setup = QUICK if quick else H1Setup()
+    out = ResultsDir(out_dir)
+    out.write_config({"repro": "h1", "quick": quick, "setup": setup, "task": task_config(), "arms": ARMS})
+    tcfg = task_config()
+    plen, clen = max_lengths("chain", max(setup.eval_horizons), tcfg)
+    lengths = (plen + 1, clen + 1)
+    t0 = time.perf_counter()
+    results: dict[str, list[dict]] = {"base": [], **{a: [] for a in ARMS}}
+    curves: dict[str, list] = {a: [] for a in ARMS}
+    print("supervised base on packed single problems (shared by every RL seed)")
+    params, model_cfg, tokenizer = cached_base(setup)
+    for seed in range(setup.seeds):
+        held = make_problems("chain", setup.eval_horizons, setup.eval_per_horizon * len(setup.eval_horizons),
+                             HELD_OUT_OFFSET + seed, tcfg)
+        base_ev = evaluate(params, model_cfg, tokenizer, held, max_prompt_length=lengths[0], max_new_tokens=lengths[1])
+        results["base"].append(base_ev)
+        print(f"seed {seed}\n  base: {_fmt(base_ev['by_horizon'])}")
+        for arm in ARMS:
+            ev, curve, counters = run_arm(arm, params, model_cfg, tokenizer, setup, seed, held, lengths)
+            results[arm].append({**ev, "counters": counters})
+            curves[arm].append(curve)
+            print(f"  {arm:>10}: {_fmt(ev['by_horizon'])}  ({time.perf_counter() - t0:.0f}s)")
+        out.append_metrics({"seed": seed, **{k: v[-1]["by_horizon"] for k, v in results.items()}})
+    summary = summarise(results, curves, setup)
+    summary["wall_s"] = time.perf_counter() - t0
+    write_json_atomic(Path(out_dir) / "runs.json", {"results": results, "curves": curves})
+    out.write_summary(summary)
+    write_report(Path(out_dir), summary, setup, quick)
+    print(summary["verdict"])
+    return summary
+
+
+def _fmt(by_h: dict) -> str:
+    return " ".join(f"h{h}={v:.2f}" for h, v in by_h.items())
+
+
+def summarise(results, curves, setup: H1Setup) -> dict:
+    hs = list(setup.eval_horizons)
+    table = {}
+    for arm, runs in results.items():
+        acc = np.array([[r["by_horizon"][h] for h in hs] for r in runs])
+        table[arm] = {"mean": acc.mean(0).tolist(), "std": acc.std(0).tolist(),
+                      "long_mean": float(acc[:, [i for i, h in enumerate(hs) if h >= 4]].mean()),
+                      "beyond_mean": float(acc[:, [i for i, h in enumerate(hs) if h > max(setup.train_horizons)]].mean())}
+    long = {a: table[a]["long_mean"] for a in ARMS}
+    best = max(long, key=long.get)
+    h5_positive = float(np.mean([c["reward"] for runs in curves["only_h5"] for c in runs]))
+    h5_gain = table["only_h5"]["long_mean"] - table["base"]["long_mean"]
+    cur_gain = table["curriculum"]["long_mean"] - table["base"]["long_mean"]
+    claims = {
+        "curriculum_best_on_long_chains": best == "curriculum",
+        "curriculum_generalises_beyond_h5": table["curriculum"]["beyond_mean"] > table["base"]["beyond_mean"] + 0.02,
+        "only_h5_learns_little_rewards_rare": h5_positive < 0.05 and h5_gain < 0.5 * max(cur_gain, 1e-9),
+    }
+    verdict = "h1: " + "; ".join(f"{k} {'HELD' if v else 'did NOT hold'}" for k, v in claims.items())
+    return {"horizons": hs, "table": table, "best_arm_on_long": best, "only_h5_mean_train_reward": h5_positive,
+            "claims": claims, "verdict": verdict}
+
+
+def write_report(out: Path, summary: dict, setup: H1Setup, quick: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hs = summary["horizons"]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for arm, row in summary["table"].items():
+        mean, std = np.array(row["mean"]), np.array(row["std"])
+        ax.errorbar(hs, mean, yerr=std, marker="o", capsize=3, label=arm, linestyle="--" if arm == "base" else "-")
+    ax.axvline(max(setup.train_horizons) + 0.5, color="grey", lw=0.8)
+    ax.set_xlabel("held-out chain horizon h")
+    ax.set_ylabel("final-answer accuracy (greedy)")
+    ax.set_title(f"h1 repro ({setup.seeds} seed{'s' if setup.seeds > 1 else ''}{', quick' if quick else ''})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_by_horizon.png", dpi=110)
+    plt.close(fig)
+    lines = ["# h1: horizon curriculum vs fixed-horizon RL", "",
+             f"Command: `longhorizon repro h1{' --quick' if quick else ''}` "
+             f"({setup.seeds} seed(s), wall {summary.get('wall_s', 0):.0f} s).", "",
+             "Accuracy of the final answer on held-out chains (mean ± std over seeds, greedy decoding):", "",
+             "| arm | " + " | ".join(f"h={h}" for h in hs) + " | mean h≥4 |",
+             "|---|" + "---|" * (len(hs) + 1)]
+    for arm, row in summary["table"].items():
+        cells = [f"{m:.2f} ± {s:.2f}" for m, s in zip(row["mean"], row["std"])]
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {row['long_mean']:.3f} |")
+    lines += ["", f"Mean training reward of the only-h=5 arm: {summary['only_h5_mean_train_reward']:.3f}.", "",
+              "## Verdict", ""]
+    lines += [f"- {k}: **{'held' if v else 'did not hold'}**" for k, v in summary["claims"].items()]
+    lines += ["", "## Setup", "", "```", repr(setup), "```", "",
+              "Equal rollout budget per arm: steps x prompts x generations = "
+              f"{setup.rl_steps} x {setup.prompts_per_step} x {setup.num_generations}.", ""]
+    (out / "README.md").write_text("\n".join(lines))

@@ -1,0 +1,192 @@
+"""sGPO (Sudalairaj et al., 2026): profile once, size groups by 1/success-rate, spend fewer tokens.
+
+Claim checked: sGPO reaches the final accuracy of fixed-group GRPO with measurably fewer
+training tokens, the profiling pass included.
+
+Protocol (toy scale, 2 CPU cores): the supervised base of :mod:`longhorizon.repro.h1`; a fixed
+pool of chained-arithmetic queries of horizons 1..3 (a mix of easy and hard queries for that
+base); held-out chains of the same horizons.
+
+* GRPO: ``num_generations = 8`` for every query, ``prompts_per_step`` queries per step, random
+  order over the pool, ``steps`` steps.
+* sGPO: ``k = 8`` samples per query under the initial policy (counted), drop queries solved
+  k/k, keep 25% of the never-solved ones, group size ``clip(round(1/p), 2, 16)``, easy to hard;
+  steps of at most the same number of samples as a GRPO step, the plan repeated until the same
+  number of steps.
+
+Tokens are counted as the policy processes them: every prompt and completion token of every
+sampled sequence (profiling included) plus every token of every sequence in a gradient update.
+The ratio reported is GRPO's tokens over the tokens sGPO needed to first reach GRPO's final
+held-out accuracy (evaluated every ``eval_every`` steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from longhorizon.repro.h1 import H1Setup, cached_base, task_config
+
+
+@dataclasses.dataclass(frozen=True)
+class SGPOSetup:
+    seeds: int = 2
+    base: H1Setup = H1Setup(seeds=1)
+    pool_size: int = 256
+    horizons: tuple[int, ...] = (1, 2, 3)
+    num_generations: int = 8
+    prompts_per_step: int = 8
+    steps: int = 40
+    profile_samples: int = 8
+    min_group: int = 2
+    max_group: int = 16
+    unsolved_keep: float = 0.25
+    learning_rate: float = 2e-4
+    loss_type: str = "dr_grpo"
+    scale_rewards: str = "none"
+    eval_every: int = 5
+    eval_per_horizon: int = 64
+    tolerance: float = 0.01  # sGPO "matches" GRPO when within this accuracy
+
+
+QUICK = SGPOSetup(seeds=1, pool_size=32, steps=6, prompts_per_step=4,
+                  eval_every=3, eval_per_horizon=16)
+
+
+def _tokens(counters: dict) -> int:
+    return int(counters["rollout_tokens"] + counters["update_tokens"])
+
+
+def run_method(method: str, params, model_cfg, tokenizer, setup: SGPOSetup, seed: int, pool, held, lengths) -> dict:
+    from longhorizon.lm.curricula import SGPOConfig, batches_by_samples, sgpo_plan
+    from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
+
+    plen, clen = lengths
+    cfg = GRPOConfig(num_generations=setup.num_generations, loss_type=setup.loss_type, scale_rewards=setup.scale_rewards,
+                     learning_rate=setup.learning_rate, max_prompt_length=plen, max_completion_length=clen)
+    trainer = GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed)
+    rng = np.random.default_rng(seed)
+    samples_per_step = setup.num_generations * setup.prompts_per_step
+    stats: dict = {}
+    if method == "grpo":
+        order = np.concatenate([rng.permutation(len(pool)) for _ in range(setup.steps * setup.prompts_per_step // len(pool) + 1)])
+        batches = [([pool[i] for i in order[s * setup.prompts_per_step:(s + 1) * setup.prompts_per_step]], None)
+                   for s in range(setup.steps)]
+    else:
+        scfg = SGPOConfig(profile_samples=setup.profile_samples, min_group=setup.min_group, max_group=setup.max_group,
+                          unsolved_keep=setup.unsolved_keep)
+        ro = trainer.rollout(pool, [scfg.profile_samples] * len(pool))  # profiling pass: counted in trainer.counters
+        rates = np.bincount(ro["group_ids"], ro["rewards"], minlength=len(pool)) / scfg.profile_samples
+        plan, stats = sgpo_plan(pool, rates, scfg, rng)
+        stats["profiling_tokens"] = _tokens(trainer.counters)
+        one_pass = list(batches_by_samples(plan, samples_per_step)) or [([pool[0]], [2])]
+        batches = [one_pass[s % len(one_pass)] for s in range(setup.steps)]
+    curve = []
+
+    def record(step):
+        ev = evaluate(trainer.params, model_cfg, tokenizer, held, max_prompt_length=plen, max_new_tokens=clen)
+        curve.append({"step": step, "tokens": _tokens(trainer.counters), "accuracy": ev["accuracy"],
+                      "generated_tokens": trainer.counters["generated_tokens"]})
+
+    record(0)
+    for s, (problems, sizes) in enumerate(batches, start=1):
+        trainer.step(problems, sizes)
+        if s % setup.eval_every == 0 or s == len(batches):
+            record(s)
+    return {"curve": curve, "stats": stats, "counters": dict(trainer.counters)}
+
+
+def run(out_dir: str, quick: bool = False) -> dict:
+    from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
+    from longhorizon.runner.results import ResultsDir, write_json_atomic
+
+    setup = QUICK if quick else SGPOSetup()
+    out = ResultsDir(out_dir)
+    out.write_config({"repro": "sgpo", "quick": quick, "setup": setup, "task": task_config()})
+    tcfg = task_config()
+    plen, clen = max_lengths("chain", max(setup.horizons), tcfg)
+    lengths = (plen + 1, clen + 1)
+    t0 = time.perf_counter()
+    runs = []
+    print("supervised base (the h1 reproduction's, cached)")
+    params, model_cfg, tokenizer = cached_base(setup.base)
+    for seed in range(setup.seeds):
+        pool = make_problems("chain", setup.horizons, setup.pool_size, 500 + seed, tcfg)
+        held = make_problems("chain", setup.horizons, setup.eval_per_horizon * len(setup.horizons), HELD_OUT_OFFSET + seed, tcfg)
+        res = {m: run_method(m, params, model_cfg, tokenizer, setup, seed, pool, held, lengths) for m in ("grpo", "sgpo")}
+        res["comparison"] = compare(res["grpo"]["curve"], res["sgpo"]["curve"], setup.tolerance)
+        runs.append(res)
+        out.append_metrics({"seed": seed, **res["comparison"], "sgpo_stats": res["sgpo"]["stats"]})
+        print(f"  {res['comparison']}  ({time.perf_counter() - t0:.0f}s)")
+    summary = summarise(runs, setup)
+    summary["wall_s"] = time.perf_counter() - t0
+    write_json_atomic(Path(out_dir) / "runs.json", runs)
+    out.write_summary(summary)
+    write_report(Path(out_dir), runs, summary, setup, quick)
+    print(summary["verdict"])
+    return summary
+
+
+def compare(grpo_curve, sgpo_curve, tolerance: float) -> dict:
+    target = grpo_curve[-1]["accuracy"]
+    grpo_tokens = grpo_curve[-1]["tokens"]
+    hit = next((c for c in sgpo_curve if c["step"] > 0 and c["accuracy"] >= target - tolerance), None)
+    return {
+        "grpo_final_accuracy": target, "grpo_tokens": grpo_tokens,
+        "sgpo_final_accuracy": sgpo_curve[-1]["accuracy"], "sgpo_final_tokens": sgpo_curve[-1]["tokens"],
+        "base_accuracy": grpo_curve[0]["accuracy"],
+        "sgpo_tokens_to_match": hit["tokens"] if hit else None,
+        "token_ratio": grpo_tokens / hit["tokens"] if hit else None,
+    }
+
+
+def summarise(runs, setup: SGPOSetup) -> dict:
+    comps = [r["comparison"] for r in runs]
+    ratios = [c["token_ratio"] for c in comps if c["token_ratio"] is not None]
+    matched = len(ratios) == len(comps)
+    improved = all(c["grpo_final_accuracy"] > c["base_accuracy"] + 0.02 for c in comps)
+    held = matched and bool(ratios) and min(ratios) > 1.0
+    verdict = (f"sgpo: matched GRPO's final accuracy in {len(ratios)}/{len(comps)} seeds; token ratio GRPO/sGPO "
+               + (f"{np.mean(ratios):.2f} (min {min(ratios):.2f})" if ratios else "n/a")
+               + f"; claim {'HELD' if held else 'did NOT hold'}"
+               + ("" if improved else " (caution: GRPO itself barely improved on the base policy)"))
+    return {"comparisons": comps, "mean_token_ratio": float(np.mean(ratios)) if ratios else None,
+            "claim_held": held, "grpo_improved_on_base": improved, "verdict": verdict}
+
+
+def write_report(out: Path, runs, summary: dict, setup: SGPOSetup, quick: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, r in enumerate(runs):
+        for m, style in (("grpo", "-"), ("sgpo", "--")):
+            c = r[m]["curve"]
+            ax.plot([p["tokens"] / 1e6 for p in c], [p["accuracy"] for p in c], style, marker="o", ms=3,
+                    color=f"C{0 if m == 'grpo' else 1}", label=m if i == 0 else None)
+    ax.set_xlabel("training tokens (millions, profiling included)")
+    ax.set_ylabel("held-out final-answer accuracy")
+    ax.set_title(f"sGPO vs GRPO ({setup.seeds} seed{'s' if setup.seeds > 1 else ''}{', quick' if quick else ''})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_vs_tokens.png", dpi=110)
+    plt.close(fig)
+    lines = ["# sGPO: group size from a one-off success-rate profile", "",
+             f"Command: `longhorizon repro sgpo{' --quick' if quick else ''}` (wall {summary.get('wall_s', 0):.0f} s).", "",
+             "| seed | base acc | GRPO final acc | GRPO tokens | sGPO final acc | sGPO tokens to match | ratio | kept / pool | mean group |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(runs):
+        c, s = r["comparison"], r["sgpo"]["stats"]
+        ratio = f"{c['token_ratio']:.2f}" if c["token_ratio"] is not None else "n/a"
+        to_match = f"{c['sgpo_tokens_to_match']:,}" if c["sgpo_tokens_to_match"] is not None else "not reached"
+        lines.append(f"| {i} | {c['base_accuracy']:.3f} | {c['grpo_final_accuracy']:.3f} | {c['grpo_tokens']:,} | "
+                     f"{c['sgpo_final_accuracy']:.3f} | {to_match} | {ratio} | "
+                     f"{s.get('kept')} / {s.get('queries')} | {s.get('mean_group', 0):.1f} |")
+    lines += ["", "## Verdict", "", summary["verdict"], "", "## Setup", "", "```", repr(setup), "```", ""]
+    (out / "README.md").write_text("\n".join(lines))
