@@ -23,18 +23,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def one_run(env_id: str, total_steps: int, seeds: int, seed: int, eval_episodes: int, chunks: int) -> dict:
+def one_run(env_id: str, total_steps: int, seeds: int, seed: int, eval_episodes: int, chunks: int,
+            overrides: dict[str, str] | None = None) -> dict:
     from longhorizon.runner.run import RunSpec, train
 
     with tempfile.TemporaryDirectory() as tmp:
-        spec = RunSpec(algo="pqn", env=env_id, config_overrides={"total_steps": str(total_steps)}, seeds=seeds,
+        spec = RunSpec(algo="pqn", env=env_id, config_overrides={"total_steps": str(total_steps), **(overrides or {})},
+                       seeds=seeds,
                        seed=seed, out=os.path.join(tmp, "run"), num_chunks=chunks, eval_episodes=eval_episodes,
                        quiet=True)
         start = time.perf_counter()
         summary = train(spec)
         wall = time.perf_counter() - start
         curve = [json.loads(line) for line in Path(tmp, "run", "metrics.jsonl").read_text().splitlines()]
-    return {"env": env_id, "seeds": seeds, "seed": seed, "final_eval_return": summary["final_eval_return"],
+    return {"env": env_id, "overrides": overrides or {}, "seeds": seeds, "seed": seed,
+            "final_eval_return": summary["final_eval_return"],
             "env_steps_per_seed": summary["total_env_steps"], "compile_seconds": summary["compile_seconds"],
             "train_seconds": summary["train_seconds"], "wall_seconds": wall,
             "steps_per_second_all_seeds": summary["steps_per_second"],
@@ -49,6 +52,8 @@ def main() -> None:
     parser.add_argument("--sequential", default="", help="comma-separated envs to also run as N single-seed runs")
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--chunks", type=int, default=10)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="config override for every run, e.g. --set anneal_lr=false (repeatable)")
     parser.add_argument("--out", default=str(HERE / "out" / "pqn_minatar.json"))
     args = parser.parse_args()
     import jax
@@ -66,11 +71,14 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
 
+    overrides = dict(item.split("=", 1) for item in args.set)
     for env_id in args.envs.split(","):  # every vmapped run first, then the sequential ones
-        record({"mode": "vmapped", **one_run(env_id, args.total_steps, args.seeds, 0, args.eval_episodes, args.chunks)})
+        record({"mode": "vmapped", **one_run(env_id, args.total_steps, args.seeds, 0, args.eval_episodes, args.chunks,
+                                             overrides)})
     for env_id in filter(None, args.sequential.split(",")):
         for seed in range(args.seeds):
-            record({"mode": "sequential", **one_run(env_id, args.total_steps, 1, seed, args.eval_episodes, args.chunks)})
+            record({"mode": "sequential", **one_run(env_id, args.total_steps, 1, seed, args.eval_episodes, args.chunks,
+                                                     overrides)})
 
 
 if __name__ == "__main__":
