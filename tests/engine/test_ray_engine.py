@@ -27,11 +27,8 @@ TIMING = ("steps_per_second", "wall_seconds", "time")
 
 
 def _spec(out: Path, engine: str, seeds: int = 2, overrides: dict | None = None, chunks: int = 4, **ray) -> RunSpec:
-    spec = RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(overrides or SHORT), seeds=seeds, out=str(out),
-                   num_chunks=chunks, quiet=True, engine=engine)
-    for name, value in ray.items():  # actors, mode, max_staleness (RunSpec fields once the CLI has them)
-        setattr(spec, name, value)
-    return spec
+    return RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(overrides or SHORT), seeds=seeds, out=str(out),
+                   num_chunks=chunks, quiet=True, engine=engine, **ray)
 
 
 def _curve(out: Path) -> list[dict]:
@@ -80,53 +77,41 @@ def test_ray_sync_equals_fused_bit_for_bit(ray_session, fused_reference, engines
     _assert_same_run(out, summary, fused_reference)
 
 
-def test_ray_actor_killed_mid_run_is_replaced_and_run_stays_exact(ray_session, fused_reference, engines, tmp_path,
-                                                                  monkeypatch):
+def test_ray_actor_kill_and_learner_crash_leave_the_run_exact(ray_session, fused_reference, engines, tmp_path,
+                                                              monkeypatch):
+    """Chunk 2: actor 1's process is killed by its pid (replaced, its collect replayed); chunk 3: the
+    learner crashes; --resume from the runner's checkpoint then ends bit-identical to fused."""
     calls, killed = [], []
     original = RayEngine._sync_collect
 
-    def collect_then_kill(self, state):  # in chunk 2, at its 3rd update, kill actor 1's process by its id
+    def faulty_collect(self, state):
         calls.append(1)
-        if len(calls) == 8 + 3:
+        if len(calls) == 8 + 3:  # chunk 2, 3rd update
             killed.append(self.actor_pids()[1])
             os.kill(killed[0], signal.SIGKILL)
-        return original(self, state)
-
-    monkeypatch.setattr(RayEngine, "_sync_collect", collect_then_kill)
-    out = tmp_path / "run"
-    summary = train(_spec(out, "ray", actors=2))
-    engine = engines[0]
-    assert engine.actor_restarts == 1 and killed[0] not in engine.actor_pids()
-    assert summary["status"] == "completed"
-    _assert_same_run(out, summary, fused_reference)  # the lost collect was replayed exactly
-
-
-def test_ray_learner_crash_resumes_from_last_checkpoint(ray_session, fused_reference, engines, tmp_path, monkeypatch):
-    calls = []
-    original = RayEngine._sync_collect
-
-    def crash_in_chunk_3(self, state):
-        calls.append(1)
-        if len(calls) == 2 * 8 + 3:
+        if len(calls) == 2 * 8 + 3:  # chunk 3, 3rd update
             raise RuntimeError("learner crashed")
         return original(self, state)
 
-    monkeypatch.setattr(RayEngine, "_sync_collect", crash_in_chunk_3)
+    monkeypatch.setattr(RayEngine, "_sync_collect", faulty_collect)
     out = tmp_path / "run"
     spec = _spec(out, "ray", actors=2)
     with pytest.raises(RuntimeError, match="learner crashed"):
         train(spec)
-    assert checkpoint.latest_meta(out / "checkpoints")["chunk"] == 2
+    engine = engines[0]
+    assert engine.actor_restarts == 1 and killed[0] not in engine.actor_pids()
+    assert checkpoint.latest_meta(out / "checkpoints")["chunk"] == 2  # chunk 2 finished despite the kill
+    engine.close()
     monkeypatch.setattr(RayEngine, "_sync_collect", original)
     summary = train(spec, resume=True)
-    assert summary["chunks_done"] == 4
+    assert summary["status"] == "completed" and summary["chunks_done"] == 4
     _assert_same_run(out, summary, fused_reference)
 
 
 @pytest.mark.slow
 def test_ray_async_ppo_vtrace_solves_cartpole(ray_session, engines, tmp_path, monkeypatch):
     """Asynchronous PPO with V-trace, 2 actors, staleness up to 2, one actor killed mid-run: >= 475 in 5e5 steps."""
-    overrides = {"correction": "vtrace", "num_envs": "16", "num_steps": "64", "learning_rate": "1e-3",
+    overrides = {"correction": "vtrace", "num_envs": "16", "num_steps": "64", "learning_rate": "1e-3", "update_epochs": "4",
                  "total_steps": "500000"}
     original, calls = RayEngine.run_chunk, []
 
@@ -170,3 +155,18 @@ def test_ray_valid_async_setting_is_accepted(tmp_path):
     run = Run(_spec(tmp_path / "run", "ray", overrides={**SHORT, "correction": "decoupled"}, mode="async",
                     max_staleness=8, actors=4))
     assert isinstance(run.engine, RayEngine) and run.engine.options.actors == 4
+
+
+def test_ray_cli_refuses_invalid_staleness_with_exit_code_2(tmp_path, capsys):
+    from longhorizon.cli import main
+
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--engine", "ray", "--mode", "async", "--max-staleness", "3",
+                 "--out", str(tmp_path / "run")])
+    assert code == 2
+    assert "so --max-staleness 3 is refused; pass --max-staleness 0 or less." in capsys.readouterr().err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_ray_options_with_another_engine_are_refused(tmp_path):
+    with pytest.raises(UsageError, match="apply to --engine ray only"):
+        Run(_spec(tmp_path / "run", "fused", actors=2))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
+import logging
 import os
 import re
 import sys
@@ -96,7 +97,8 @@ def check_options(algo: ModuleType, config: Any, options: RayOptions, num_seeds:
     if options.max_staleness < 0:
         raise UsageError(f"--max-staleness must be 0 or more (got {options.max_staleness}); pass --max-staleness 0 or more.")
     if options.actor_cpus < 0 or options.actor_gpus < 0:
-        raise UsageError("actor resources must not be negative; pass --actor-cpus 1 and --actor-gpus 0 for example.")
+        raise UsageError(f"--actor-cpus and --actor-gpus must not be negative (got {options.actor_cpus} and "
+                         f"{options.actor_gpus}); pass --actor-cpus 1 --actor-gpus 0 for example.")
     if not _ADDRESS.match(options.address):
         raise UsageError(f"--address '{options.address}' is not local, auto, HOST:PORT or ray://HOST:PORT; "
                          f"pass --address auto to join the cluster `ray start --head` made on this machine.")
@@ -231,6 +233,8 @@ class RayEngine:
         self.num_seeds, self.updates_per_chunk = num_seeds, updates_per_chunk
         self.compile_seconds = 0.0
         self.actor_restarts = 0
+        self.wait_seconds = 0.0  # time the learner spent waiting for actors' results
+        self._chunk_restarts = 0
         self._init = jax.jit(jax.vmap(lambda key: algo.init(key, env, config)))
 
         def learn(state, batch):  # the fused engine's update, less collect
@@ -286,7 +290,7 @@ class RayEngine:
         """Advance every seed by one chunk; returns the new state and per-seed metrics (on host)."""
         if not self._workers:
             self.compile(state)
-        chunk_restarts = self.actor_restarts
+        self._chunk_restarts = 0
         rows, lags = [], []
         for _ in range(self.updates_per_chunk):
             if self.options.mode == "sync":
@@ -300,9 +304,6 @@ class RayEngine:
                 self._version += 1
                 self._params_ref = None  # publish the new version when it is first asked for
                 self._last_state = state
-            if self.actor_restarts - chunk_restarts > 3 * self.options.actors:
-                raise RuntimeError(f"Ray actors died {self.actor_restarts - chunk_restarts} times in one chunk; "
-                                   f"check the actors' logs (memory, crashes) before running again.")
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *rows)  # [seeds, updates], as the fused scan
         metrics = jax.device_get(self._summarize(stacked, state))
         if lags:
@@ -345,9 +346,9 @@ class RayEngine:
         if address == "local":  # a private single-machine instance on loopback
             needed = int(np.ceil(self.options.actors * self.options.actor_cpus))
             ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False,
-                     _node_ip_address="127.0.0.1", log_to_driver=False)
+                     _node_ip_address="127.0.0.1", log_to_driver=False, logging_level=logging.WARNING)
         else:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         self._ray_started = True
 
     def _start_workers(self) -> None:
@@ -377,6 +378,10 @@ class RayEngine:
             ray.kill(self._workers[index])
         except Exception:  # noqa: BLE001 - already gone
             pass
+        self._chunk_restarts += 1
+        if self._chunk_restarts > 3 * self.options.actors:
+            raise RuntimeError(f"Ray actors died {self._chunk_restarts} times in one chunk; check the actors' logs "
+                               f"(memory, crashes) before running again.") from error
         print(f"ray engine: actor {index} died ({type(error).__name__}); starting a replacement.", file=sys.stderr)
         self.actor_restarts += 1
         self._incarnation[index] += 1
@@ -384,6 +389,14 @@ class RayEngine:
         ray.get(self._workers[index].compile.remote())
         if self.options.mode == "async":
             ray.get(self._start_actor(index))
+
+    def _wait(self, ref):
+        """``ray.get``, timing how long the learner waits for actors (``wait_seconds``)."""
+        start = time.perf_counter()
+        try:
+            return self._ray().get(ref)
+        finally:
+            self.wait_seconds += time.perf_counter() - start
 
     @staticmethod
     def _actor_died(error: Exception) -> bool:
@@ -402,7 +415,7 @@ class RayEngine:
         for i, ref in enumerate(refs):
             while True:
                 try:
-                    results.append(ray.get(ref))
+                    results.append(self._wait(ref))
                     break
                 except Exception as error:  # noqa: BLE001 - only a dead actor is handled here
                     if not self._actor_died(error):
@@ -442,7 +455,7 @@ class RayEngine:
             self._admit(state)
             request = self._pending[0]
             try:
-                batch_leaves, version = ray.get(request.ref)
+                batch_leaves, version = self._wait(request.ref)
             except Exception as error:  # noqa: BLE001 - only a dead actor is handled here
                 if not self._actor_died(error):
                     raise
