@@ -254,6 +254,7 @@ class RayEngine:
         self._workers: list[Any] = []
         self._incarnation: list[int] = []
         self._ray_started = False
+        self._batch_treedef = None
         # sync: contiguous shares of the seeds, one per actor
         bounds = np.linspace(0, num_seeds, options.actors + 1).round().astype(int) if options.mode == "sync" else None
         self._shards = None if bounds is None else list(zip(bounds[:-1], bounds[1:]))
@@ -429,7 +430,7 @@ class RayEngine:
         return state, from_wire(self._batch_def(state), batch_leaves)
 
     def _batch_def(self, state):
-        if not hasattr(self, "_batch_treedef"):
+        if self._batch_treedef is None:
             self._batch_treedef = jax.tree.structure(jax.eval_shape(jax.vmap(self.algo.collect), state)[1])
         return self._batch_treedef
 
@@ -446,7 +447,6 @@ class RayEngine:
             self._pending.append(_Request(ref, actor, self._version))
 
     def _async_collect(self, state):
-        ray = self._ray()
         if self._last_state is not None and state is not self._last_state:
             self._pending.clear()  # a different learner state (e.g. restored): drop requests made for the old one
             self._params_ref = None
