@@ -79,7 +79,8 @@ def _verdict(report: dict[str, Any]) -> str:
     """One plain sentence on what the analysis predicts for PPO/DQN-style training."""
     T, A = report["horizon"], report["num_actions"]
     k, epw = report["min_k"], report["epw"]
-    H = report["effective_horizon_tight"] or report["effective_horizon_simple"]
+    bounds = [b for b in (report["effective_horizon_tight"], report["effective_horizon_simple"]) if b is not None]
+    H = min(bounds) if bounds else None
     if report["optimal_return"] <= report["random_return"] + 1e-12:
         return "Every policy is as good as random here (optimal return = random return): there is nothing to learn."
     greedy = (
@@ -99,8 +100,9 @@ def _verdict(report: dict[str, Any]) -> str:
         outlook = "PPO/DQN-style training may succeed but needs a large budget; reward shaping or a pretrained exploration policy would help"
     else:
         outlook = "PPO/DQN-style training is likely to fail within practical budgets; reshape the reward or explore better"
+    loose = "" if report["effective_horizon_tight"] is not None else " (simple bound only, which is loose: drop --no-tight for a sharper one)"
     return (
-        f"With effective horizon H = {H:.2f} (horizon {T}), {greedy}; GORP's bound T^2 A^H = {steps:.2g} "
+        f"With effective horizon H <= {H:.2f}{loose} at horizon {T}, {greedy}; GORP's bound T^2 A^H = {steps:.2g} "
         f"environment steps predicts that {outlook}."
     )
 

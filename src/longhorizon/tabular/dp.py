@@ -188,37 +188,75 @@ def open_loop_return(mdp: TabularMDP, actions: np.ndarray) -> float:
     return total
 
 
+_JAX_KERNEL = None
+
+
+def _jax_kernel():
+    """The jitted backward pass (built once; ``horizon`` is static)."""
+    global _JAX_KERNEL
+    if _JAX_KERNEL is None:
+        import functools
+
+        import jax
+        import jax.numpy as jnp
+
+        @functools.partial(jax.jit, static_argnames="horizon")
+        def run(nxt, probs, R, horizon):
+            def q_of(v):
+                padded = jnp.append(v, 0.0)
+                return R + (probs * padded[nxt]).sum(-1)
+
+            def step(carry, _):
+                v_rand, v_opt, v_worst = carry
+                q_r, q_o, q_w = q_of(v_rand), q_of(v_opt), q_of(v_worst)
+                v_o, v_w = q_o.max(1), q_w.min(1)
+                v_r = jnp.clip(q_r.mean(1), v_w, v_o)
+                return (v_r, v_o, v_w), (q_r, q_o, q_w)
+
+            zeros = jnp.zeros(R.shape[0], dtype=R.dtype)
+            _, (q_r, q_o, q_w) = jax.lax.scan(step, (zeros, zeros, zeros), None, length=horizon)
+            return q_r[::-1], q_o[::-1], q_w[::-1]
+
+        _JAX_KERNEL = run
+    return _JAX_KERNEL
+
+
 def evaluate_jax(mdp: TabularMDP, horizon: int | None = None):
     """The same backward pass as :func:`evaluate` written as one ``jax.lax.scan`` (for comparison).
 
     Returns ``(q_random, q_optimal, q_worst)`` as float32 JAX arrays [T, S, A] (float64 when JAX x64
     is enabled).
     """
-    import jax
     import jax.numpy as jnp
 
     T = mdp.resolve_horizon(horizon)
-    S = mdp.num_states
-    nxt = jnp.asarray(mdp.next_states)
-    probs = jnp.asarray(mdp.next_probs)
-    R = jnp.asarray(mdp.rewards)
+    return _jax_kernel()(jnp.asarray(mdp.next_states), jnp.asarray(mdp.next_probs), jnp.asarray(mdp.rewards), horizon=T)
 
-    @jax.jit
-    def run(nxt, probs, R):
-        def step(carry, _):
-            v_rand, v_opt, v_worst = carry
 
-            def q_of(v):
-                padded = jnp.append(v, 0.0)
-                return R + (probs * padded[nxt]).sum(-1)
+def benchmark_backends(mdp: TabularMDP, horizon: int | None = None, repeats: int = 3) -> dict[str, float]:
+    """Seconds for :func:`evaluate` (numpy) and :func:`evaluate_jax`: first call and best of ``repeats``.
 
-            q_r, q_o, q_w = q_of(v_rand), q_of(v_opt), q_of(v_worst)
-            v_o, v_w = q_o.max(1), q_w.min(1)
-            v_r = jnp.clip(q_r.mean(1), v_w, v_o)
-            return (v_r, v_o, v_w), (q_r, q_o, q_w)
+    The JAX numbers split the first call (tracing + XLA compilation + run) from later calls.
+    """
+    import time
 
-        zeros = jnp.zeros(S, dtype=R.dtype)
-        _, (q_r, q_o, q_w) = jax.lax.scan(step, (zeros, zeros, zeros), None, length=T)
-        return q_r[::-1], q_o[::-1], q_w[::-1]
+    import jax
 
-    return run(nxt, probs, R)
+    T = mdp.resolve_horizon(horizon)
+    out: dict[str, float] = {}
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        evaluate(mdp, T)
+        times.append(time.perf_counter() - start)
+    out["numpy"] = min(times)
+    start = time.perf_counter()
+    jax.block_until_ready(evaluate_jax(mdp, T))
+    out["jax_first_call"] = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(evaluate_jax(mdp, T))
+        times.append(time.perf_counter() - start)
+    out["jax_steady"] = min(times)
+    return out

@@ -320,11 +320,18 @@ def bounds_binomial_bins(p: np.ndarray, m: int, resolution: float = 0.01, max_gr
 
 
 def _bernstein_exponent(m: float, bound: np.ndarray, var: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """``x`` with ``P(mean - mu >= t) <= exp(-x)`` by Bernstein; 0 where ``t <= 0`` (no information)."""
+    """``x`` with ``P(mean - mu >= t) <= exp(-x)`` by Bernstein; 0 where ``t <= 0`` (no information).
+
+    A constant return (``var = bound = 0``) cannot deviate at all: ``x = inf`` for ``t > 0``.
+    """
     t = np.maximum(t, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        x = t * t * (0.5 * m) / (var + bound * t / 3.0)
-    return np.where(t > 0, np.nan_to_num(x, nan=np.inf), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        num = t * t * (0.5 * m)
+        den = var + bound * t / 3.0
+        x = np.full(np.broadcast_shapes(num.shape, den.shape), np.inf)
+        np.divide(num, den, out=x, where=den > 0)
+    x[np.broadcast_to(t, x.shape) == 0] = 0.0
+    return x
 
 
 def bounds_bernstein(mu, opt, worst, m: float, resolution: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
@@ -616,7 +623,8 @@ def tight_effective_horizon(
     """Appendix C's bound on the effective horizon via GORP's failure probability (deterministic only).
 
     ``max_k`` defaults to the largest ``k`` with ``A^k <= 1000``; ``k`` stops early once ``k`` reaches
-    the best bound so far (``H_k >= k``). ``ties="bridge"`` follows the published computation (binomial
+    the best bound so far (``H_k >= k``). The result never exceeds ``T`` (``H_T = T``: with ``k = T``
+    one rollout per sequence is exact). ``ties="bridge"`` follows the published computation (binomial
     bins over positive counts, Bernstein and Bennett bounds, the best of the three per state);
     ``ties="worst_case"`` uses exact binomial probabilities with every tie resolved against GORP,
     a strictly rigorous and larger bound.
@@ -654,6 +662,8 @@ def tight_effective_horizon(
         n_k = float(A**k * m_max * T**2)
         k_results[k] = {"effective_horizon": h_k, "m": float(m_max), "sample_complexity": n_k}
         best_h, best_n = min(best_h, h_k), min(best_n, n_k)
+    if best_h > T:  # k = T: Q^T = Q*, so one rollout per sequence suffices and H_T = T
+        best_h, best_n = float(T), min(best_n, float(A**T * T**2))
     return TightBoundResult(
         effective_horizon=best_h, sample_complexity=best_n, k_results=k_results,
         lp_solves=stats.get("lp_solves", 0), seconds=time.perf_counter() - start,
