@@ -172,3 +172,13 @@ def test_trainer_step_dynamic_sampling_and_token_accounting(params):
     m = trainer.step(problems, group_sizes=[2, 3, 4, 5])
     assert m["optimizer_steps"] == 1 and np.isfinite(m["loss"]) and m["kl"] >= 0.0
     assert m["update_tokens"] > 0 and m["ref_tokens"] > 0
+
+
+def test_grpo_learns_a_trivial_preference(params):
+    """End to end: reward 1 when the completion starts with a digit (base rate ~ 10/49) is learned."""
+    cfg = GRPOConfig(num_generations=8, max_prompt_length=16, max_completion_length=4, learning_rate=1e-2,
+                     loss_type="dr_grpo", scale_rewards="none")
+    trainer = GRPOTrainer(MCFG, params, TOK, cfg, seed=0, reward_fn=lambda p, t: float(t[:1].isdigit()))
+    problems = make_problems("chain", 1, 8, seed=0)
+    rewards = [trainer.step(problems)["reward"] for _ in range(30)]
+    assert np.mean(rewards[:3]) < 0.35 and np.mean(rewards[-5:]) > 0.6, rewards

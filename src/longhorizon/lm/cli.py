@@ -119,7 +119,7 @@ def sft(
     digits: Optional[int] = typer.Option(None, help="Values live in [0, 10**digits) (default 2)."),
     operators: Optional[str] = typer.Option(None, help="Subset of +-* (default +)."),
     const_max: Optional[int] = typer.Option(None, help="Constants are drawn from [1, const_max] (default 9)."),
-    names: Optional[str] = typer.Option(None, help="random or sequential variable names (default sequential)."),
+    names: Optional[str] = typer.Option(None, help="Variable names: split, random or sequential (default split)."),
     fixed_width: bool = typer.Option(True, help="Write values with exactly `digits` digits (07)."),
     eval_horizons: str = typer.Option("1-3", help="Held-out chain horizons evaluated at the end."),
     eval_problems: int = typer.Option(256),
@@ -136,7 +136,7 @@ def sft(
     from longhorizon.runner.results import ResultsDir
 
     hs, eval_hs = parse_horizons(horizons), parse_horizons(eval_horizons)
-    task_cfg = _task_cfg({"names": "sequential", "operators": "+"}, digits, operators, const_max, names, None, None,
+    task_cfg = _task_cfg({"names": "split", "operators": "+"}, digits, operators, const_max, names, None, None,
                          fixed_width)
     tokenizer = Tokenizer()
     plen, clen = max_lengths(task, max(hs), task_cfg)

@@ -248,6 +248,7 @@ class GRPOTrainer:
 
     ``token_weights(problem, text, n)`` (optional) returns an array of ``n`` 0/1 weights over a
     completion's tokens that multiplies the loss mask (to exclude segments from the loss).
+    ``reward_fn(problem, text)`` defaults to the task's verifier, :func:`longhorizon.lm.tasks.score`.
     """
 
     def __init__(
@@ -260,6 +261,7 @@ class GRPOTrainer:
         ref_params=None,
         seed: int = 0,
         token_weights: Callable[[Problem, str, int], np.ndarray] | None = None,
+        reward_fn: Callable[[Problem, str], float] = score,
     ):
         self.model_cfg, self.cfg, self.tokenizer = model_cfg, cfg, tokenizer
         self.params = jax.tree_util.tree_map(jnp.array, params)
@@ -269,6 +271,7 @@ class GRPOTrainer:
         self.opt_state = self.optimizer.init(self.params)
         self.key = jax.random.PRNGKey(seed)
         self.token_weights = token_weights
+        self.reward_fn = reward_fn
         self.counters = {"generations": 0, "rollout_tokens": 0, "generated_tokens": 0, "update_tokens": 0,
                          "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0}
 
@@ -288,7 +291,7 @@ class GRPOTrainer:
                        temperature=cfg.temperature, top_p=cfg.top_p)
         ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
         texts = tok.decode_batch(ctok)
-        rewards = np.array([score(p, t) for (_, p), t in zip(rows, texts)], np.float64)
+        rewards = np.array([self.reward_fn(p, t) for (_, p), t in zip(rows, texts)], np.float64)
         n_real = len(rows)
         self.counters["generations"] += n_real
         self.counters["generated_tokens"] += int(cvalid.sum())

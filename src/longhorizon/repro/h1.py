@@ -44,10 +44,10 @@ class H1Setup:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     sft_packed: tuple[int, ...] = (1, 2, 3)
-    rl_steps: int = 60
+    rl_steps: int = 100
     prompts_per_step: int = 8
     num_generations: int = 8
-    learning_rate: float = 2e-4
+    learning_rate: float = 1e-4
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
     train_horizons: tuple[int, ...] = (1, 2, 3, 4, 5)

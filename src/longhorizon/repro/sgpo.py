@@ -44,7 +44,7 @@ class SGPOSetup:
     min_group: int = 2
     max_group: int = 16
     unsolved_keep: float = 0.25
-    learning_rate: float = 2e-4
+    learning_rate: float = 1e-4
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
     eval_every: int = 5
