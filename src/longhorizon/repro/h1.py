@@ -44,15 +44,15 @@ class H1Setup:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     sft_packed: tuple[int, ...] = (1, 2, 3)
-    rl_steps: int = 100
+    rl_steps: int = 60
     prompts_per_step: int = 8
     num_generations: int = 8
-    learning_rate: float = 1e-4
+    learning_rate: float = 2e-4
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
     train_horizons: tuple[int, ...] = (1, 2, 3, 4, 5)
     eval_horizons: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
-    eval_per_horizon: int = 100
+    eval_per_horizon: int = 64
 
 
 QUICK = H1Setup(seeds=1, rl_steps=10, prompts_per_step=4, eval_per_horizon=16)  # same (cached) base

@@ -149,11 +149,14 @@ def summarise(runs, setup: SGPOSetup) -> dict:
     ratios = [c["token_ratio"] for c in comps if c["token_ratio"] is not None]
     matched = len(ratios) == len(comps)
     improved = all(c["grpo_final_accuracy"] > c["base_accuracy"] + 0.02 for c in comps)
-    held = matched and bool(ratios) and min(ratios) > 1.0
-    verdict = (f"sgpo: matched GRPO's final accuracy in {len(ratios)}/{len(comps)} seeds; token ratio GRPO/sGPO "
-               + (f"{np.mean(ratios):.2f} (min {min(ratios):.2f})" if ratios else "n/a")
-               + f"; claim {'HELD' if held else 'did NOT hold'}"
-               + ("" if improved else " (caution: GRPO itself barely improved on the base policy)"))
+    held = improved and matched and bool(ratios) and min(ratios) > 1.0
+    ratio_text = f"{np.mean(ratios):.2f} (min {min(ratios):.2f})" if ratios else "n/a"
+    if not improved:
+        status = "INCONCLUSIVE: fixed-group GRPO did not improve on the base policy, so matching it is trivial"
+    else:
+        status = "HELD" if held else "did NOT hold"
+    verdict = (f"sgpo: matched GRPO's final accuracy in {len(ratios)}/{len(comps)} seeds; "
+               f"token ratio GRPO/sGPO {ratio_text}; claim {status}")
     return {"comparisons": comps, "mean_token_ratio": float(np.mean(ratios)) if ratios else None,
             "claim_held": held, "grpo_improved_on_base": improved, "verdict": verdict}
 
