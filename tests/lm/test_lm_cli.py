@@ -37,6 +37,13 @@ def test_sft_rl_eval_write_results_folders(tmp_path):
     assert [row["horizon"] for row in rows] == [1, 2]  # one stage per horizon
     summary = json.loads((tuned / "summary.json").read_text())
     assert set(summary["eval"]["by_horizon"]) == {"1", "2"} and summary["training_tokens"] > 0
+    scaler = tmp_path / "scaler"
+    r = runner.invoke(app, ["lm", "rl", "--init", str(base), "--out", str(scaler), "--steps", "2", "--horizons", "1-2",
+                            "--scaler-target", "0.5", "--prompts-per-step", "2", "--num-generations", "4", "--beta", "0.04",
+                            "--eval-horizons", "1-2", "--eval-problems", "4"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (scaler / "metrics.jsonl").read_text().splitlines()]
+    assert all("difficulty" in row for row in rows)
     r = runner.invoke(app, ["lm", "eval", "--init", str(tuned), "--horizons", "1-2", "--problems", "4"])
     assert r.exit_code == 0, r.output
     assert "accuracy" in r.output

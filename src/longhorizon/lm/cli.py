@@ -184,6 +184,7 @@ def rl(
     curriculum: bool = typer.Option(False, help="h1 curriculum: one stage per horizon, in order."),
     steps_per_stage: int = typer.Option(0, help="Curriculum stage length (0: steps / number of stages)."),
     advance_at: Optional[float] = typer.Option(None, help="Advance a stage early once held-out accuracy reaches this."),
+    scaler_target: Optional[float] = typer.Option(None, help="SCALER: move the horizon toward this training success rate."),
     steps: int = typer.Option(100, help="Generation batches (RL steps)."),
     prompts_per_step: int = typer.Option(16),
     num_generations: int = typer.Option(8),
@@ -207,7 +208,9 @@ def rl(
     seed: int = typer.Option(0),
 ) -> None:
     """GRPO-family RL with verifiable rewards, optionally under the h1 horizon curriculum."""
-    from longhorizon.lm.curricula import HorizonCurriculum
+    import numpy as np
+
+    from longhorizon.lm.curricula import AdaptiveDifficulty, HorizonCurriculum
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
@@ -224,9 +227,14 @@ def rl(
         max_completion_length=max_lengths(task, max(hs), task_cfg)[1] + 1, dynamic_sampling=dynamic_sampling,
         advantage=advantage,
     )
+    if curriculum and scaler_target is not None:
+        raise UsageError("--curriculum and --scaler-target are two different schedules; pass only one of them.")
     schedule = HorizonCurriculum(hs, steps_per_stage or max(1, steps // len(hs)), advance_at) if curriculum else None
+    scaler = AdaptiveDifficulty(target=scaler_target, lo=min(hs), hi=max(hs), level=min(hs)) if scaler_target is not None else None
+    scaler_rng = np.random.default_rng(seed)
     results = ResultsDir(out)
     results.write_config({"command": "lm rl", "init": str(init), "task": task, "horizons": hs, "curriculum": curriculum,
+                          "scaler_target": scaler_target,
                           "steps": steps, "prompts_per_step": prompts_per_step, "grpo": grpo_cfg, "task_config": task_cfg,
                           "model": model_cfg, "seed": seed, "alphabet": tokenizer.alphabet,
                           "eval_horizons": eval_hs})
@@ -241,8 +249,15 @@ def rl(
     with _progress() as bar:
         job = bar.add_task("rl", total=steps, info="")
         for step in range(1, steps + 1):
-            current = [schedule.horizon] if schedule else hs
-            m = trainer.step(stream.sample(current, prompts_per_step))
+            if scaler is not None:
+                current = [int(h) for h in scaler.sample(scaler_rng, prompts_per_step)]
+                batch = [stream.sample([h], 1)[0] for h in current]
+            else:
+                current = [schedule.horizon] if schedule else hs
+                batch = stream.sample(current, prompts_per_step)
+            m = trainer.step(batch)
+            if scaler is not None:
+                m["difficulty"] = scaler.update(m["reward"])
             row = {"step": step, "horizon": max(current), **m}
             if eval_every and step % eval_every == 0:
                 ev = run_eval()
