@@ -47,8 +47,17 @@ def engines(monkeypatch):
     made, original = [], ray_engine.make_engine
 
     def recording(run, options=None):
-        made.append(original(run, options))
-        return made[-1]
+        engine = original(run, options)
+        real_close = engine.close
+
+        def close_and_remember():  # the runner closes its engine at the end: keep the actors' pids
+            if engine._workers:
+                engine.pids_at_close = engine.actor_pids()
+            real_close()
+
+        engine.close = close_and_remember
+        made.append(engine)
+        return engine
 
     monkeypatch.setattr(ray_engine, "make_engine", recording)
     yield made
@@ -73,7 +82,7 @@ def _assert_same_run(out: Path, summary: dict, reference) -> None:
 def test_ray_sync_equals_fused_bit_for_bit(ray_session, fused_reference, engines, tmp_path):
     out = tmp_path / "run"
     summary = train(_spec(out, "ray", actors=2))
-    assert len(engines) == 1 and len(set(engines[0].actor_pids())) == 2
+    assert len(engines) == 1 and len(set(engines[0].pids_at_close)) == 2
     _assert_same_run(out, summary, fused_reference)
 
 
@@ -99,7 +108,7 @@ def test_ray_actor_kill_and_learner_crash_leave_the_run_exact(ray_session, fused
     with pytest.raises(RuntimeError, match="learner crashed"):
         train(spec)
     engine = engines[0]
-    assert engine.actor_restarts == 1 and killed[0] not in engine.actor_pids()
+    assert engine.actor_restarts == 1 and killed[0] not in engine.pids_at_close
     assert checkpoint.latest_meta(out / "checkpoints")["chunk"] == 2  # chunk 2 finished despite the kill
     engine.close()
     monkeypatch.setattr(RayEngine, "_sync_collect", original)

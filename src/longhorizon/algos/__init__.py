@@ -6,6 +6,12 @@
 ``agent_params(state)`` and ``act(params, obs, key, greedy)``.
 
 Batches expose ``episode_return`` and ``episode_done`` (time-major) for the engine's statistics.
+
+Optional hooks: ``check_env(env, config)`` refuses an environment before compiling (e.g. a
+continuous action space for a Q-learning method); for the Ray engine's asynchronous mode,
+``max_staleness(config) -> (versions, why)`` (or a constant ``MAX_STALENESS``) declares how many
+parameter versions old a batch may be, and ``with_agent_params(state, params)`` lets an actor act
+with parameters published by the learner.
 """
 
 from __future__ import annotations

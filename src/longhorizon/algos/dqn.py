@@ -27,11 +27,12 @@ import optax
 from flax import struct
 
 from longhorizon.config import AlgoConfig
+from longhorizon.core.distributions import epsilon_greedy
 from longhorizon.core import replay
 from longhorizon.core.losses import huber
 from longhorizon.core.nets import ACTIVATIONS, QNetwork
 from longhorizon.core.returns import n_step_returns
-from longhorizon.envs import vectorize
+from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.errors import UsageError
 
 NAME = "dqn"
@@ -155,17 +156,9 @@ def _q(network, weights, obs):
     return network.apply(weights, jnp.asarray(obs, jnp.float32))
 
 
-def _epsilon_greedy(key, q_values, eps):
-    """Greedy action per row of ``q_values``, replaced by a uniform one with probability ``eps``."""
-    explore_key, action_key = jax.random.split(key)
-    greedy = jnp.argmax(q_values, axis=-1)
-    random = jax.random.randint(action_key, greedy.shape, 0, q_values.shape[-1])
-    return jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
-
-
 def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = False) -> jax.Array:
     """Greedy action for ``obs`` (a batch), or epsilon-greedy with the final training epsilon."""
-    return _epsilon_greedy(key, _q(params.network, params.weights, obs), jnp.where(greedy, 0.0, params.epsilon))
+    return epsilon_greedy(key, _q(params.network, params.weights, obs), jnp.where(greedy, 0.0, params.epsilon))
 
 
 def agent_params(state: State) -> AgentParams:
@@ -202,10 +195,10 @@ def collect(state: State) -> tuple[State, Batch]:
     def env_step(carry, _):
         env_state, obs, env_steps, key = carry
         key, act_key, step_key = jax.random.split(key, 3)
-        action = _epsilon_greedy(act_key, _q(agent.network, agent.weights, obs), epsilon(config, env_steps))
+        action = epsilon_greedy(act_key, _q(agent.network, agent.weights, obs), epsilon(config, env_steps))
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, action)
         done = jnp.logical_or(terminated, truncated)
-        true_next = jnp.where(done.reshape(done.shape + (1,) * (obs.ndim - 1)), info["final_obs"], next_obs)
+        true_next = true_next_obs(next_obs, info, terminated, truncated)
         step = Batch(Transition(obs, action, reward, true_next, terminated, done),
                      info["episode_return"], info["episode_done"])
         return (env_state, next_obs, env_steps + config.num_envs, key), step

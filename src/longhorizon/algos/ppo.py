@@ -28,7 +28,7 @@ from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss
 from longhorizon.core.nets import ACTIVATIONS, ActorCritic
 from longhorizon.core.normalize import RunningMeanStd
 from longhorizon.core.returns import gae, vtrace
-from longhorizon.envs import vectorize
+from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.wrappers import NormalizeReward
 
 NAME = "ppo"
@@ -232,8 +232,7 @@ def collect(state: State) -> tuple[State, Batch]:
         action = _sample(agent, out, act_key, False)
         log_prob, _ = _log_prob_entropy(agent, out, action)
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, _to_env_action(agent, action))
-        done = jnp.logical_or(terminated, truncated)
-        true_next = jnp.where(done.reshape(done.shape + (1,) * (obs.ndim - 1)), info["final_obs"], next_obs)
+        true_next = true_next_obs(next_obs, info, terminated, truncated)
         step = Batch(obs_n, _prepare(agent, true_next), action, log_prob, out[2], reward, terminated, truncated,
                      info["episode_return"], info["episode_done"])
         return (env_state, next_obs, key), (step, obs)

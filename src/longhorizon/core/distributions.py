@@ -39,3 +39,12 @@ def diag_gaussian_entropy(log_std: jax.Array) -> jax.Array:
 def diag_gaussian_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array, greedy: bool | jax.Array = False) -> jax.Array:
     noise = jax.random.normal(key, mean.shape)
     return jnp.where(greedy, mean, mean + jnp.exp(log_std) * noise)
+
+
+def epsilon_greedy(key: jax.Array, q_values: jax.Array, epsilon: float | jax.Array) -> jax.Array:
+    r"""Greedy action :math:`\arg\max_a Q(s, a)` per row, replaced by a uniform random action with
+    probability :math:`\epsilon` (drawn independently for every row)."""
+    explore_key, action_key = jax.random.split(key)
+    greedy = jnp.argmax(q_values, axis=-1)
+    random = jax.random.randint(action_key, greedy.shape, 0, q_values.shape[-1])
+    return jnp.where(jax.random.uniform(explore_key, greedy.shape) < epsilon, random, greedy)

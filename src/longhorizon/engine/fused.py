@@ -23,6 +23,23 @@ def chunk_statistics(batches_return: jax.Array, batches_done: jax.Array) -> dict
     return {"episode_return_sum": jnp.sum(batches_return * done), "episodes": jnp.sum(done)}
 
 
+def over_seeds(fn, num_seeds: int):
+    """``fn`` mapped over a leading seed axis of all its arguments and results.
+
+    Several seeds are vmapped. A single seed runs unbatched and gets its axis back outside: a
+    size-1 vmap turns matrix products into batched ones, which XLA's CPU backend runs markedly
+    slower (measured: +30% CPU time per PQN update).
+    """
+    if num_seeds > 1:
+        return jax.vmap(fn)
+
+    def single(*args):
+        out = fn(*jax.tree.map(lambda x: x[0], args))
+        return jax.tree.map(lambda x: x[None], out)
+
+    return single
+
+
 def make_update(algo: ModuleType):
     """One collect -> learn step, returning learn's metrics plus episode statistics."""
 
@@ -54,8 +71,8 @@ class FusedEngine:
             return state, summary
 
         # No buffer donation: the previous state must survive an interrupted chunk so Ctrl-C can save it.
-        self._chunk = jax.jit(jax.vmap(run_chunk))
-        self._init = jax.jit(jax.vmap(lambda k: algo.init(k, env, config)))
+        self._chunk = jax.jit(over_seeds(run_chunk, num_seeds))
+        self._init = jax.jit(over_seeds(lambda k: algo.init(k, env, config), num_seeds))
         self._compiled = None
         self.compile_seconds = 0.0
 

@@ -1,6 +1,6 @@
 """Environments: the functional gymnax-1.0 API, wrappers and the registry."""
 
-from longhorizon.envs.api import Environment, GymnaxEnv, SpaceInfo, space_info
+from longhorizon.envs.api import Environment, GymnaxEnv, SpaceInfo, space_info, true_next_obs
 from longhorizon.envs.registry import family, list_env_ids, make
 from longhorizon.envs.wrappers import (AutoReset, EpisodeStatistics, NormalizeObservation, NormalizeReward, VecEnv,
                                        Wrapper)
@@ -11,5 +11,5 @@ def vectorize(env: Environment, num_envs: int) -> VecEnv:
     return VecEnv(EpisodeStatistics(env), num_envs)
 
 
-__all__ = ["Environment", "GymnaxEnv", "SpaceInfo", "space_info", "family", "list_env_ids", "make", "AutoReset",
+__all__ = ["Environment", "GymnaxEnv", "SpaceInfo", "space_info", "true_next_obs", "family", "list_env_ids", "make", "AutoReset",
            "EpisodeStatistics", "NormalizeObservation", "NormalizeReward", "VecEnv", "Wrapper", "vectorize"]

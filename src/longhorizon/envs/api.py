@@ -117,3 +117,11 @@ def space_info(space: Any) -> SpaceInfo:
         return SpaceInfo(discrete=True, shape=(), n=int(space.n))
     shape = tuple(int(s) for s in getattr(space, "shape", ()))
     return SpaceInfo(discrete=False, shape=shape, low=np.asarray(space.low), high=np.asarray(space.high))
+
+
+def true_next_obs(next_obs: jax.Array, info: dict, terminated: jax.Array, truncated: jax.Array) -> jax.Array:
+    """The observation that really followed each step: ``info["final_obs"]`` where the episode
+    ended (``obs`` is then already the next episode's first one), ``next_obs`` elsewhere. Values
+    of it are what truncated steps bootstrap from."""
+    done = jnp.logical_or(terminated, truncated)
+    return jnp.where(done.reshape(done.shape + (1,) * (next_obs.ndim - done.ndim)), info["final_obs"], next_obs)

@@ -155,7 +155,16 @@ def _as_cli(value: Any) -> str:
 def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None) -> dict[str, Any]:
     """Run training to completion (or ``max_chunks`` more chunks) and return the summary."""
     run = Run(spec)
-    results, engine = run.results, run.engine
+    try:
+        return _train(run, resume, max_chunks)
+    finally:
+        close = getattr(run.engine, "close", None)  # distributed engines release their workers
+        if close is not None:
+            close()
+
+
+def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
+    spec, results, engine = run.spec, run.results, run.engine
     start_wall = time.perf_counter()
     state = engine.init(spec.seed)
     first_chunk, prior = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}
