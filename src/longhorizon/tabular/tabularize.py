@@ -468,12 +468,17 @@ def _resolve_gymnax(env: Any, params: Any, overrides: dict[str, Any]):
     return env, params, str(name)
 
 
-def _row_bytes(tree, batch: int) -> np.ndarray:
-    """[batch, nbytes] uint8 matrix of a batched pytree's leaves (the state's identity)."""
+def _row_bytes(tree, batch: int, ignore: tuple[str, ...] = ()) -> np.ndarray:
+    """[batch, nbytes] uint8 matrix of a batched pytree's leaves (the state's identity).
+
+    Leaves whose path ends in a name listed in ``ignore`` (e.g. ``time``) are left out.
+    """
     import jax
 
     parts = []
-    for leaf in jax.tree.leaves(tree):
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if ignore and path and getattr(path[-1], "name", getattr(path[-1], "key", None)) in ignore:
+            continue
         arr = np.asarray(leaf)
         if arr.dtype == np.bool_:
             arr = arr.astype(np.uint8)
@@ -491,12 +496,16 @@ def tabularize_gymnax(
     seed: int = 0,
     transition_samples: int = 8,
     batch_size: int = 256,
+    keep_time: bool = False,
     show_progress: bool = False,
     **overrides: Any,
 ) -> TabularMDP:
     """Enumerate a gymnax-style environment (an id, a ``longhorizon.envs`` env or a gymnax env).
 
     ``overrides`` set environment settings (e.g. ``size=8`` for DeepSea) when ``env`` is an id.
+    gymnax states count their steps in a ``time`` field that only drives the time limit; with the
+    limit switched off it is left out of a state's identity (``keep_time=True`` keeps it, for
+    environments whose dynamics or rewards depend on time).
     """
     import jax
     import jax.numpy as jnp
@@ -506,8 +515,10 @@ def tabularize_gymnax(
     if transition_samples < 1:
         raise UsageError(f"transition_samples must be at least 1, got {transition_samples}.")
     inner, params, name = _resolve_gymnax(env, params, overrides)
+    ignore: tuple[str, ...] = ()
     if dataclasses.is_dataclass(params) and any(f.name == "max_steps_in_episode" for f in dataclasses.fields(params)):
         params = params.replace(max_steps_in_episode=2**30)  # the horizon is the only time limit
+        ignore = () if keep_time else ("time",)
     try:
         space = inner.action_space(params)
         A = int(space.n)
@@ -543,7 +554,7 @@ def tabularize_gymnax(
     reset = inner.reset_env if hasattr(inner, "reset_env") else inner.reset
     obs0, state0 = jax.jit(reset)(reset_key, params)
     to_batch = lambda tree: jax.tree.map(lambda x: np.asarray(x)[None], tree)  # noqa: E731
-    start_bytes = _row_bytes(to_batch(state0), 1)[0].tobytes()
+    start_bytes = _row_bytes(to_batch(state0), 1, ignore)[0].tobytes()
     index: dict[bytes, int] = {start_bytes: 0}
     states_store = [to_batch(state0)]  # list of batched [n_i] pytrees, concatenated on demand
     observations = [_row_bytes(to_batch(obs0), 1)[0].tobytes()]
@@ -568,7 +579,7 @@ def tabularize_gymnax(
                 keys = jax.random.split(sub, batch_size * A * N).reshape(batch_size, A, N, -1)
                 obs, nstate, reward, done = expand(keys, batch, params)
                 flat = batch_size * A * N
-                state_rows = _row_bytes(nstate, flat)
+                state_rows = _row_bytes(nstate, flat, ignore)
                 obs_rows = _row_bytes(obs, flat)
                 reward = np.asarray(reward, dtype=np.float64).reshape(batch_size, A, N)[:B]
                 done = np.asarray(done).reshape(batch_size, A, N)[:B]
@@ -613,7 +624,7 @@ def tabularize_gymnax(
     probs = np.full(nxt.shape, 1.0 / N)
     info = {
         "source": "gymnax", "seconds": seconds, "states_per_second": S / max(seconds, 1e-9),
-        "transition_samples": N, "estimated_transitions": bool(stochastic),
+        "transition_samples": N, "estimated_transitions": bool(stochastic), "ignored_state_fields": list(ignore),
     }
     if not stochastic:
         nxt, rew, probs = nxt[..., :1], rew[..., :1], probs[..., :1] * N
