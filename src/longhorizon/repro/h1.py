@@ -44,6 +44,7 @@ class H1Setup:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     sft_packed: tuple[int, ...] = (1, 2, 3)
+    sft_chain_fraction: float = 0.0  # >0 is a deviation: that share of SFT data are h=2 chains
     rl_steps: int = 60
     prompts_per_step: int = 8
     num_generations: int = 8
@@ -81,8 +82,14 @@ def train_base(setup: H1Setup, seed: int, log=print):
     cfg = SFTConfig(steps=setup.sft_steps, batch_size=setup.sft_batch, learning_rate=setup.sft_lr,
                     warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 2)
     stream = ProblemStream("packed", tcfg, seed)
+    chains = ProblemStream("chain", tcfg, seed + 1)
+    n_chain = int(round(setup.sft_chain_fraction * setup.sft_batch))
+
+    def batch(_):
+        return stream.sample(setup.sft_packed, setup.sft_batch - n_chain) + (chains.sample([2], n_chain) if n_chain else [])
+
     params = init_params(jax.random.PRNGKey(seed), model_cfg)
-    params, history = train_sft(params, model_cfg, tokenizer, lambda _: stream.sample(setup.sft_packed, setup.sft_batch),
+    params, history = train_sft(params, model_cfg, tokenizer, batch,
                                 cfg, log_every=max(1, setup.sft_steps // 6),
                                 on_log=lambda r: log(f"  sft step {r['step']}: loss {r['loss']:.3f} tok-acc {r['token_accuracy']:.3f}"))
     return params, model_cfg, tokenizer, history
@@ -105,6 +112,8 @@ def cached_base(setup: H1Setup, seed: int = 0, log=print):
 
     fields = {k: getattr(setup, k) for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch", "sft_lr",
                                               "sft_packed")}
+    if setup.sft_chain_fraction:
+        fields["sft_chain_fraction"] = setup.sft_chain_fraction
     fields.update(seed=seed, task=repr(task_config()), version=2)  # bump when task generation changes
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
     root = Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "lm"
@@ -155,12 +164,12 @@ def run_arm(arm: str, params, model_cfg, tokenizer, setup: H1Setup, seed: int, h
     return ev, curve, dict(trainer.counters)
 
 
-def run(out_dir: str, quick: bool = False) -> dict:
+def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict:
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
     from longhorizon.runner.results import ResultsDir, write_json_atomic
 
-    setup = QUICK if quick else H1Setup()
+    setup = setup or (QUICK if quick else H1Setup())
     out = ResultsDir(out_dir)
     out.write_config({"repro": "h1", "quick": quick, "setup": setup, "task": task_config(), "arms": ARMS})
     tcfg = task_config()
@@ -206,15 +215,25 @@ def summarise(results, curves, setup: H1Setup) -> dict:
                       "beyond_mean": float(acc[:, [i for i, h in enumerate(hs) if h > max(setup.train_horizons)]].mean())}
     long = {a: table[a]["long_mean"] for a in ARMS}
     best = max(long, key=long.get)
+    margin = 0.02  # accuracy differences below this are within held-out sampling noise here
     h5_positive = float(np.mean([c["reward"] for runs in curves["only_h5"] for c in runs]))
     h5_gain = table["only_h5"]["long_mean"] - table["base"]["long_mean"]
     cur_gain = table["curriculum"]["long_mean"] - table["base"]["long_mean"]
+    anyone_learned = max(long.values()) - table["base"]["long_mean"] > margin
+
+    def status(ok: bool) -> str:
+        return "held" if ok else ("did not hold" if anyone_learned else "did not hold (no arm learned long chains)")
+
     claims = {
-        "curriculum_best_on_long_chains": best == "curriculum",
-        "curriculum_generalises_beyond_h5": table["curriculum"]["beyond_mean"] > table["base"]["beyond_mean"] + 0.02,
-        "only_h5_learns_little_rewards_rare": h5_positive < 0.05 and h5_gain < 0.5 * max(cur_gain, 1e-9),
+        "curriculum_best_on_long_chains": status(
+            all(long["curriculum"] > long[a] + margin for a in ARMS if a != "curriculum")),
+        "curriculum_generalises_beyond_h5": status(
+            table["curriculum"]["beyond_mean"] > table["base"]["beyond_mean"] + margin),
+        "only_h5_learns_little_rewards_rare": (
+            ("held" if h5_gain < 0.5 * cur_gain else "did not hold") if h5_positive < 0.05 and cur_gain > margin
+            else f"inconclusive (only-h5 training reward {h5_positive:.3f}; the curriculum gained {cur_gain:+.3f})"),
     }
-    verdict = "h1: " + "; ".join(f"{k} {'HELD' if v else 'did NOT hold'}" for k, v in claims.items())
+    verdict = "h1: " + "; ".join(f"{k}: {v}" for k, v in claims.items())
     return {"horizons": hs, "table": table, "best_arm_on_long": best, "only_h5_mean_train_reward": h5_positive,
             "claims": claims, "verdict": verdict}
 
@@ -233,6 +252,13 @@ NOTES = """## What was tried (development log, measured on 2 shared CPU cores)
   accuracy 0 at every horizon). The same trainer learns a simple preference (reward 1 for a leading
   digit: 0.1 -> 0.8 in 30 steps, see tests/lm/test_lm_grpo.py), so the update itself works; the
   composition skill is what a 60-step budget per arm did not teach.
+- A check of capacity, outside the protocol: the same SFT with 10% of each batch replaced by
+  supervised h=2 chains (`H1Setup(sft_chain_fraction=0.1)`) still gave only 1.6% greedy accuracy at
+  h=2 (first answer right, second wrong): at this size and budget the model does not learn the
+  composition step (read its own previous answer, add the constant) even with supervision. The
+  toy therefore never provides the non-zero success rate at h+1 that h1's curriculum needs to
+  bootstrap from; the next thing to try is a larger model (4 layers, d=128) and longer SFT, which
+  did not fit this session's CPU budget.
 """
 
 
@@ -266,7 +292,7 @@ def write_report(out: Path, summary: dict, setup: H1Setup, quick: bool) -> None:
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {row['long_mean']:.3f} |")
     lines += ["", f"Mean training reward of the only-h=5 arm: {summary['only_h5_mean_train_reward']:.3f}.", "",
               "## Verdict", ""]
-    lines += [f"- {k}: **{'held' if v else 'did not hold'}**" for k, v in summary["claims"].items()]
+    lines += [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
     lines += ["", "## Setup", "", "```", repr(setup), "```", "",
               "Equal rollout budget per arm: steps x prompts x generations = "
               f"{setup.rl_steps} x {setup.prompts_per_step} x {setup.num_generations}. One supervised base "
