@@ -33,7 +33,7 @@ from longhorizon.core.losses import huber
 from longhorizon.core.nets import ACTIVATIONS, QNetwork
 from longhorizon.core.returns import n_step_returns
 from longhorizon.envs import true_next_obs, vectorize
-from longhorizon.errors import UsageError
+from longhorizon.envs.api import require_discrete_actions
 
 NAME = "dqn"
 
@@ -92,9 +92,7 @@ def default_config(env_id: str) -> Config:
 
 
 def check_env(env, config: Config) -> None:
-    if not env.act_info.discrete:
-        raise UsageError(f"dqn needs a discrete action space but {env.id} has {env.act_info.describe()}; "
-                         f"choose an environment with discrete actions or use ppo.")
+    require_discrete_actions(env, NAME)
 
 
 def steps_per_update(config: Config) -> int:

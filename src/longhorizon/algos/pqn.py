@@ -32,6 +32,7 @@ from longhorizon.core.distributions import epsilon_greedy
 from longhorizon.core.nets import ACTIVATIONS, QNetwork
 from longhorizon.core.returns import lambda_returns
 from longhorizon.envs import true_next_obs, vectorize
+from longhorizon.envs.api import require_discrete_actions
 from longhorizon.errors import UsageError
 
 NAME = "pqn"
@@ -81,9 +82,7 @@ def default_config(env_id: str) -> Config:
 
 
 def check_env(env, config: Config) -> None:
-    if not env.act_info.discrete:
-        raise UsageError(f"pqn needs a discrete action space but {env.id} has {env.act_info.describe()}; "
-                         f"choose an environment with discrete actions or use ppo.")
+    require_discrete_actions(env, NAME)
 
 
 def steps_per_update(config: Config) -> int:

@@ -125,3 +125,12 @@ def true_next_obs(next_obs: jax.Array, info: dict, terminated: jax.Array, trunca
     of it are what truncated steps bootstrap from."""
     done = jnp.logical_or(terminated, truncated)
     return jnp.where(done.reshape(done.shape + (1,) * (next_obs.ndim - done.ndim)), info["final_obs"], next_obs)
+
+
+def require_discrete_actions(env: Environment, algo: str) -> None:
+    """Refuse (before compiling) an environment with a continuous action space."""
+    from longhorizon.errors import UsageError
+
+    if not env.act_info.discrete:
+        raise UsageError(f"{algo} needs a discrete action space but {env.id} has {env.act_info.describe()}; "
+                         f"choose an environment with discrete actions or use ppo.")
