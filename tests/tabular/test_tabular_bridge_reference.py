@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from longhorizon.tabular import dp
+from longhorizon.tabular import dp, gorp_bounds
 from longhorizon.tabular import horizon as hz
 from longhorizon.tabular.cli import bridge_sticky_state_count
 from longhorizon.tabular.mdp import sticky
@@ -57,7 +57,7 @@ def test_appendix_c_bound_within_one_percent(key_corridor, values, official):
     lo = math.floor(6 ** (0.99 * reference - 1))  # the largest m below the 1% band
     hi = math.floor(6 ** (1.01 * reference - 1))
     assert (lo, hi) == (226, 262)
-    ctx = hz._TightContext(key_corridor, values, k=1)
+    ctx = gorp_bounds._TightContext(key_corridor, values, k=1)
     stats: dict = {}
     assert ctx.failure_probability(lo, stats) > 0.5
     assert ctx.failure_probability(hi, stats) <= 0.5

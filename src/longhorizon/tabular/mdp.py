@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import zipfile
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -361,34 +360,3 @@ def sticky(mdp: TabularMDP, repeat_prob: float = 0.25) -> TabularMDP:
                 if "screen_mapping" in mdp.extras and "screens" in mdp.extras else {}),
     )
     return out
-
-
-def reachable_counts_by_time(mdp: TabularMDP, horizon: int) -> list[int]:
-    """Number of distinct states that can be occupied at each timestep 0..horizon-1."""
-    counts = []
-    current = np.zeros(mdp.num_states, dtype=bool)
-    current[0] = True
-    positive = mdp.next_probs > 0
-    for _ in range(horizon):
-        counts.append(int(current.sum()))
-        idx = np.flatnonzero(current)
-        nxt = mdp.next_states[idx][positive[idx]]
-        current = np.zeros(mdp.num_states, dtype=bool)
-        current[nxt[nxt >= 0]] = True
-    return counts
-
-
-def bfs_order(mdp: TabularMDP) -> np.ndarray:
-    """States in breadth-first order from state 0 (unreachable states last)."""
-    order, seen = [], np.zeros(mdp.num_states, dtype=bool)
-    queue = deque([0])
-    seen[0] = True
-    while queue:
-        s = queue.popleft()
-        order.append(s)
-        for t in np.unique(mdp.next_states[s][mdp.next_probs[s] > 0]):
-            if t >= 0 and not seen[t]:
-                seen[t] = True
-                queue.append(int(t))
-    rest = np.flatnonzero(~seen)
-    return np.concatenate([np.asarray(order, dtype=np.int64), rest])
