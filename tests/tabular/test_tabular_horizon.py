@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from longhorizon.tabular import dp
 from longhorizon.tabular import horizon as hz
 from longhorizon.tabular.mdp import TabularMDP
 

@@ -107,6 +107,16 @@ def _verdict(report: dict[str, Any]) -> str:
     )
 
 
+def _transitions_text(report: dict[str, Any]) -> str:
+    if report["deterministic"]:
+        return "deterministic"
+    if report.get("sticky"):
+        return f"stochastic (sticky actions, p = {report['sticky']})"
+    if report.get("estimated_transitions"):
+        return f"stochastic (estimated from {report.get('transition_samples', '?')} samples per state-action pair)"
+    return "stochastic"
+
+
 def _render(report: dict[str, Any], console) -> None:
     from rich.table import Table
 
@@ -127,8 +137,7 @@ def _render(report: dict[str, Any], console) -> None:
         ("states", states),
         ("actions", fmt(report["num_actions"])),
         ("horizon T", fmt(report["horizon"])),
-        ("transitions", "deterministic" if report["deterministic"] else f"stochastic (sticky p = {report.get('sticky', '?')})"
-         if report.get("sticky") else "stochastic"),
+        ("transitions", _transitions_text(report)),
         ("optimal return", fmt(report["optimal_return"])),
         ("random return", fmt(report["random_return"])),
         ("min k (k-QVI-solvable)", fmt(report["min_k"])),
@@ -208,6 +217,7 @@ def run_horizon(target: str, *, horizon: int | None = None, sticky: float = 0.0,
         report["tabularize_states_per_second"] = info.get("states_per_second")
         if info.get("estimated_transitions"):
             report["estimated_transitions"] = True
+            report["transition_samples"] = info.get("transition_samples")
     if gorp:
         from longhorizon.tabular.gorp import gorp_sample_complexity
 
