@@ -7,8 +7,7 @@ import pytest
 
 from longhorizon.tabular import dp, gorp_bounds
 from longhorizon.tabular import horizon as hz
-from longhorizon.tabular.cli import bridge_sticky_state_count
-from longhorizon.tabular.mdp import sticky
+from longhorizon.tabular.mdp import bridge_sticky_state_count, sticky
 
 T = 100
 

@@ -49,32 +49,6 @@ def load_target(target: str, *, horizon: int | None, max_states: int, merge: str
                       show_progress=show_progress, **settings)
 
 
-def bridge_sticky_state_count(mdp, horizon: int) -> int:
-    """States of the sticky-action MDP counted as BRIDGE counts them.
-
-    BRIDGE's sticky MDP has states ``(s, previous action)`` over the original states plus an absorbing
-    'done' state, starts in ``(s0, action 0)`` and counts every pair occupied at timesteps ``0..T-1``.
-    """
-    import numpy as np
-
-    S, A = mdp.num_states, mdp.num_actions
-    nxt = np.where(mdp.transitions < 0, S, mdp.transitions)
-    nxt = np.vstack([nxt, np.full((1, A), S)])
-    current = np.zeros((S + 1, A), dtype=bool)
-    current[0, 0] = True
-    seen = current.copy()
-    acts = np.arange(A)
-    for t in range(horizon - 1):
-        s_idx, b_idx = np.nonzero(current)
-        new = np.zeros_like(current)
-        new[nxt[s_idx][:, acts].ravel(), np.tile(acts, s_idx.size)] = True  # intended action
-        if t > 0:  # the first step is never sticky
-            new[nxt[s_idx, b_idx], b_idx] = True
-        current = new
-        seen |= current
-    return int(seen.sum())
-
-
 def _verdict(report: dict[str, Any]) -> str:
     """One plain sentence on what the analysis predicts for PPO/DQN-style training."""
     T, A = report["horizon"], report["num_actions"]
@@ -180,7 +154,7 @@ def run_horizon(target: str, *, horizon: int | None = None, sticky: float = 0.0,
     from rich.console import Console
 
     from longhorizon.tabular import horizon as hz
-    from longhorizon.tabular.mdp import save_npz
+    from longhorizon.tabular.mdp import bridge_sticky_state_count, save_npz
     from longhorizon.tabular.mdp import sticky as make_sticky
     from longhorizon.tabular.tabularize import DEFAULT_MAX_STATES
 

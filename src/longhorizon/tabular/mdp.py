@@ -360,3 +360,27 @@ def sticky(mdp: TabularMDP, repeat_prob: float = 0.25) -> TabularMDP:
                 if "screen_mapping" in mdp.extras and "screens" in mdp.extras else {}),
     )
     return out
+
+
+def bridge_sticky_state_count(mdp, horizon: int) -> int:
+    """States of the sticky-action MDP counted as BRIDGE counts them.
+
+    BRIDGE's sticky MDP has states ``(s, previous action)`` over the original states plus an absorbing
+    'done' state, starts in ``(s0, action 0)`` and counts every pair occupied at timesteps ``0..T-1``.
+    """
+    S, A = mdp.num_states, mdp.num_actions
+    nxt = np.where(mdp.transitions < 0, S, mdp.transitions)
+    nxt = np.vstack([nxt, np.full((1, A), S)])
+    current = np.zeros((S + 1, A), dtype=bool)
+    current[0, 0] = True
+    seen = current.copy()
+    acts = np.arange(A)
+    for t in range(horizon - 1):
+        s_idx, b_idx = np.nonzero(current)
+        new = np.zeros_like(current)
+        new[nxt[s_idx][:, acts].ravel(), np.tile(acts, s_idx.size)] = True  # intended action
+        if t > 0:  # the first step is never sticky
+            new[nxt[s_idx, b_idx], b_idx] = True
+        current = new
+        seen |= current
+    return int(seen.sum())
