@@ -60,7 +60,6 @@ def measure_longhorizon() -> dict:
 
 def measure_raw_env() -> dict:
     import jax
-    import jax.numpy as jnp
 
     from longhorizon.envs import make, vectorize
 

@@ -65,7 +65,6 @@ print(json.dumps({"steps": total, "seconds": seconds, "cpu_seconds": cpu_seconds
 
 def run_raw_env(seed: int, updates: int) -> dict:
     import jax
-    import jax.numpy as jnp
 
     from longhorizon.envs import make
 

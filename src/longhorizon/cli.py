@@ -22,10 +22,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Modules that add their own commands with ``register(app)``.
 PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli")
 
-_RUN_OPTIONS = {"env", "seeds", "seed", "total_steps", "out", "resume", "chunks", "eval_every", "eval_episodes",
-                "target_return", "engine", "quiet", "actors", "address", "mode", "max_staleness",
-                "actor_cpus", "actor_gpus"}
-
 
 def setup_compilation_cache() -> None:
     """JAX's persistent compilation cache, on by default in the user's cache folder.

@@ -44,11 +44,11 @@ class AlgoConfig:
     def _check_unit_interval(self, *fields: str) -> None:
         for field in fields:
             if not 0.0 <= getattr(self, field) <= 1.0:
-                self._fail(field, "must lie in [0, 1]", f"pass a value between 0 and 1")
+                self._fail(field, "must lie in [0, 1]", "pass a value between 0 and 1")
 
     def _check_choice(self, field: str, choices) -> None:
         if getattr(self, field) not in choices:
-            self._fail(field, f"must be one of {', '.join(map(str, choices))}", f"pass one of those")
+            self._fail(field, f"must be one of {', '.join(map(str, choices))}", "pass one of those")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

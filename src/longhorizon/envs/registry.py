@@ -13,10 +13,6 @@ from longhorizon.envs.api import Environment, GymnaxEnv
 # gymnax environments that need a download at construction time (not possible offline).
 _NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}
 
-_FAMILIES = {
-    "classic": ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"),
-}
-
 
 def _gymnax_ids() -> list[str]:
     import gymnax

@@ -273,7 +273,7 @@ def _finish(run: Run, state, chunk: int, status: str, final_eval, compile_second
         "final_eval_return_mean": None if final_eval is None else float(np.mean(final_eval)),
         "eval_episodes": spec.eval_episodes,
         # Training throughput: env steps of all seeds per second of chunk execution (compile excluded).
-        "steps_per_second": (env_steps - 0) * spec.seeds / train_seconds if train_seconds > 0 else None,
+        "steps_per_second": env_steps * spec.seeds / train_seconds if train_seconds > 0 else None,
         "compile_seconds": prior["compile_seconds"] + compile_seconds,
         "train_seconds": train_seconds, "wall_seconds": wall_seconds,
         "results": str(results.root),
