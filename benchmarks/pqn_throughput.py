@@ -9,8 +9,8 @@
 * ``rejax``: rejax's PQN at the same configuration, in its own virtual environment
   (``benchmarks/.venvs/rejax``: rejax needs gymnax < 1.0), built on first use by ``peer_env``.
 
-Compilation is timed separately from execution. Each contender runs ``--seeds`` times (different
-seeds, one after another); we report the median and range of env steps per wall-clock second and per
+Compilation is timed separately from execution. Each contender runs ``--seeds`` times, interleaved
+(round i runs every contender with seed i), and each round gives a ratio to rejax; we report the median and range of env steps per wall-clock second and per
 CPU-second of the process (all threads; steadier than wall-clock on a shared machine).
 
     .venv/bin/python benchmarks/pqn_throughput.py --seeds 3 [--updates 40] [--only raw-env,longhorizon,longhorizon-novmap,rejax]
@@ -168,13 +168,16 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-    results: dict[str, list[dict]] = {}
-    for name in args.only.split(","):
+    names = args.only.split(",")
+    for name in names:
         if name not in RUNNERS:
             raise SystemExit(f"unknown contender {name}; choose from {', '.join(RUNNERS)}")
-        for seed in range(args.seeds):
+    # Interleaved: every round runs each contender once, so a change in the machine's load hits all of them.
+    results: dict[str, list[dict]] = {}
+    for seed in range(args.seeds):
+        for name in names:
             row = RUNNERS[name](seed, args.updates)
-            row.update(seed=seed, steps_per_second=row["steps"] / row["seconds"],
+            row.update(seed=seed, load_average=os.getloadavg()[0], steps_per_second=row["steps"] / row["seconds"],
                        steps_per_cpu_second=row["steps"] / row["cpu_seconds"])
             results.setdefault(name, []).append(row)
             print(json.dumps({"contender": name, **row}), flush=True)
@@ -186,10 +189,18 @@ def main() -> None:
                       "steps_per_cpu_second": spread([r["steps_per_cpu_second"] for r in rows]),
                       "compile_seconds": spread([r["compile_seconds"] for r in rows]), "jax": rows[0]["jax"]}
                for name, rows in results.items()}
+    ratios = {}
+    if "rejax" in results:
+        for name in results:
+            if name.startswith("longhorizon"):
+                pairs = list(zip(results[name], results["rejax"]))
+                ratios[f"{name}/rejax"] = {
+                    "wall": spread([a["steps_per_second"] / b["steps_per_second"] for a, b in pairs]),
+                    "cpu": spread([a["steps_per_cpu_second"] / b["steps_per_cpu_second"] for a, b in pairs])}
     report = {"config": {"num_envs": NUM_ENVS, "num_steps": NUM_STEPS, "epochs": EPOCHS, "minibatches": MINIBATCHES,
                          "updates_timed": args.updates},
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg()},
-              "runs": results, "summary": summary}
+              "runs": results, "summary": summary, "ratios_per_round": ratios}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"\nCartPole-v1 PQN throughput, {NUM_ENVS} envs x {NUM_STEPS} steps, {EPOCHS}x{MINIBATCHES} minibatches, "
@@ -201,6 +212,9 @@ def main() -> None:
         print(f"{name:19} {st['median']:>12,.0f} [{st['min']:,.0f}, {st['max']:,.0f}]".ljust(53) +
               f"{cpu['median']:>12,.0f} [{cpu['min']:,.0f}, {cpu['max']:,.0f}]".ljust(35) +
               f"{s['compile_seconds']['median']:>10.1f} {s['jax']:>7}")
+    for name, r in ratios.items():
+        print(f"per-round ratio {name}: wall {r['wall']['median']:.2f} [{r['wall']['min']:.2f}, {r['wall']['max']:.2f}], "
+              f"per CPU-second {r['cpu']['median']:.2f} [{r['cpu']['min']:.2f}, {r['cpu']['max']:.2f}]")
 
 if __name__ == "__main__":
     main()

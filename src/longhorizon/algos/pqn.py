@@ -30,6 +30,7 @@ from flax import struct
 from longhorizon.config import AlgoConfig
 from longhorizon.core.distributions import epsilon_greedy
 from longhorizon.core.nets import ACTIVATIONS, QNetwork
+from longhorizon.core.optim import radam
 from longhorizon.core.returns import lambda_returns
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
@@ -157,7 +158,7 @@ def init(key: jax.Array, env, config: Config) -> State:
     num_updates = max(1, config.total_steps // steps_per_update(config))
     lr = (optax.linear_schedule(config.learning_rate, 0.0, num_updates * config.update_epochs * config.num_minibatches)
           if config.anneal_lr else config.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(lr))
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), radam(lr))
     agent = AgentParams(weights, network, float(config.epsilon_end))
     return State(agent, optimizer.init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
 
@@ -166,25 +167,27 @@ def init(key: jax.Array, env, config: Config) -> State:
 def collect(state: State) -> tuple[State, Batch]:
     """Roll ``num_steps`` epsilon-greedy steps in every environment.
 
-    One network call per step evaluates both the observation to act on next and the true next state
-    of the step just taken, so the Q(lambda) bootstraps cost no pass of their own."""
-    agent, venv, n = state.agent, state.env, state.config.num_envs
+    The Q-values of each next observation serve twice: to act on it, and as the Q(lambda) bootstrap
+    of the step just taken. Only a truncated step needs another pass, on its final observation (a
+    terminated step does not bootstrap), and only steps where some environment was truncated pay it."""
+    agent, venv = state.agent, state.env
     eps = epsilon(state.config, state.update_step)
+    q_fn = lambda obs: _q(agent.network, agent.weights, obs)  # noqa: E731
 
     def env_step(carry, _):
         env_state, obs, q_obs, key = carry
         key, act_key, step_key = jax.random.split(key, 3)
         action = epsilon_greedy(act_key, q_obs, eps)
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, action)
-        true_next = true_next_obs(next_obs, info, terminated, truncated)
-        q_both = _q(agent.network, agent.weights, jnp.concatenate([next_obs, true_next]))
-        step = Batch(obs, action, reward, terminated, truncated, jnp.max(q_both[n:], axis=-1),
+        q_next = q_fn(next_obs)
+        q_bootstrap = jax.lax.cond(truncated.any(), lambda: q_fn(true_next_obs(next_obs, info, terminated, truncated)),
+                                   lambda: q_next)
+        step = Batch(obs, action, reward, terminated, truncated, jnp.max(q_bootstrap, axis=-1),
                      info["episode_return"], info["episode_done"])
-        return (env_state, next_obs, q_both[:n], key), step
+        return (env_state, next_obs, q_next, key), step
 
-    q0 = _q(agent.network, agent.weights, state.obs)
-    (env_state, obs, _, key), batch = jax.lax.scan(env_step, (state.env_state, state.obs, q0, state.key), None,
-                                                   state.config.num_steps)
+    (env_state, obs, _, key), batch = jax.lax.scan(env_step, (state.env_state, state.obs, q_fn(state.obs), state.key),
+                                                   None, state.config.num_steps)
     return state.replace(env_state=env_state, obs=obs, key=key), batch
 
 
