@@ -59,6 +59,22 @@ def _parse_extra(args: list[str]) -> dict[str, str]:
     return overrides
 
 
+def _parse_env_args(items: list[str]) -> dict:
+    """``KEY=VALUE`` environment settings; values are read as Python literals where they parse (numbers, booleans)."""
+    import ast
+
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env-arg '{item}' is not KEY=VALUE; write e.g. --env-arg max_steps_in_episode=200.")
+        try:
+            settings[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            settings[key] = value
+    return settings
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -89,6 +105,8 @@ def train(
     max_staleness: int = typer.Option(0, help="--engine ray --mode async: most parameter versions a batch may lag."),
     actor_cpus: float = typer.Option(1.0, help="--engine ray: CPUs each actor declares (Ray places actors by them)."),
     actor_gpus: float = typer.Option(0.0, help="--engine ray: GPUs (or a fraction) each actor declares."),
+    env_arg: Optional[list[str]] = typer.Option(None, "--env-arg", help="Environment setting KEY=VALUE, repeatable "
+                                                "(e.g. --env-arg max_steps_in_episode=200, or horizon=100 for an .npz)."),
 ) -> None:
     """Train ALGO on --env; any algorithm config field can be set as --field value."""
     from longhorizon.runner.run import RunSpec, spec_from_results, train as run_train
@@ -105,8 +123,8 @@ def train(
             raise UsageError("missing --env; pass an environment id such as --env CartPole-v1 (list them with `longhorizon envs`).")
         if total_steps is not None:
             extra["total_steps"] = total_steps
-        spec = RunSpec(algo=algo, env=env, config_overrides=extra, seeds=seeds, seed=seed,
-                       out=str(out) if out else None, num_chunks=chunks, eval_every=eval_every,
+        spec = RunSpec(algo=algo, env=env, config_overrides=extra, env_overrides=_parse_env_args(env_arg or []),
+                       seeds=seeds, seed=seed, out=str(out) if out else None, num_chunks=chunks, eval_every=eval_every,
                        eval_episodes=eval_episodes, target_return=target_return, engine=engine, quiet=quiet,
                        actors=actors, address=address, mode=mode, max_staleness=max_staleness,
                        actor_cpus=actor_cpus, actor_gpus=actor_gpus)

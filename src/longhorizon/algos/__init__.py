@@ -8,7 +8,9 @@
 Batches expose ``episode_return`` and ``episode_done`` (time-major) for the engine's statistics.
 
 Optional hooks: ``check_env(env, config)`` refuses an environment before compiling (e.g. a
-continuous action space for a Q-learning method); for the Ray engine's asynchronous mode,
+continuous action space for a Q-learning method); ``resolve_config(env, config) -> config`` fills in
+settings that depend on the environment (e.g. its horizon); ``wrap_env(env, config) -> env`` wraps
+the environment for training and evaluation alike (e.g. SQIRL adds the time step to observations); for the Ray engine's asynchronous mode,
 ``max_staleness(config) -> (versions, why)`` (or a constant ``MAX_STALENESS``) declares how many
 parameter versions old a batch may be, and ``with_agent_params(state, params)`` lets an actor act
 with parameters published by the learner.
@@ -26,6 +28,7 @@ ALGORITHMS = {
     "ppo": "longhorizon.algos.ppo",
     "pqn": "longhorizon.algos.pqn",
     "dqn": "longhorizon.algos.dqn",
+    "sqirl": "longhorizon.algos.sqirl",
 }
 
 

@@ -2,8 +2,8 @@
 
 from longhorizon.envs.api import Environment, GymnaxEnv, SpaceInfo, space_info, true_next_obs
 from longhorizon.envs.registry import family, list_env_ids, make
-from longhorizon.envs.wrappers import (AutoReset, EpisodeStatistics, NormalizeObservation, NormalizeReward, VecEnv,
-                                       Wrapper)
+from longhorizon.envs.wrappers import (AutoReset, EpisodeStatistics, NormalizeObservation, NormalizeReward, TimeFeature,
+                                       VecEnv, Wrapper)
 
 
 def vectorize(env: Environment, num_envs: int) -> VecEnv:
@@ -12,4 +12,4 @@ def vectorize(env: Environment, num_envs: int) -> VecEnv:
 
 
 __all__ = ["Environment", "GymnaxEnv", "SpaceInfo", "space_info", "true_next_obs", "family", "list_env_ids", "make", "AutoReset",
-           "EpisodeStatistics", "NormalizeObservation", "NormalizeReward", "VecEnv", "Wrapper", "vectorize"]
+           "EpisodeStatistics", "NormalizeObservation", "NormalizeReward", "TimeFeature", "VecEnv", "Wrapper", "vectorize"]

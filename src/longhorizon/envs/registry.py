@@ -46,13 +46,17 @@ def _unknown(env_id: str) -> UsageError:
 
 
 def make(env_id: str, **overrides: Any) -> Environment:
-    """Build environment ``env_id``; ``overrides`` set fields of its params (e.g.
+    """Build environment ``env_id`` (a gymnax id, or the path of a tabular MDP ``.npz``); ``overrides`` set fields of its params (e.g.
     ``max_steps_in_episode=200``) or arguments of its constructor (e.g. ``size=10`` for DeepSea).
 
     The returned environment's ``default_params`` carry the overrides.
     """
     import gymnax
 
+    if env_id.endswith(".npz") or env_id.endswith(".npz/"):
+        from longhorizon.envs.tabular import make_tabular
+
+        return make_tabular(env_id.rstrip("/"), **overrides)
     if env_id not in gymnax.registered_envs:
         raise _unknown(env_id)
     if env_id in _NEEDS_DOWNLOAD:

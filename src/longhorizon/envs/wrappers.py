@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from longhorizon.core.normalize import RunningMeanStd
@@ -184,3 +185,51 @@ class NormalizeReward(Wrapper):
         scaled = jnp.clip(reward / jnp.sqrt(rms.var + 1e-8), -self.clip, self.clip)
         new_state = NormalizeRewardState(env_state, ret * (1 - done), rms)
         return obs, new_state, scaled, terminated, truncated, {**info, "raw_reward": reward}
+
+
+@struct.dataclass
+class TimeFeatureState:
+    env_state: Any
+    time: jax.Array  # steps taken in the running episode
+
+
+class TimeFeature(Wrapper):
+    """Flattens the observation and appends the fraction of the episode's step budget used,
+    ``t / max_episode_steps``, so that a finite-horizon, time-indexed policy can read the time step
+    from its observation (SQIRL's per-timestep policies need it)."""
+
+    def __init__(self, env: Environment):
+        super().__init__(env)
+        self.horizon = env.max_episode_steps
+        self._obs_info = None
+
+    def _with_time(self, obs, time):
+        return jnp.concatenate([jnp.reshape(obs, (-1,)).astype(jnp.float32),
+                                jnp.reshape(time / self.horizon, (1,)).astype(jnp.float32)])
+
+    def reset(self, key, params=None):
+        obs, state = self.env.reset(key, params)
+        time = jnp.zeros((), jnp.int32)
+        return self._with_time(obs, time), TimeFeatureState(state, time)
+
+    def step(self, key, state, action, params=None):
+        obs, env_state, reward, terminated, truncated, info = self.env.step(key, state.env_state, action, params)
+        time = state.time + 1
+        done = jnp.logical_or(terminated, truncated)
+        info = {**info, "final_obs": self._with_time(info["final_obs"], time)}
+        time = jnp.where(done, 0, time)
+        return self._with_time(obs, time), TimeFeatureState(env_state, time), reward, terminated, truncated, info
+
+    def observation_space(self, params=None):
+        from gymnax.environments import spaces
+
+        return spaces.Box(-jnp.inf, jnp.inf, (int(np.prod(self.env.obs_info.shape)) + 1,), jnp.float32)
+
+    @property
+    def obs_info(self):
+        if self._obs_info is None:
+            from longhorizon.envs.api import space_info
+
+            with jax.ensure_compile_time_eval():
+                self._obs_info = space_info(self.observation_space())
+        return self._obs_info

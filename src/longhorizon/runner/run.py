@@ -93,6 +93,10 @@ class Run:
         self.config = apply_overrides(base, spec.config_overrides)  # validates on construction
         if hasattr(self.algo, "check_env"):
             self.algo.check_env(self.env, self.config)
+        if hasattr(self.algo, "resolve_config"):  # settings that depend on the environment (e.g. its horizon)
+            self.config = self.algo.resolve_config(self.env, self.config)
+        if hasattr(self.algo, "wrap_env"):  # e.g. the time step in the observation, for training and evaluation
+            self.env = self.algo.wrap_env(self.env, self.config)
         spu = self.algo.steps_per_update(self.config)
         self.num_updates = max(1, self.config.total_steps // spu)
         self.updates_per_chunk = pick_updates_per_chunk(self.num_updates, spec.num_chunks)

@@ -1,0 +1,306 @@
+r"""SQIRL, shallow Q-iteration via reinforcement learning (Laidlaw, Zhu, Russell, Dragan, ICLR 2024,
+"The Effective Horizon Explains Deep RL Performance in Stochastic Environments").
+
+Many MDPs are solved by a few steps of value iteration on the random policy's Q-function followed by
+acting greedily (they are *k-QVI-solvable*). SQIRL learns a finite-horizon, time-indexed policy
+:math:`\pi_0, \dots, \pi_{T-1}` one block of time steps at a time. Iteration :math:`i` (learning the
+time steps :math:`[i s, (i+1) s)` for a stride :math:`s`):
+
+1. **collect** ``num_envs`` fresh episodes that follow the frozen greedy policies :math:`\pi_t` for
+   :math:`t < i s` and act uniformly at random from :math:`t = i s` on;
+2. **regress the random policy's Q**: head 1 of the Q-network fits the Monte-Carlo return of the
+   random continuation, :math:`Q^1(s_t, a_t) \leftarrow \sum_{t' \ge t} \gamma^{t'-t} r_{t'}` (time
+   steps :math:`t \ge i s` only: the actions after :math:`t` were random);
+3. **k - 1 steps of fitted-Q iteration** on the same transitions: head :math:`j+1` fits
+   :math:`r_t + \gamma (1 - \text{end}_t) \max_a Q^j(s_{t+1}, a)` (no bootstrap at the end of an
+   episode, termination or horizon alike: the problem is finite-horizon);
+4. **freeze** the network: :math:`\pi_t(s) = \arg\max_a Q^k(s, a)` for the block's time steps.
+
+Time steps not yet learned act at random while collecting and greedily with the latest network in
+greedy evaluation. After the last block the sweep starts again at time 0 with the networks learned
+so far as the prefix. The environment is wrapped in :class:`~longhorizon.envs.TimeFeature` so a
+policy reads its time step from the observation's last entry; the network also sees it.
+
+Deviations from the paper, for a fused JAX loop: the network is warm-started from the previous
+block (as in the authors' deep-RL implementation) and trained only on the fresh iteration's data
+(no replay across iterations); a stride above 1 learns several time steps per iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from longhorizon.config import AlgoConfig
+from longhorizon.core.nets import ACTIVATIONS, QNetwork
+from longhorizon.envs import TimeFeature, true_next_obs, vectorize
+from longhorizon.envs.api import require_discrete_actions
+from longhorizon.errors import UsageError
+
+NAME = "sqirl"
+AUTO_BLOCKS = 32  # stride 0 splits the horizon into about this many blocks
+
+
+# ----------------------------------------------------------------------------- config
+@dataclasses.dataclass(frozen=True)
+class Config(AlgoConfig):
+    total_steps: int = 1_000_000
+    num_envs: int = 64  # episodes per iteration (m in the paper)
+    planning_depth: int = 1  # k: 1 = act greedily on the random policy's Q; k-1 fitted-Q steps after it
+    stride: int = 0  # time steps learned per iteration; 0: ceil(horizon / 32)
+    horizon: int = 0  # episode step budget T; 0: the environment's time limit
+    rows_per_env: int = 64  # training rows kept per episode and iteration (a random subset when more)
+    update_epochs: int = 8
+    minibatch_size: int = 256
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 10.0
+    gamma: float = 1.0  # the paper's finite-horizon, undiscounted return
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "relu"
+    layer_norm: bool = True
+
+    def validate(self) -> None:
+        self._check_positive("num_envs", "planning_depth", "rows_per_env", "update_epochs", "minibatch_size",
+                             "learning_rate", "max_grad_norm")
+        self._check_unit_interval("gamma")
+        self._check_choice("activation", sorted(ACTIVATIONS))
+        if self.stride < 0 or self.horizon < 0:
+            raise UsageError("--stride and --horizon must be 0 (automatic) or positive; pass e.g. --stride 4.")
+        if not self.hidden or any(w <= 0 for w in self.hidden):
+            self._fail("hidden", "must list positive layer widths", "pass e.g. --hidden 64,64")
+        rows = self.num_envs * self.rows_per_env
+        if rows % self.minibatch_size:
+            raise UsageError(f"--minibatch-size {self.minibatch_size} does not divide num_envs x rows_per_env = {rows}; "
+                             f"choose a divisor of {rows}, e.g. {math.gcd(rows, 256)}.")
+        if self.horizon and self.stride > self.horizon:
+            raise UsageError(f"--stride {self.stride} exceeds the horizon {self.horizon}; pass a stride of at most {self.horizon}.")
+
+
+def default_config(env_id: str) -> Config:
+    return Config()
+
+
+def check_env(env, config: Config) -> None:
+    require_discrete_actions(env, NAME)
+
+
+def resolve_config(env, config: Config) -> Config:
+    """Fill in the automatic horizon (the environment's time limit) and stride."""
+    horizon = config.horizon or env.max_episode_steps
+    if config.horizon and config.horizon != env.max_episode_steps:
+        raise UsageError(f"--horizon {config.horizon} differs from the environment's time limit {env.max_episode_steps}; "
+                         f"leave --horizon at 0 (set the limit on the environment, e.g. --env-arg horizon=...).")
+    stride = config.stride or max(1, math.ceil(horizon / AUTO_BLOCKS))
+    return dataclasses.replace(config, horizon=horizon, stride=stride)
+
+
+def wrap_env(env, config: Config):
+    """SQIRL's policies are indexed by time: the observation carries the time step."""
+    return env if isinstance(env, TimeFeature) else TimeFeature(env)
+
+
+def steps_per_update(config: Config) -> int:
+    """Environment steps simulated per iteration (``num_envs`` rollouts of ``horizon`` steps; the steps
+    after an episode's end are simulated but not used, see the ``sample_steps`` metric)."""
+    return config.num_envs * max(1, config.horizon)
+
+
+def num_blocks(config: Config) -> int:
+    return math.ceil(config.horizon / config.stride)
+
+
+# ----------------------------------------------------------------------------- state
+@struct.dataclass
+class AgentParams:
+    frozen: Any  # network weights per block of time steps, stacked on a leading axis
+    latest: Any  # the network being trained (used greedily for blocks not learned yet)
+    learned: jax.Array  # number of blocks learned so far (at most num_blocks)
+    network: QNetwork = struct.field(pytree_node=False)
+    config: Config = struct.field(pytree_node=False)
+
+
+@struct.dataclass
+class State:
+    agent: AgentParams
+    opt_state: Any
+    block: jax.Array  # the block this iteration learns
+    key: jax.Array
+    config: Config = struct.field(pytree_node=False)
+    env: Any = struct.field(pytree_node=False)
+    optimizer: Any = struct.field(pytree_node=False)
+
+
+@struct.dataclass
+class Batch:
+    obs: jax.Array  # [T, N, D]
+    action: jax.Array
+    reward: jax.Array
+    ended: jax.Array  # the episode ended at this step (terminated or out of time)
+    next_obs: jax.Array  # the true next observation
+    alive: jax.Array  # the step belongs to the first episode of its environment
+    prefix: jax.Array  # time steps below this followed the learned policy
+    episode_return: jax.Array
+    episode_done: jax.Array
+
+
+# ----------------------------------------------------------------------------- acting
+def _q_heads(network, weights, obs, planning_depth: int) -> jax.Array:
+    """Q-values of every head, ``[..., k, A]``."""
+    out = network.apply(weights, jnp.asarray(obs, jnp.float32))
+    return out.reshape(out.shape[:-1] + (planning_depth, -1))
+
+
+def _time_step(obs: jax.Array, horizon: int) -> jax.Array:
+    return jnp.round(obs[..., -1] * horizon).astype(jnp.int32)
+
+
+def _weights_for_block(params: AgentParams, block: jax.Array):
+    """The frozen weights of ``block``, or the latest ones where that block is not learned yet."""
+    use_frozen = block < params.learned
+    index = jnp.minimum(block, num_blocks(params.config) - 1)
+    return jax.tree.map(lambda stack, latest: jnp.where(use_frozen, stack[index], latest), params.frozen, params.latest)
+
+
+def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = False) -> jax.Array:
+    """Greedy on the last head with the policy of each row's time step. Not greedy: uniformly random
+    at time steps whose block is not learned yet (the exploration SQIRL collects with)."""
+    config = params.config
+    blocks = _time_step(obs, config.horizon) // config.stride
+
+    def one(o, block):
+        q = _q_heads(params.network, _weights_for_block(params, block), o[None], config.planning_depth)[0, -1]
+        return jnp.argmax(q)
+
+    greedy_action = jax.vmap(one)(obs, blocks)
+    random_action = jax.random.randint(key, greedy_action.shape, 0, params.network.num_actions // config.planning_depth)
+    return jnp.where(jnp.logical_or(greedy, blocks < params.learned), greedy_action, random_action)
+
+
+def agent_params(state: State) -> AgentParams:
+    return state.agent
+
+
+# ----------------------------------------------------------------------------- init
+def init(key: jax.Array, env, config: Config) -> State:
+    if not config.horizon or not config.stride:
+        config = resolve_config(env, config)
+    env = wrap_env(env, config)
+    network = QNetwork(obs_shape=env.obs_info.shape, num_actions=config.planning_depth * env.act_info.n,
+                       hidden=config.hidden, activation=config.activation, layer_norm=config.layer_norm)
+    key, net_key = jax.random.split(key)
+    weights = network.init(net_key, jnp.zeros((1,) + env.obs_info.shape, jnp.float32))
+    frozen = jax.tree.map(lambda w: jnp.broadcast_to(w, (num_blocks(config),) + w.shape), weights)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+    agent = AgentParams(frozen, weights, jnp.zeros((), jnp.int32), network, config)
+    return State(agent, optimizer.init(weights), jnp.zeros((), jnp.int32), key, config,
+                 vectorize(env, config.num_envs), optimizer)
+
+
+# ----------------------------------------------------------------------------- collect
+def collect(state: State) -> tuple[State, Batch]:
+    """``num_envs`` fresh episodes of at most ``horizon`` steps: learned policy before the block, random from it."""
+    config, agent, venv = state.config, state.agent, state.env
+    prefix = state.block * config.stride
+    key, reset_key, loop_key = jax.random.split(state.key, 3)
+    obs, env_state = venv.reset(reset_key)
+
+    def env_step(carry, t):
+        env_state, obs, alive, key = carry
+        key, act_key, step_key = jax.random.split(key, 3)
+        # Every environment of the first episode is at time t: one set of frozen weights serves all.
+        learned_action = lambda: jnp.argmax(  # noqa: E731
+            _q_heads(agent.network, _weights_for_block(agent, t // config.stride), obs, config.planning_depth)[:, -1], -1)
+        random_action = jax.random.randint(act_key, (config.num_envs,), 0, venv.act_info.n)
+        action = jax.lax.cond(t < prefix, learned_action, lambda: random_action)
+        next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, action)
+        ended = jnp.logical_or(terminated, truncated)
+        step = Batch(obs, action, reward, ended, true_next_obs(next_obs, info, terminated, truncated), alive, prefix,
+                     info["episode_return"], jnp.logical_and(info["episode_done"], alive))
+        return (env_state, next_obs, jnp.logical_and(alive, ~ended), key), step
+
+    alive = jnp.ones(config.num_envs, bool)
+    _, batch = jax.lax.scan(env_step, (env_state, obs, alive, loop_key), jnp.arange(config.horizon))
+    return state.replace(key=key), batch
+
+
+# ----------------------------------------------------------------------------- learn
+def monte_carlo_returns(reward: jax.Array, ended: jax.Array, gamma: float) -> jax.Array:
+    r""":math:`G_t = r_t + \gamma (1 - \text{end}_t) G_{t+1}`, :math:`G_T = 0` (time-major ``[T, N]``)."""
+
+    def backward(next_return, step):
+        r, end = step
+        g = r + gamma * (1.0 - end) * next_return
+        return g, g
+
+    _, returns = jax.lax.scan(backward, jnp.zeros_like(reward[0]), (reward, ended.astype(reward.dtype)), reverse=True)
+    return returns
+
+
+def fitted_q_targets(mc_return, reward, ended, next_q, gamma: float) -> jax.Array:
+    r"""Targets of every head, ``[B, k]``: head 1 the Monte-Carlo return of the random continuation,
+    head :math:`j+1` the backup :math:`r + \gamma (1 - \text{end}) \max_a Q^j(s', a)` of head :math:`j`
+    (``next_q`` is ``[B, k, A]`` on the true next states)."""
+    backups = reward[:, None] + gamma * (1.0 - ended[:, None]) * jnp.max(next_q[:, :-1], axis=-1)
+    return jnp.concatenate([mc_return[:, None], backups], axis=1)
+
+
+def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
+    config, agent = state.config, state.agent
+    k = config.planning_depth
+    ended = batch.ended.astype(jnp.float32)
+    returns = monte_carlo_returns(batch.reward, ended, config.gamma)
+    time = jnp.arange(config.horizon)[:, None]
+    usable = jnp.logical_and(batch.alive, time >= batch.prefix[0]).reshape(-1)  # random continuation only
+
+    # Keep at most num_envs x rows_per_env usable rows (a random subset): fixed shapes for jit.
+    key, pick_key, epoch_key = jax.random.split(state.key, 3)
+    capacity = config.num_envs * config.rows_per_env
+    score = jnp.where(usable, jax.random.uniform(pick_key, usable.shape), 2.0)
+    rows = jnp.argsort(score)[:capacity] if usable.shape[0] >= capacity else jnp.argsort(score)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])[rows]  # noqa: E731
+    data = dict(obs=flat(batch.obs), action=flat(batch.action), reward=flat(batch.reward), ended=flat(ended),
+                next_obs=flat(batch.next_obs), mc=flat(returns), weight=usable[rows].astype(jnp.float32))
+    num_rows = data["weight"].shape[0]
+    num_minibatches = max(1, num_rows // config.minibatch_size)
+    mb_size = num_rows // num_minibatches
+
+    def loss_fn(weights, mb):
+        q = _q_heads(agent.network, weights, mb["obs"], k)  # [B, k, A]
+        chosen = jnp.take_along_axis(q, mb["action"][:, None, None].astype(jnp.int32), axis=-1)[..., 0]  # [B, k]
+        per_row = jnp.mean((chosen - mb["target"]) ** 2, axis=-1)
+        loss = jnp.sum(mb["weight"] * per_row) / jnp.maximum(jnp.sum(mb["weight"]), 1.0)
+        return loss, loss
+
+    def minibatch_step(carry, mb):
+        weights, opt_state = carry
+        grads, loss = jax.grad(loss_fn, has_aux=True)(weights, mb)
+        updates, opt_state = state.optimizer.update(grads, opt_state, weights)
+        return (optax.apply_updates(weights, updates), opt_state), loss
+
+    def epoch(carry, key):
+        # Fitted-Q targets from the network as it stands at the start of the epoch.
+        next_q = jax.lax.stop_gradient(_q_heads(agent.network, carry[0], data["next_obs"], k))
+        target = fitted_q_targets(data["mc"], data["reward"], data["ended"], next_q, config.gamma)
+        perm = jax.random.permutation(key, num_rows)[: num_minibatches * mb_size]
+        fields = {**data, "target": target}
+        shuffled = jax.tree.map(lambda x: x[perm].reshape((num_minibatches, mb_size) + x.shape[1:]), fields)
+        return jax.lax.scan(minibatch_step, carry, shuffled)
+
+    (weights, opt_state), losses = jax.lax.scan(epoch, (agent.latest, state.opt_state),
+                                                jax.random.split(epoch_key, config.update_epochs))
+    frozen = jax.tree.map(lambda stack, w: stack.at[state.block].set(w), agent.frozen, weights)
+    learned = jnp.maximum(agent.learned, state.block + 1)
+    metrics = {"loss": jnp.mean(losses), "block": state.block.astype(jnp.float32),
+               "prefix": batch.prefix[0].astype(jnp.float32),
+               "usable_rows": jnp.sum(usable.astype(jnp.float32)),
+               "sample_steps": jnp.sum(batch.alive.astype(jnp.float32)),
+               "mc_return_mean": jnp.sum(jnp.where(usable, returns.reshape(-1), 0.0)) / jnp.maximum(jnp.sum(usable), 1)}
+    agent = agent.replace(frozen=frozen, latest=weights, learned=learned)
+    state = state.replace(agent=agent, opt_state=opt_state, key=key, block=(state.block + 1) % num_blocks(config))
+    return state, metrics
