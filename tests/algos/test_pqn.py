@@ -131,3 +131,21 @@ def test_train_resume_and_eval_end_to_end(tmp_path):
         np.testing.assert_array_equal(a, b)
     returns, _ = evaluate_run(tmp_path / "straight", episodes=3)
     assert len(returns) == 2 and all(0 < r <= 10 for r in returns)
+
+
+def test_batch_norm_option_learns_with_batch_statistics_and_acts_with_running_ones():
+    with pytest.raises(UsageError, match="exclude each other"):
+        pqn.Config(batch_norm=True)
+    config = pqn.Config(num_envs=4, num_steps=8, num_minibatches=2, update_epochs=1, hidden=(8,), layer_norm=False,
+                        batch_norm=True, total_steps=64)
+    state = pqn.init(jax.random.PRNGKey(0), make("CartPole-v1"), config)
+    stats = state.agent.weights["batch_stats"]
+    state2, metrics = jax.jit(lambda s: pqn.learn(*pqn.collect(s)))(state)
+    assert bool(jnp.isfinite(metrics["loss"]))
+    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), stats, state2.agent.weights["batch_stats"])
+    assert max(jax.tree.leaves(moved)) > 0  # running statistics were updated by the learner
+    # Acting uses the running statistics: a single observation gets the same Q-values alone or in a batch.
+    obs = jnp.array([[0.1, 0.2, 0.0, -0.1], [1.0, -1.0, 0.5, 0.3]])
+    q_pair = pqn.q_values(state2.agent.network, state2.agent.weights, obs)
+    q_one = pqn.q_values(state2.agent.network, state2.agent.weights, obs[:1])
+    np.testing.assert_allclose(q_pair[:1], q_one, rtol=1e-5)

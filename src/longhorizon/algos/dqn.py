@@ -30,7 +30,7 @@ from longhorizon.config import AlgoConfig
 from longhorizon.core.distributions import epsilon_greedy
 from longhorizon.core import replay
 from longhorizon.core.losses import huber
-from longhorizon.core.nets import ACTIVATIONS, QNetwork
+from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
 from longhorizon.core.returns import n_step_returns
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
@@ -150,13 +150,9 @@ class Batch:
 
 
 # ----------------------------------------------------------------------------- acting
-def _q(network, weights, obs):
-    return network.apply(weights, jnp.asarray(obs, jnp.float32))
-
-
 def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = False) -> jax.Array:
     """Greedy action for ``obs`` (a batch), or epsilon-greedy with the final training epsilon."""
-    return epsilon_greedy(key, _q(params.network, params.weights, obs), jnp.where(greedy, 0.0, params.epsilon))
+    return epsilon_greedy(key, q_values(params.network, params.weights, obs), jnp.where(greedy, 0.0, params.epsilon))
 
 
 def agent_params(state: State) -> AgentParams:
@@ -193,7 +189,7 @@ def collect(state: State) -> tuple[State, Batch]:
     def env_step(carry, _):
         env_state, obs, env_steps, key = carry
         key, act_key, step_key = jax.random.split(key, 3)
-        action = epsilon_greedy(act_key, _q(agent.network, agent.weights, obs), epsilon(config, env_steps))
+        action = epsilon_greedy(act_key, q_values(agent.network, agent.weights, obs), epsilon(config, env_steps))
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, action)
         done = jnp.logical_or(terminated, truncated)
         true_next = true_next_obs(next_obs, info, terminated, truncated)
@@ -226,7 +222,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     network = agent.network
 
     def loss_fn(weights, obs, action, target):
-        q = _q(network, weights, obs)
+        q = q_values(network, weights, obs)
         chosen = jnp.take_along_axis(q, action[:, None].astype(jnp.int32), axis=-1)[:, 0]
         error = chosen - target
         loss = jnp.mean(huber(error) if config.loss == "huber" else 0.5 * error**2)
@@ -236,8 +232,8 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         weights, target_weights, opt_state, key, grad_steps = carry
         key, sample_key = jax.random.split(key)
         window = replay.sample(state.buffer, sample_key, config.batch_size, config.n_step)
-        q_target_next = _q(network, target_weights, window.next_obs)
-        q_online_next = _q(network, weights, window.next_obs) if config.double_dqn else None
+        q_target_next = q_values(network, target_weights, window.next_obs)
+        q_online_next = q_values(network, weights, window.next_obs) if config.double_dqn else None
         target = jax.lax.stop_gradient(td_targets(window, q_target_next, q_online_next, config))
         grads, metrics = jax.grad(loss_fn, has_aux=True)(weights, window.obs[:, 0], window.action[:, 0], target)
         updates, opt_state = state.optimizer.update(grads, opt_state, weights)

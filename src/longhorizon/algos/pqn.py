@@ -29,7 +29,7 @@ from flax import struct
 
 from longhorizon.config import AlgoConfig
 from longhorizon.core.distributions import epsilon_greedy
-from longhorizon.core.nets import ACTIVATIONS, QNetwork
+from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
 from longhorizon.core.optim import radam
 from longhorizon.core.returns import lambda_returns
 from longhorizon.envs import true_next_obs, vectorize
@@ -58,6 +58,7 @@ class Config(AlgoConfig):
     hidden: tuple[int, ...] = (256, 256)  # MLP widths; for image observations (conv channels, dense units)
     activation: str = "relu"
     layer_norm: bool = True
+    batch_norm: bool = False  # BatchNorm instead (pass --layer-norm false): batch statistics while learning
 
     def validate(self) -> None:
         self._check_positive("num_envs", "num_steps", "update_epochs", "num_minibatches", "learning_rate",
@@ -66,6 +67,8 @@ class Config(AlgoConfig):
         self._check_choice("activation", sorted(ACTIVATIONS))
         if not self.hidden or any(w <= 0 for w in self.hidden):
             self._fail("hidden", "must list positive layer widths", "pass e.g. --hidden 256,256")
+        if self.layer_norm and self.batch_norm:
+            raise UsageError("--batch-norm and --layer-norm exclude each other; pass --batch-norm true --layer-norm false.")
         batch = self.num_envs * self.num_steps
         if batch % self.num_minibatches:
             divisor = max(d for d in (1, 2, 4, 8, 16, 32) if batch % d == 0)
@@ -132,13 +135,9 @@ class Batch:
 
 
 # ----------------------------------------------------------------------------- acting
-def _q(network, weights, obs):
-    return network.apply(weights, jnp.asarray(obs, jnp.float32))
-
-
 def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = False) -> jax.Array:
     """Greedy action for ``obs`` (a batch), or epsilon-greedy with the final training epsilon."""
-    q = _q(params.network, params.weights, obs)
+    q = q_values(params.network, params.weights, obs)
     return epsilon_greedy(key, q, jnp.where(greedy, 0.0, params.epsilon))
 
 
@@ -150,7 +149,7 @@ def agent_params(state: State) -> AgentParams:
 def init(key: jax.Array, env, config: Config) -> State:
     obs_info = env.obs_info
     network = QNetwork(obs_shape=obs_info.shape, num_actions=env.act_info.n, hidden=config.hidden,
-                       activation=config.activation, layer_norm=config.layer_norm)
+                       activation=config.activation, layer_norm=config.layer_norm, batch_norm=config.batch_norm)
     venv = vectorize(env, config.num_envs)
     key, net_key, env_key = jax.random.split(key, 3)
     obs, env_state = venv.reset(env_key)
@@ -160,7 +159,7 @@ def init(key: jax.Array, env, config: Config) -> State:
           if config.anneal_lr else config.learning_rate)
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), radam(lr))
     agent = AgentParams(weights, network, float(config.epsilon_end))
-    return State(agent, optimizer.init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
+    return State(agent, optimizer.init(weights["params"]), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
 
 
 # ----------------------------------------------------------------------------- collect
@@ -172,7 +171,7 @@ def collect(state: State) -> tuple[State, Batch]:
     terminated step does not bootstrap), and only steps where some environment was truncated pay it."""
     agent, venv = state.agent, state.env
     eps = epsilon(state.config, state.update_step)
-    q_fn = lambda obs: _q(agent.network, agent.weights, obs)  # noqa: E731
+    q_fn = lambda obs: q_values(agent.network, agent.weights, obs)  # noqa: E731
 
     def env_step(carry, _):
         env_state, obs, q_obs, key = carry
@@ -207,18 +206,24 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     batch_size = config.num_envs * config.num_steps
     mb_size = batch_size // config.num_minibatches
 
-    def loss_fn(weights, mb):
+    def loss_fn(params, batch_stats, mb):
         obs, action, target = mb
-        q = _q(agent.network, weights, obs)
+        variables = {"params": params, **batch_stats}
+        if config.batch_norm:  # normalise with this minibatch's statistics and update the running ones
+            q, batch_stats = agent.network.apply(variables, jnp.asarray(obs, jnp.float32), train=True,
+                                                 mutable=["batch_stats"])
+        else:
+            q = q_values(agent.network, variables, obs)
         chosen = jnp.take_along_axis(q, action[:, None].astype(jnp.int32), axis=-1)[:, 0]
         loss = 0.5 * jnp.mean((chosen - target) ** 2)
-        return loss, dict(loss=loss, q_mean=chosen.mean())
+        return loss, (dict(loss=loss, q_mean=chosen.mean()), batch_stats)
 
     def minibatch_step(carry, mb):
         weights, opt_state = carry
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(weights, mb)
-        updates, opt_state = state.optimizer.update(grads, opt_state, weights)
-        return (optax.apply_updates(weights, updates), opt_state), metrics
+        params, batch_stats = weights["params"], {k: v for k, v in weights.items() if k != "params"}
+        grads, (metrics, batch_stats) = jax.grad(loss_fn, has_aux=True)(params, batch_stats, mb)
+        updates, opt_state = state.optimizer.update(grads, opt_state, params)
+        return ({"params": optax.apply_updates(params, updates), **batch_stats}, opt_state), metrics
 
     def epoch(carry, key):
         perm = jax.random.permutation(key, batch_size)

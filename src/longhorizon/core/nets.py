@@ -17,21 +17,29 @@ def orthogonal(scale: float = float(np.sqrt(2))):
 
 
 class MLPTorso(nn.Module):
-    """Dense layers with an optional LayerNorm (or BatchNorm-free) after each hidden layer."""
+    """Dense layers with an optional LayerNorm or BatchNorm after each hidden layer."""
 
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
     layer_norm: bool = False
+    batch_norm: bool = False  # batch statistics when train=True, running averages otherwise
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, train: bool = False):
         x = x.reshape(x.shape[: x.ndim - 1] + (-1,)) if x.ndim >= 1 else x
         for width in self.hidden:
             x = nn.Dense(width, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x)
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
+            x = _normalize(x, self.layer_norm, self.batch_norm, train)
             x = ACTIVATIONS[self.activation](x)
         return x
+
+
+def _normalize(x, layer_norm: bool, batch_norm: bool, train: bool):
+    if layer_norm:
+        return nn.LayerNorm()(x)
+    if batch_norm:
+        return nn.BatchNorm(use_running_average=not train, momentum=0.99)(x)
+    return x
 
 
 class MinAtarTorso(nn.Module):
@@ -41,23 +49,20 @@ class MinAtarTorso(nn.Module):
     dense: int = 128
     activation: str = "relu"
     layer_norm: bool = False
+    batch_norm: bool = False
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, train: bool = False):
         act = ACTIVATIONS[self.activation]
         x = nn.Conv(self.channels, (3, 3), padding="VALID", kernel_init=orthogonal())(x)
-        if self.layer_norm:
-            x = nn.LayerNorm()(x)
-        x = act(x)
+        x = act(_normalize(x, self.layer_norm, self.batch_norm, train))
         x = x.reshape(x.shape[:-3] + (-1,))
         x = nn.Dense(self.dense, kernel_init=orthogonal())(x)
-        if self.layer_norm:
-            x = nn.LayerNorm()(x)
-        return act(x)
+        return act(_normalize(x, self.layer_norm, self.batch_norm, train))
 
 
 def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, layer_norm: bool = False,
-               index: int | None = None) -> nn.Module:
+               index: int | None = None, batch_norm: bool = False) -> nn.Module:
     """An MLP for vector observations, the MinAtar CNN for image observations (H, W, C).
 
     ``index`` names the torso explicitly (``MLPTorso_<index>``), the name flax would give the
@@ -66,9 +71,9 @@ def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: st
     if len(obs_shape) == 3:
         name = None if index is None else f"MinAtarTorso_{index}"
         return MinAtarTorso(channels=hidden[0] if hidden else 16, dense=hidden[-1] if hidden else 128,
-                            activation=activation, layer_norm=layer_norm, name=name)
+                            activation=activation, layer_norm=layer_norm, batch_norm=batch_norm, name=name)
     name = None if index is None else f"MLPTorso_{index}"
-    return MLPTorso(hidden=tuple(hidden), activation=activation, layer_norm=layer_norm, name=name)
+    return MLPTorso(hidden=tuple(hidden), activation=activation, layer_norm=layer_norm, batch_norm=batch_norm, name=name)
 
 
 class ActorCritic(nn.Module):
@@ -97,18 +102,27 @@ class ActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Q-values for a discrete action set, with LayerNorm after each hidden layer if asked."""
+    """Q-values for a discrete action set, with LayerNorm or BatchNorm after each hidden layer if asked.
+
+    With BatchNorm the variables hold ``batch_stats`` next to ``params``; ``train=True`` normalises
+    with the batch's statistics and must be applied with ``mutable=["batch_stats"]``."""
 
     obs_shape: tuple[int, ...]
     num_actions: int
     hidden: Sequence[int] = (256, 256)
     activation: str = "relu"
     layer_norm: bool = True
+    batch_norm: bool = False
 
     @nn.compact
-    def __call__(self, obs):
-        x = make_torso(self.obs_shape, self.hidden, self.activation, self.layer_norm)(obs)
+    def __call__(self, obs, train: bool = False):
+        x = make_torso(self.obs_shape, self.hidden, self.activation, self.layer_norm, batch_norm=self.batch_norm)(obs, train)
         return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0))(x)
+
+
+def q_values(network: nn.Module, variables, obs) -> jax.Array:
+    """Q-values of a batch of observations (BatchNorm, if any, with its running statistics)."""
+    return network.apply(variables, jnp.asarray(obs, jnp.float32))
 
 
 def tree_all_finite(tree) -> jax.Array:
