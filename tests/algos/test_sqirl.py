@@ -46,7 +46,7 @@ def test_fitted_q_targets_by_hand():
 
 
 def _tiny(**changes):
-    config = sqirl.Config(num_envs=64, rows_per_env=4, minibatch_size=64, update_epochs=30, learning_rate=3e-3,
+    config = sqirl.Config(num_envs=64, num_minibatches=2, update_epochs=30, learning_rate=3e-3,
                           hidden=(32,), stride=1, total_steps=10_000)
     return sqirl.resolve_config(TabularEnv(lock_mdp()), sqirl.Config(**{**config.__dict__, **changes}))
 
@@ -96,8 +96,8 @@ def test_sqirl_opens_a_combination_lock():
 
 
 def test_config_errors_are_usage_errors():
-    with pytest.raises(UsageError, match="minibatch-size"):
-        sqirl.Config(num_envs=3, rows_per_env=5, minibatch_size=4)
+    with pytest.raises(UsageError, match="num-minibatches"):
+        sqirl.Config(num_envs=6, num_minibatches=4)
     with pytest.raises(UsageError, match="planning-depth"):
         sqirl.Config(planning_depth=0)
     with pytest.raises(UsageError, match="time limit"):
@@ -115,7 +115,7 @@ def test_train_sqirl_on_an_npz_through_the_runner(tmp_path):
         train(RunSpec(algo="sqirl", env=str(path), out=str(tmp_path / "no-horizon"), quiet=True))
     spec = RunSpec(algo="sqirl", env=str(path), env_overrides={"horizon": 3}, seeds=2, num_chunks=3, eval_every=1,
                    eval_episodes=4, out=str(tmp_path / "run"), quiet=True,
-                   config_overrides={"num_envs": "64", "rows_per_env": "4", "minibatch_size": "64", "update_epochs": "30",
+                   config_overrides={"num_envs": "64", "num_minibatches": "2", "update_epochs": "30",
                                      "learning_rate": "3e-3", "hidden": "32", "stride": "1", "total_steps": str(3 * 64 * 3)})
     summary = train(spec)
     assert summary["status"] == "completed"

@@ -21,9 +21,11 @@ greedy evaluation. After the last block the sweep starts again at time 0 with th
 so far as the prefix. The environment is wrapped in :class:`~longhorizon.envs.TimeFeature` so a
 policy reads its time step from the observation's last entry; the network also sees it.
 
-Deviations from the paper, for a fused JAX loop: the network is warm-started from the previous
-block (as in the authors' deep-RL implementation) and trained only on the fresh iteration's data
-(no replay across iterations); a stride above 1 learns several time steps per iteration.
+Each iteration regresses on the transitions of its window of time steps (the block plus the
+:math:`k - 1` steps its backups reach, :func:`window`). Deviations from the paper, for a fused JAX
+loop: one network with :math:`k` heads and the time step as an input, warm-started from the previous
+block (as in the authors' deep-RL implementation); only the fresh iteration's data (no replay across
+iterations); a stride above 1 learns several time steps per iteration.
 """
 
 from __future__ import annotations
@@ -55,9 +57,8 @@ class Config(AlgoConfig):
     planning_depth: int = 1  # k: 1 = act greedily on the random policy's Q; k-1 fitted-Q steps after it
     stride: int = 0  # time steps learned per iteration; 0: ceil(horizon / 32)
     horizon: int = 0  # episode step budget T; 0: the environment's time limit
-    rows_per_env: int = 64  # training rows kept per episode and iteration (a random subset when more)
     update_epochs: int = 8
-    minibatch_size: int = 256
+    num_minibatches: int = 4
     learning_rate: float = 1e-3
     max_grad_norm: float = 10.0
     gamma: float = 1.0  # the paper's finite-horizon, undiscounted return
@@ -66,18 +67,17 @@ class Config(AlgoConfig):
     layer_norm: bool = True
 
     def validate(self) -> None:
-        self._check_positive("num_envs", "planning_depth", "rows_per_env", "update_epochs", "minibatch_size",
-                             "learning_rate", "max_grad_norm")
+        self._check_positive("num_envs", "planning_depth", "update_epochs", "num_minibatches", "learning_rate",
+                             "max_grad_norm")
         self._check_unit_interval("gamma")
         self._check_choice("activation", sorted(ACTIVATIONS))
         if self.stride < 0 or self.horizon < 0:
             raise UsageError("--stride and --horizon must be 0 (automatic) or positive; pass e.g. --stride 4.")
         if not self.hidden or any(w <= 0 for w in self.hidden):
             self._fail("hidden", "must list positive layer widths", "pass e.g. --hidden 64,64")
-        rows = self.num_envs * self.rows_per_env
-        if rows % self.minibatch_size:
-            raise UsageError(f"--minibatch-size {self.minibatch_size} does not divide num_envs x rows_per_env = {rows}; "
-                             f"choose a divisor of {rows}, e.g. {math.gcd(rows, 256)}.")
+        if self.num_envs % self.num_minibatches:
+            raise UsageError(f"--num-minibatches {self.num_minibatches} does not divide --num-envs {self.num_envs}; "
+                             f"choose a divisor of {self.num_envs}, e.g. {math.gcd(self.num_envs, 4)}.")
         if self.horizon and self.stride > self.horizon:
             raise UsageError(f"--stride {self.stride} exceeds the horizon {self.horizon}; pass a stride of at most {self.horizon}.")
 
@@ -250,25 +250,30 @@ def fitted_q_targets(mc_return, reward, ended, next_q, gamma: float) -> jax.Arra
     return jnp.concatenate([mc_return[:, None], backups], axis=1)
 
 
+def window(config: Config) -> int:
+    """Time steps an iteration learns from: the block's ``stride`` steps plus the ``k - 1`` after it
+    that the fitted-Q backups reach (head :math:`j` is needed :math:`k - j` steps after the block)."""
+    return min(config.horizon, config.stride + config.planning_depth - 1)
+
+
 def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     config, agent = state.config, state.agent
     k = config.planning_depth
     ended = batch.ended.astype(jnp.float32)
     returns = monte_carlo_returns(batch.reward, ended, config.gamma)
-    time = jnp.arange(config.horizon)[:, None]
-    usable = jnp.logical_and(batch.alive, time >= batch.prefix[0]).reshape(-1)  # random continuation only
+    prefix = batch.prefix[0]
 
-    # Keep at most num_envs x rows_per_env usable rows (a random subset): fixed shapes for jit.
-    key, pick_key, epoch_key = jax.random.split(state.key, 3)
-    capacity = config.num_envs * config.rows_per_env
-    score = jnp.where(usable, jax.random.uniform(pick_key, usable.shape), 2.0)
-    rows = jnp.argsort(score)[:capacity] if usable.shape[0] >= capacity else jnp.argsort(score)
-    flat = lambda x: x.reshape((-1,) + x.shape[2:])[rows]  # noqa: E731
-    data = dict(obs=flat(batch.obs), action=flat(batch.action), reward=flat(batch.reward), ended=flat(ended),
-                next_obs=flat(batch.next_obs), mc=flat(returns), weight=usable[rows].astype(jnp.float32))
-    num_rows = data["weight"].shape[0]
-    num_minibatches = max(1, num_rows // config.minibatch_size)
-    mb_size = num_rows // num_minibatches
+    # The rows of this block's window: the time steps [prefix, prefix + window) of every first episode.
+    width = window(config)
+    start = jnp.minimum(prefix, config.horizon - width)
+    take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, width, axis=0).reshape((-1,) + x.shape[2:])  # noqa: E731
+    time = start + jnp.arange(width)[:, None]
+    usable = jnp.logical_and(jax.lax.dynamic_slice_in_dim(batch.alive, start, width, axis=0), time >= prefix)
+    data = dict(obs=take(batch.obs), action=take(batch.action), reward=take(batch.reward), ended=take(ended),
+                next_obs=take(batch.next_obs), mc=take(returns), weight=usable.reshape(-1).astype(jnp.float32))
+    num_rows = width * config.num_envs
+    mb_size = num_rows // config.num_minibatches
+    key, epoch_key = jax.random.split(state.key)
 
     def loss_fn(weights, mb):
         q = _q_heads(agent.network, weights, mb["obs"], k)  # [B, k, A]
@@ -287,20 +292,19 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         # Fitted-Q targets from the network as it stands at the start of the epoch.
         next_q = jax.lax.stop_gradient(_q_heads(agent.network, carry[0], data["next_obs"], k))
         target = fitted_q_targets(data["mc"], data["reward"], data["ended"], next_q, config.gamma)
-        perm = jax.random.permutation(key, num_rows)[: num_minibatches * mb_size]
+        perm = jax.random.permutation(key, num_rows)
         fields = {**data, "target": target}
-        shuffled = jax.tree.map(lambda x: x[perm].reshape((num_minibatches, mb_size) + x.shape[1:]), fields)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), fields)
         return jax.lax.scan(minibatch_step, carry, shuffled)
 
     (weights, opt_state), losses = jax.lax.scan(epoch, (agent.latest, state.opt_state),
                                                 jax.random.split(epoch_key, config.update_epochs))
     frozen = jax.tree.map(lambda stack, w: stack.at[state.block].set(w), agent.frozen, weights)
     learned = jnp.maximum(agent.learned, state.block + 1)
-    metrics = {"loss": jnp.mean(losses), "block": state.block.astype(jnp.float32),
-               "prefix": batch.prefix[0].astype(jnp.float32),
-               "usable_rows": jnp.sum(usable.astype(jnp.float32)),
-               "sample_steps": jnp.sum(batch.alive.astype(jnp.float32)),
-               "mc_return_mean": jnp.sum(jnp.where(usable, returns.reshape(-1), 0.0)) / jnp.maximum(jnp.sum(usable), 1)}
+    used = data["weight"]
+    metrics = {"loss": jnp.mean(losses), "block": state.block.astype(jnp.float32), "prefix": prefix.astype(jnp.float32),
+               "usable_rows": jnp.sum(used), "sample_steps": jnp.sum(batch.alive.astype(jnp.float32)),
+               "mc_return_mean": jnp.sum(used * data["mc"]) / jnp.maximum(jnp.sum(used), 1.0)}
     agent = agent.replace(frozen=frozen, latest=weights, learned=learned)
     state = state.replace(agent=agent, opt_state=opt_state, key=key, block=(state.block + 1) % num_blocks(config))
     return state, metrics
