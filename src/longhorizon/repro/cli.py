@@ -14,14 +14,18 @@ from longhorizon.errors import UsageError
 REPROS = {
     "h1": ("longhorizon.repro.h1", "a horizon curriculum (h=1 -> 5) beats fixed-horizon RL on long chained problems"),
     "sgpo": ("longhorizon.repro.sgpo", "per-query group sizes from a success-rate profile match GRPO with fewer tokens"),
+    "effective-horizon": ("longhorizon.repro.effective_horizon",
+                          "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
+# Reproductions whose run folders are large write under runs/ by default (their curated copy goes to docs/results/).
+DEFAULT_OUT = {"effective-horizon": Path("runs") / "effective-horizon"}
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def repro(
         name: str = typer.Argument(..., help=f"One of: {', '.join(REPROS)}."),
-        out: Optional[Path] = typer.Option(None, help="Output folder (default: docs/results/NAME)."),
+        out: Optional[Path] = typer.Option(None, help="Output folder (default: docs/results/NAME; runs/NAME for effective-horizon)."),
         quick: bool = typer.Option(False, help="A smaller, faster version (for smoke tests)."),
     ) -> None:
         """Reproduce a paper's claim at small scale; writes a table, a plot and a verdict."""
@@ -34,5 +38,5 @@ def register(app: typer.Typer) -> None:
             if error.name == module_name:
                 raise UsageError(f"reproduction '{name}' is not part of this installation yet; see docs/ for the ones that are.") from None
             raise
-        result = module.run(str(out or Path("docs") / "results" / name), quick=quick)
+        result = module.run(str(out or DEFAULT_OUT.get(name, Path("docs") / "results" / name)), quick=quick)
         print(result.get("verdict", result) if isinstance(result, dict) else result)

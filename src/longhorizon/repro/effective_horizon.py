@@ -1,0 +1,568 @@
+"""effective-horizon (Laidlaw, Russell, Dragan, NeurIPS 2023; Laidlaw, Zhu, Russell, Dragan, ICLR 2024).
+
+Claims checked, at small scale on 2 CPU cores:
+
+1. the empirical sample complexity of deep RL (env steps until a greedy policy is optimal) grows
+   roughly exponentially with the effective horizon ``H`` of the MDP (GORP's bound is ``T^2 A^H``),
+   so their Spearman rank correlation is high;
+2. SQIRL succeeds roughly where PPO and DQN-style methods (here PQN) succeed.
+
+Method: each environment is turned into an exact finite MDP (MiniGrid with BRIDGE's conventions,
+bsuite's DeepSea through the gymnax tabularizer), analysed exactly (``min k``, planning window, the
+simple and the Appendix-C effective horizon, optimal and random return by dynamic programming), then
+PPO, PQN and SQIRL train on it as an environment (one-hot observations) through the ordinary runner,
+with a greedy evaluation after every chunk and a step budget. An algorithm's sample complexity on a
+seed is the count of environment steps at the end of the first chunk whose greedy evaluation return
+reaches the optimal return (within ``1e-4``); the table reports the median over seeds, a seed that
+never gets there counting as "above the budget".
+
+Counting: PPO and PQN count every environment step (``env_steps`` of the runner, per seed). SQIRL
+simulates ``num_envs x horizon`` steps per iteration but only the steps before each episode's end are
+samples; it counts the sum of its ``sample_steps`` metric (the runner logs the mean over the chunk's
+updates and over seeds, so SQIRL's count is the seeds' mean number of samples up to that chunk).
+
+Compiled programs are shared: the MDP tables travel in the environment state (not as constants of
+the program) and one-hot observations are padded with never-visited states to a common size per
+action count, so every MDP with the same action count and horizon reuses one compiled program per
+algorithm (through JAX's persistent compilation cache). Padded inputs are always zero: they get no
+gradient, but they change the first layer's initial weight scale (its fan-in).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from longhorizon.errors import UsageError
+
+SUCCESS_TOLERANCE = 1e-4  # BRIDGE's reward precision: a return this close to the optimum is optimal
+ALGOS = ("ppo", "pqn", "sqirl")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """One environment of the study: a tabularizer id (or a ``.npz`` path) and the horizon ``T``."""
+
+    name: str
+    source: str
+    horizon: int
+    settings: tuple[tuple[str, Any], ...] = ()  # gymnax settings, e.g. (("size", 8),)
+
+
+MINIGRID_HORIZON = 30
+MINIGRID = ("Empty-5x5", "Empty-6x6", "Empty-8x8", "Fetch-5x5-N2", "LavaGapS5", "LavaGapS6", "MultiRoom-N2-S4",
+            "DoorKey-5x5", "KeyCorridorS3R1", "SimpleCrossingS9N1")
+DEEPSEA_SIZES = (4, 7, 10, 13)
+
+DEFAULT_ENVS = tuple(EnvSpec(name, f"MiniGrid-{name}-v0", MINIGRID_HORIZON) for name in MINIGRID) + tuple(
+    EnvSpec(f"DeepSea-{n}", "DeepSea-bsuite", n, (("size", n),)) for n in DEEPSEA_SIZES)
+
+# Small networks and batches for MDPs of at most a few hundred states and horizons of tens of steps.
+# Learning-rate annealing is off everywhere so that the schedule does not depend on the budget.
+CONFIGS: dict[str, dict[str, str]] = {
+    "ppo": {"num_envs": "16", "num_steps": "16", "learning_rate": "1e-3", "anneal_lr": "false", "update_epochs": "4",
+            "num_minibatches": "4", "hidden": "64,64", "ent_coef": "0.01"},
+    "pqn": {"num_envs": "16", "num_steps": "16", "learning_rate": "1e-3", "anneal_lr": "false", "update_epochs": "2",
+            "num_minibatches": "4", "hidden": "64,64", "reward_scale": "1.0", "epsilon_end": "0.05",
+            "epsilon_fraction": "0.2"},
+    "sqirl": {"num_envs": "32", "num_minibatches": "4", "update_epochs": "8", "hidden": "64,64", "learning_rate": "1e-3"},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    envs: tuple[EnvSpec, ...] = DEFAULT_ENVS
+    algos: tuple[str, ...] = ALGOS
+    seeds: int = 3
+    budget: int = 102_400  # env steps per seed (SQIRL: simulated steps; its samples are fewer)
+    num_chunks: int = 100  # greedy evaluations per run (the resolution of the first-success step)
+    configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = tuple(
+        (algo, tuple(sorted(cfg.items()))) for algo, cfg in CONFIGS.items())
+    pad_to: int = 32  # one-hot sizes are padded up to a multiple of this, per action count
+    tight: bool = True  # compute the Appendix-C bound (the slow part of the analysis)
+    max_states: int = 20_000
+
+    def config(self, algo: str) -> dict[str, str]:
+        return dict(dict(self.configs).get(algo, ()))
+
+
+QUICK = Setup(envs=DEFAULT_ENVS[:1] + DEFAULT_ENVS[-4:-3], seeds=3, budget=30_720, num_chunks=30)
+
+
+# ----------------------------------------------------------------------------- sample complexity
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a runner ``metrics.jsonl``."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+def step_counts(rows: Sequence[dict[str, Any]], count: str = "env_steps", updates_per_chunk: int = 1) -> list[float]:
+    """Cumulative steps at the end of each chunk: ``env_steps`` as logged, or (``count="sample_steps"``)
+    the running sum of the per-update ``sample_steps`` metric times the updates in a chunk."""
+    if count == "env_steps":
+        return [float(r["env_steps"]) for r in rows]
+    if count == "sample_steps":
+        total, out = 0.0, []
+        for r in rows:
+            if r.get("sample_steps") is None:
+                raise UsageError(f"metrics row of chunk {r.get('chunk')} has no sample_steps; count env_steps instead.")
+            total += float(r["sample_steps"]) * updates_per_chunk
+            out.append(total)
+        return out
+    raise UsageError(f"unknown step count '{count}'; choose env_steps or sample_steps.")
+
+
+def first_success_steps(rows: Sequence[dict[str, Any]], target: float, num_seeds: int, *, count: str = "env_steps",
+                        updates_per_chunk: int = 1, tolerance: float = SUCCESS_TOLERANCE) -> dict[str, Any]:
+    """Per seed, the step count of the first chunk whose greedy evaluation return is at least
+    ``target - tolerance`` (``None``: never within the run), and the steps the run used in all."""
+    steps = step_counts(rows, count, updates_per_chunk)
+    first: list[float | None] = [None] * num_seeds
+    for row, n in zip(rows, steps):
+        per_seed = row.get("eval_return_per_seed")
+        if per_seed is None:
+            continue
+        if len(per_seed) != num_seeds:
+            raise UsageError(f"chunk {row.get('chunk')} has {len(per_seed)} evaluation returns, expected {num_seeds}.")
+        for i, ret in enumerate(per_seed):
+            if first[i] is None and ret is not None and ret >= target - tolerance:
+                first[i] = n
+    return {"first_success": first, "steps_used": steps[-1] if steps else 0.0}
+
+
+def summarise_seeds(first: Sequence[float | None], steps_used: float) -> dict[str, Any]:
+    """Median, min and max over seeds, a seed that never succeeded counting as above the budget
+    (``inf``); ``censored`` when the median itself lies above it."""
+    values = np.array([math.inf if v is None else float(v) for v in first])
+    median = float(np.median(values)) if len(values) else math.inf
+    found = [float(v) for v in first if v is not None]
+    return {"median": None if not math.isfinite(median) else median, "censored": not math.isfinite(median),
+            "min": min(found) if found else None, "max": None if len(found) < len(first) else max(found),
+            "found": len(found), "seeds": len(first), "steps_used": float(steps_used)}
+
+
+def format_complexity(s: dict[str, Any]) -> str:
+    """``median [min, max]``; ``> budget`` for what was not found within it."""
+    def num(x):
+        return f"{x:,.0f}"
+
+    above = f">{num(s['steps_used'])}"
+    median = above if s["censored"] else num(s["median"])
+    lo = above if s["min"] is None else num(s["min"])
+    hi = above if s["max"] is None else num(s["max"])
+    return f"{median} [{lo}, {hi}] ({s['found']}/{s['seeds']})"
+
+
+# ----------------------------------------------------------------------------- environments
+def build_mdp(env: EnvSpec, max_states: int):
+    from longhorizon.tabular import mdp as mdp_module
+    from longhorizon.tabular import tabularize
+
+    if env.source.endswith(".npz"):
+        return mdp_module.load_npz(env.source, horizon=env.horizon)
+    return tabularize.tabularize(env.source, horizon=env.horizon, max_states=max_states, **dict(env.settings))
+
+
+def padded_env(mdp, horizon: int, num_states: int):
+    """A :class:`~longhorizon.envs.tabular.TabularEnv` whose tables live in the environment state."""
+    import jax
+    import jax.numpy as jnp
+    from flax import struct
+
+    from longhorizon.envs.tabular import TabularEnv
+
+    @struct.dataclass
+    class TableState:
+        state: jax.Array
+        time: jax.Array
+        next_states: jax.Array
+        cum_probs: jax.Array
+        next_rewards: jax.Array
+        horizon: jax.Array
+
+    class PaddedTabularEnv(TabularEnv):
+        def __init__(self):
+            self.padded_states = num_states
+            super().__init__(mdp, horizon)
+            pad, A, K = num_states - mdp.num_states, mdp.num_actions, mdp.num_outcomes
+            # Padded states are never reached; they end the episode if they ever were.
+            self._tables = (
+                np.concatenate([np.asarray(mdp.next_states, np.int32), np.full((pad, A, K), -1, np.int32)]),
+                np.concatenate([np.cumsum(mdp.next_probs, -1).astype(np.float32), np.ones((pad, A, K), np.float32)]),
+                np.concatenate([np.asarray(mdp.next_rewards, np.float32), np.zeros((pad, A, K), np.float32)]))
+
+        def observation(self, state):
+            return jax.nn.one_hot(state, self.padded_states, dtype=jnp.float32)
+
+        def reset(self, key, params=None):
+            tables = [jnp.asarray(t) for t in self._tables]
+            state = TableState(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), *tables,
+                               jnp.asarray(self.horizon, jnp.int32))
+            return self.observation(state.state), state
+
+        def step(self, key, state, action, params=None):
+            cum = state.cum_probs[state.state, action]
+            outcome = jnp.minimum(jnp.sum(jax.random.uniform(key) * cum[-1] >= cum), cum.shape[0] - 1)
+            next_state = state.next_states[state.state, action, outcome]
+            reward = state.next_rewards[state.state, action, outcome]
+            time_ = state.time + 1
+            terminated = next_state < 0
+            truncated = jnp.logical_and(time_ >= state.horizon, ~terminated)
+            done = jnp.logical_or(terminated, truncated)
+            final_obs = jnp.where(terminated, jnp.zeros(self.padded_states, jnp.float32),
+                                  self.observation(jnp.maximum(next_state, 0)))
+            new = state.replace(state=jnp.where(done, 0, jnp.maximum(next_state, 0)), time=jnp.where(done, 0, time_))
+            return self.observation(new.state), new, reward, terminated, truncated, {"final_obs": final_obs}
+
+        def observation_space(self, params=None):
+            from gymnax.environments import spaces
+
+            return spaces.Box(0.0, 1.0, (self.padded_states,), jnp.float32)
+
+    return PaddedTabularEnv()
+
+
+def padded_sizes(rows: Iterable[dict[str, Any]], multiple: int) -> dict[int, int]:
+    """One-hot size per action count: the largest state count among those MDPs, rounded up."""
+    sizes: dict[int, int] = {}
+    for r in rows:
+        sizes[r["num_actions"]] = max(sizes.get(r["num_actions"], 0), r["num_states"])
+    return {a: multiple * math.ceil(s / multiple) for a, s in sizes.items()}
+
+
+def enable_compilation_cache(path: Path) -> None:
+    import jax
+
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# ----------------------------------------------------------------------------- one run
+def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, target: float, setup: Setup,
+                 out: Path) -> dict[str, Any]:
+    """Train ``algo`` on the MDP through the runner (results folder ``out``); returns the per-seed
+    first-success steps and the summary. A finished folder with the same settings is reused."""
+    from longhorizon.engine.fused import FusedEngine
+    from longhorizon.runner import run as runner
+
+    overrides = {**setup.config(algo), "total_steps": str(setup.budget)}
+    spec = runner.RunSpec(algo=algo, env=str(npz_path), env_overrides={"horizon": horizon}, seeds=setup.seeds,
+                          num_chunks=setup.num_chunks, eval_every=1, eval_episodes=1 if mdp.is_deterministic else 10,
+                          target_return=target - SUCCESS_TOLERANCE, out=str(out), quiet=True,
+                          config_overrides=overrides)
+    summary_path = out / "summary.json"
+    if summary_path.exists():
+        config = json.loads((out / "config.json").read_text())
+        if config.get("config_overrides") != overrides or config.get("seeds") != setup.seeds \
+                or config.get("target_return") != spec.target_return:
+            raise UsageError(f"{out} holds a run with other settings; remove it or choose another --out.")
+        summary = json.loads(summary_path.read_text())
+        updates_per_chunk = int(config["updates_per_chunk"])
+    else:
+        if (out / "metrics.jsonl").exists():  # an interrupted run: start it again
+            import shutil
+
+            shutil.rmtree(out)
+        run = runner.Run(spec)
+        # Same environment, tables in the state: programs are shared across MDPs of one shape.
+        env = padded_env(mdp, horizon, num_states)
+        if hasattr(run.algo, "wrap_env"):
+            env = run.algo.wrap_env(env, run.config)
+        run.env = env
+        run.engine = FusedEngine(run.algo, env, run.config, spec.seeds, run.updates_per_chunk)
+        summary = runner._train(run, False, None)
+        updates_per_chunk = run.updates_per_chunk
+        import shutil
+
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # not needed: every run finished
+    rows = read_metrics(out / "metrics.jsonl")
+    count = "sample_steps" if algo == "sqirl" else "env_steps"
+    found = first_success_steps(rows, target, setup.seeds, count=count, updates_per_chunk=updates_per_chunk)
+    curves = {"steps": step_counts(rows, count, updates_per_chunk),
+              "eval_return_per_seed": [r.get("eval_return_per_seed") for r in rows]}
+    return {**found, "count": count, "status": summary["status"], "compile_seconds": summary["compile_seconds"],
+            "wall_seconds": summary["wall_seconds"], "curves": curves}
+
+
+# ----------------------------------------------------------------------------- the study
+def analyse_env(env: EnvSpec, setup: Setup, mdp_dir: Path, log=print):
+    """Tabularize (or load) and analyse one environment; both cached in ``mdp_dir``."""
+    from longhorizon.tabular import horizon as horizon_module
+    from longhorizon.tabular import mdp as mdp_module
+
+    npz, report_path = mdp_dir / f"{env.name}.npz", mdp_dir / f"{env.name}.json"
+    if npz.exists() and report_path.exists():
+        mdp = mdp_module.load_npz(npz, horizon=env.horizon)
+        report = json.loads(report_path.read_text())
+        if report.get("tight_requested") == setup.tight:
+            return mdp, npz, report
+    t0 = time.perf_counter()
+    mdp = build_mdp(env, setup.max_states)
+    mdp_module.save_npz(mdp.with_horizon(env.horizon), npz)
+    report = horizon_module.analyze(mdp, env.horizon, tight=setup.tight and mdp.is_deterministic)
+    report["tight_requested"] = setup.tight
+    report["analysis_seconds"] = time.perf_counter() - t0
+    from longhorizon.runner.results import write_json_atomic
+
+    write_json_atomic(report_path, report)
+    return mdp, npz, report
+
+
+def effective_horizon(row: dict[str, Any]) -> float | None:
+    """The Appendix-C bound where computed, else the simple one."""
+    h = row.get("effective_horizon_tight")
+    return h if h is not None else row.get("effective_horizon_simple")
+
+
+def spearman(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Spearman's rho between ``xs`` and median sample complexities; a censored median ranks above
+    every found one (all censored medians tie)."""
+    from scipy.stats import spearmanr
+
+    pairs = [(x, s) for x, s in zip(xs, ys) if x is not None]
+    if len(pairs) < 3:
+        return {"rho": None, "p_value": None, "n": len(pairs), "censored": sum(s["censored"] for _, s in pairs)}
+    top = max([s["steps_used"] for _, s in pairs] + [s["median"] or 0.0 for _, s in pairs])
+    x = [p[0] for p in pairs]
+    y = [2.0 * top if s["censored"] else s["median"] for _, s in pairs]
+    if len(set(y)) < 2 or len(set(x)) < 2:
+        return {"rho": None, "p_value": None, "n": len(pairs), "censored": sum(s["censored"] for _, s in pairs),
+                "why": "constant input"}
+    result = spearmanr(x, y)
+    return {"rho": float(result.statistic), "p_value": float(result.pvalue), "n": len(pairs),
+            "censored": sum(s["censored"] for _, s in pairs)}
+
+
+def log_slope(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Least-squares slope of log10(median sample complexity) on the effective horizon, found medians only."""
+    pts = [(x, math.log10(s["median"])) for x, s in zip(xs, ys) if x is not None and not s["censored"] and s["median"]]
+    if len(pts) < 3 or len({p[0] for p in pts}) < 2:
+        return {"slope": None, "n": len(pts)}
+    x, y = np.array(pts).T
+    slope, intercept = np.polyfit(x, y, 1)
+    return {"slope": float(slope), "intercept": float(intercept), "n": len(pts),
+            "pearson_r": float(np.corrcoef(x, y)[0, 1])}
+
+
+def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
+    from longhorizon.runner.results import ResultsDir, write_json_atomic
+
+    setup = setup or (QUICK if quick else Setup())
+    unknown = [a for a in setup.algos if a not in ALGOS]
+    if unknown:
+        raise UsageError(f"unknown algorithm '{unknown[0]}' for this study; choose from {', '.join(ALGOS)}.")
+    root = Path(out_dir)
+    out = ResultsDir(root)
+    out.write_config({"repro": "effective-horizon", "quick": quick, "setup": setup,
+                      "success_tolerance": SUCCESS_TOLERANCE})
+    enable_compilation_cache(root / "jax-cache")
+    t_start = time.perf_counter()
+    mdp_dir = root / "mdps"
+    mdp_dir.mkdir(parents=True, exist_ok=True)
+    print(f"effective-horizon: {len(setup.envs)} environments x {len(setup.algos)} algorithms x {setup.seeds} seeds, "
+          f"budget {setup.budget:,} steps per seed; results in {root}")
+    envs = []
+    for i, env in enumerate(setup.envs, 1):
+        t0 = time.perf_counter()
+        mdp, npz, report = analyse_env(env, setup, mdp_dir)
+        envs.append((env, mdp, npz, report))
+        print(f"[analysis {i}/{len(setup.envs)}] {env.name}: {report['num_states']} states, {report['num_actions']} "
+              f"actions, T={report['horizon']}, min k {report['min_k']}, H simple {_f(report['effective_horizon_simple'])}, "
+              f"tight {_f(report['effective_horizon_tight'])}, optimal {report['optimal_return']:.4f}, random "
+              f"{report['random_return']:.5f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    sizes = padded_sizes([r for *_, r in envs], setup.pad_to)
+    rows, curves = [], {}
+    total, done = len(envs) * len(setup.algos), 0
+    for env, mdp, npz, report in envs:
+        row = {"env": env.name, "source": env.source, "settings": dict(env.settings),
+               **{k: report[k] for k in ("num_states", "num_actions", "horizon", "min_k", "epw",
+                                         "effective_horizon_simple", "effective_horizon_tight",
+                                         "optimal_return", "random_return")},
+               "padded_states": sizes[report["num_actions"]], "sample_complexity": {}}
+        for algo in setup.algos:
+            done += 1
+            result = train_on_mdp(algo, mdp, npz, env.horizon, sizes[report["num_actions"]], report["optimal_return"],
+                                  setup, root / "runs" / algo / env.name)
+            stats = summarise_seeds(result["first_success"], result["steps_used"])
+            row["sample_complexity"][algo] = {**stats, "per_seed": result["first_success"], "count": result["count"],
+                                              "status": result["status"]}
+            curves[f"{algo}/{env.name}"] = result["curves"]
+            print(f"[run {done}/{total}] {algo} on {env.name}: {format_complexity(stats)} "
+                  f"(compile {result['compile_seconds']:.0f} s, run {result['wall_seconds']:.0f} s, "
+                  f"{time.perf_counter() - t_start:.0f} s in all)", flush=True)
+        rows.append(row)
+        out.append_metrics({k: v for k, v in row.items()})
+    summary = summarise(rows, setup)
+    summary["wall_s"] = time.perf_counter() - t_start
+    write_json_atomic(root / "table.json", {"rows": rows})
+    write_json_atomic(root / "curves.json", curves)
+    out.write_summary(summary)
+    write_csv(root / "table.csv", rows, setup)
+    write_report(root, rows, summary, setup, quick)
+    return summary
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _slope(fit: dict[str, Any]) -> str:
+    return "-" if fit["slope"] is None else f"{fit['slope']:.2f} (n={fit['n']})"
+
+
+def summarise(rows: list[dict[str, Any]], setup: Setup) -> dict[str, Any]:
+    hs = [effective_horizon(r) for r in rows]
+    correlations = {algo: {"tight_or_simple": spearman(hs, [r["sample_complexity"][algo] for r in rows]),
+                           "simple": spearman([r["effective_horizon_simple"] for r in rows],
+                                              [r["sample_complexity"][algo] for r in rows]),
+                           "log10_slope": log_slope(hs, [r["sample_complexity"][algo] for r in rows])}
+                    for algo in setup.algos}
+    claims = {}
+    rhos = [c["tight_or_simple"]["rho"] for c in correlations.values() if c["tight_or_simple"]["rho"] is not None]
+    if not rhos:
+        claims["sample_complexity_grows_with_effective_horizon"] = "inconclusive (too few environments)"
+    else:
+        strong = all(r >= 0.5 for r in rhos)
+        claims["sample_complexity_grows_with_effective_horizon"] = (
+            ("held" if strong else "did not hold") + " (Spearman rho "
+            + ", ".join(f"{a} {c['tight_or_simple']['rho']:.2f}" for a, c in correlations.items()
+                        if c["tight_or_simple"]["rho"] is not None) + ")")
+    agreement = None
+    if "sqirl" in setup.algos and len(setup.algos) > 1:
+        others = [a for a in setup.algos if a != "sqirl"]
+        same = [(not r["sample_complexity"]["sqirl"]["censored"]) == any(not r["sample_complexity"][a]["censored"] for a in others)
+                for r in rows]
+        agreement = {"agree": int(sum(same)), "of": len(rows),
+                     "sqirl_only": [r["env"] for r, s in zip(rows, same) if not s and not r["sample_complexity"]["sqirl"]["censored"]],
+                     "others_only": [r["env"] for r, s in zip(rows, same) if not s and r["sample_complexity"]["sqirl"]["censored"]]}
+        claims["sqirl_succeeds_where_ppo_pqn_do"] = (
+            ("held" if agreement["agree"] >= 0.75 * len(rows) else "did not hold")
+            + f" (same outcome on {agreement['agree']}/{len(rows)} environments)")
+    verdict = "effective-horizon: " + "; ".join(f"{k}: {v}" for k, v in claims.items())
+    return {"correlations": correlations, "agreement": agreement, "claims": claims, "verdict": verdict,
+            "budget": setup.budget, "seeds": setup.seeds}
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
+    fields = ["env", "num_states", "num_actions", "horizon", "min_k", "epw", "effective_horizon_simple",
+              "effective_horizon_tight", "optimal_return", "random_return"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields + [f"{a}_{k}" for a in setup.algos for k in ("median", "min", "max", "found", "steps_used")])
+        for r in rows:
+            cells = [r[k] for k in fields]
+            for a in setup.algos:
+                s = r["sample_complexity"][a]
+                cells += ["" if s["median"] is None else s["median"], "" if s["min"] is None else s["min"],
+                          "" if s["max"] is None else s["max"], s["found"], s["steps_used"]]
+            writer.writerow(cells)
+
+
+def plot(path: Path, rows: list[dict[str, Any]], setup: Setup, summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(setup.algos), figsize=(4.2 * len(setup.algos), 4), sharey=True, squeeze=False)
+    for ax, algo in zip(axes[0], setup.algos):
+        for r in rows:
+            h, s = effective_horizon(r), r["sample_complexity"][algo]
+            if h is None:
+                continue
+            family = "DeepSea" if r["env"].startswith("DeepSea") else "MiniGrid"
+            color = "tab:blue" if family == "MiniGrid" else "tab:orange"
+            if s["censored"]:
+                ax.scatter([h], [s["steps_used"]], marker="^", facecolors="none", edgecolors=color)
+            else:
+                lo = s["median"] - (s["min"] if s["min"] is not None else s["median"])
+                hi = (s["max"] if s["max"] is not None else s["steps_used"]) - s["median"]
+                ax.errorbar([h], [s["median"]], yerr=[[lo], [hi]], fmt="o", color=color, capsize=2)
+            ax.annotate(r["env"], (h, s["steps_used"] if s["censored"] else s["median"]), fontsize=6,
+                        xytext=(3, 2), textcoords="offset points")
+        rho = summary["correlations"][algo]["tight_or_simple"]["rho"]
+        ax.set_yscale("log")
+        ax.set_title(f"{algo.upper()}  (Spearman rho {'-' if rho is None else f'{rho:.2f}'})")
+        ax.set_xlabel("effective horizon H (Appendix-C bound)")
+    axes[0][0].set_ylabel("env steps to an optimal greedy policy\n(median, [min, max]; ^ = not within budget)")
+    from matplotlib.lines import Line2D
+
+    axes[0][-1].legend(handles=[Line2D([], [], marker="o", ls="", color="tab:blue", label="MiniGrid"),
+                                Line2D([], [], marker="o", ls="", color="tab:orange", label="DeepSea"),
+                                Line2D([], [], marker="^", ls="", mfc="none", color="grey", label="above budget")],
+                       fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(root: Path, rows: list[dict[str, Any]], summary: dict[str, Any], setup: Setup, quick: bool) -> None:
+    plot(root / "sample_complexity_vs_effective_horizon.png", rows, setup, summary)
+    lines = ["# effective-horizon: effective horizon vs the sample complexity of PPO, PQN and SQIRL", "",
+             f"Command: `longhorizon repro effective-horizon{' --quick' if quick else ''} --out {root}` "
+             f"({setup.seeds} seeds, budget {setup.budget:,} env steps per seed, wall {summary.get('wall_s', 0) / 60:.0f} min).", "",
+             "Sample complexity: env steps until the greedy policy's return first reaches the optimal return "
+             "(median [min, max] over seeds, found/seeds; `>N` = not found within the budget, N the steps used).", "",
+             "| env | states | actions | T | min k | window | H simple | H tight | optimal | random | "
+             + " | ".join(a.upper() for a in setup.algos) + " |",
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(setup.algos)]
+    for r in rows:
+        lines.append(f"| {r['env']} | {r['num_states']} | {r['num_actions']} | {r['horizon']} | {r['min_k']} | {r['epw']} | "
+                     f"{_f(r['effective_horizon_simple'])} | {_f(r['effective_horizon_tight'])} | "
+                     f"{r['optimal_return']:.3f} | {r['random_return']:.2e} | "
+                     + " | ".join(format_complexity(r["sample_complexity"][a]) for a in setup.algos) + " |")
+    lines += ["", "Spearman rank correlation between the effective horizon and the median sample complexity "
+              "(a median above the budget ranks above every found one):", "",
+              "| algorithm | rho (H tight) | p | rho (H simple) | p | slope of log10(steps) on H (found only) |",
+              "|---|---|---|---|---|---|"]
+    for a, c in summary["correlations"].items():
+        t, s, sl = c["tight_or_simple"], c["simple"], c["log10_slope"]
+        lines.append(f"| {a.upper()} | {_f(t['rho'])} | {_f(t['p_value'])} | {_f(s['rho'])} | {_f(s['p_value'])} | "
+                     f"{_slope(sl)} |")
+    lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
+    lines += ["", "![scatter](sample_complexity_vs_effective_horizon.png)", "", NOTES.format(
+        budget=setup.budget, chunks=setup.num_chunks, seeds=setup.seeds, tol=SUCCESS_TOLERANCE,
+        configs="\n".join(f"- {a.upper()}: " + ", ".join(f"{k}={v}" for k, v in setup.config(a).items())
+                          for a in setup.algos))]
+    (root / "README.md").write_text("\n".join(lines) + "\n")
+
+
+NOTES = """## How it was measured
+
+- Environments: MiniGrid tabularized with BRIDGE's conventions (fully observable, seed 0, the `done`
+  action removed, reward 1 on success) at horizon T = 30; bsuite's DeepSea of size N through the gymnax
+  tabularizer at T = N. The analysis columns are `longhorizon horizon ENV --horizon T` (min k,
+  effective planning window, Theorem 5.4's simple bound, Appendix C's bound); `H tight` is used for
+  the correlations and the plot.
+- Training: the tabular MDP as an environment (one-hot state), {seeds} seeds per algorithm and
+  environment, a budget of {budget:,} env steps per seed (SQIRL: simulated steps), {chunks} chunks with
+  a greedy evaluation after each (one episode: the MDPs and greedy policies are deterministic); a run
+  stops early once every seed's greedy return is optimal. Settings, the same on every environment:
+{configs}
+- Sample complexity of a seed: the steps at the end of the first chunk whose greedy return is within
+  {tol:g} of the optimal return (dynamic programming). PPO and PQN count env steps (all simulated steps,
+  the runner's `env_steps`); SQIRL counts samples, the running sum of its `sample_steps` metric (steps
+  before each episode's end; the runner logs its mean over a chunk's updates and over seeds, so
+  SQIRL's per-seed count is the seeds' mean). The resolution is one chunk (1,024 steps for PPO/PQN,
+  one iteration for SQIRL).
+- A seed that never succeeds counts as above the budget: a median over seeds above it is reported
+  as `>N` (N the steps used) and ranks above every found median in the Spearman correlation (all
+  such medians tie).
+- Shared compiled programs: the MDP tables are part of the environment state and the one-hot
+  observation is padded with never-visited states to one size per action count (the `padded_states`
+  field of table.json); padded inputs are always zero and get no gradient, but they change the first
+  layer's initial weight scale.
+"""

@@ -1,0 +1,114 @@
+"""The effective-horizon study: first-success steps from a hand-made metrics.jsonl, the seed summary
+with censoring, and the driver end to end on two tiny MDPs with one algorithm."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.repro import effective_horizon as eh
+from longhorizon.tabular.mdp import TabularMDP, save_npz
+
+
+def write_metrics(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_first_success_steps_from_a_hand_made_metrics_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    write_metrics(path, [
+        {"chunk": 1, "env_steps": 100, "sample_steps": 10.0, "eval_return_per_seed": [0.0, 0.5, 0.0]},
+        {"chunk": 2, "env_steps": 200, "sample_steps": 20.0},  # no evaluation in this chunk
+        {"chunk": 3, "env_steps": 300, "sample_steps": 30.0, "eval_return_per_seed": [0.99995, 0.0, 0.0]},
+        {"chunk": 4, "env_steps": 400, "sample_steps": 40.0, "eval_return_per_seed": [0.0, 1.0, 0.9]},
+    ])
+    rows = eh.read_metrics(path)
+    # Seed 0 is within the 1e-4 tolerance at chunk 3 (and losing it later does not matter); seed 1 at
+    # chunk 4 (0.5 at chunk 1 is not optimal); seed 2 never.
+    result = eh.first_success_steps(rows, 1.0, 3)
+    assert result == {"first_success": [300.0, 400.0, None], "steps_used": 400.0}
+    # SQIRL counts samples: per-update means times 2 updates per chunk, summed: 20, 60, 120, 200.
+    result = eh.first_success_steps(rows, 1.0, 3, count="sample_steps", updates_per_chunk=2)
+    assert result == {"first_success": [120.0, 200.0, None], "steps_used": 200.0}
+    # A stricter tolerance rejects 0.99995.
+    assert eh.first_success_steps(rows, 1.0, 3, tolerance=1e-6)["first_success"] == [None, 400.0, None]
+    with pytest.raises(UsageError, match="expected 2"):
+        eh.first_success_steps(rows, 1.0, 2)
+
+
+def test_seed_summary_counts_failures_as_above_the_budget():
+    s = eh.summarise_seeds([300.0, 400.0, None], 400.0)
+    assert (s["median"], s["min"], s["max"], s["found"], s["censored"]) == (400.0, 300.0, None, 2, False)
+    assert eh.format_complexity(s) == "400 [300, >400] (2/3)"
+    s = eh.summarise_seeds([300.0, None, None], 1000.0)
+    assert s["censored"] and s["median"] is None and s["min"] == 300.0
+    assert eh.format_complexity(s) == ">1,000 [300, >1,000] (1/3)"
+    s = eh.summarise_seeds([5.0, 1.0, 3.0], 10.0)
+    assert (s["median"], s["min"], s["max"]) == (3.0, 1.0, 5.0)
+
+
+def test_spearman_ranks_censored_medians_last():
+    found = [eh.summarise_seeds([v, v, v], 100.0) for v in (10.0, 30.0, 20.0)]
+    never = eh.summarise_seeds([None, None, None], 100.0)
+    result = eh.spearman([1.0, 3.0, 2.0, 4.0], found + [never])
+    assert result["rho"] == pytest.approx(1.0) and result["censored"] == 1
+    assert eh.spearman([1.0, 2.0], found[:2])["rho"] is None  # too few points
+
+
+def chain(depth: int, num_actions: int, name: str) -> TabularMDP:
+    """The right action (index ``i % num_actions`` in state i) moves on, any other ends the episode;
+    the last right action pays 1. Random return: num_actions ** -depth."""
+    transitions = np.full((depth, num_actions), -1)
+    rewards = np.zeros((depth, num_actions))
+    for i in range(depth - 1):
+        transitions[i, i % num_actions] = i + 1
+    rewards[depth - 1, (depth - 1) % num_actions] = 1.0
+    return TabularMDP.deterministic(transitions, rewards, horizon=depth, name=name)
+
+
+def test_driver_on_two_tiny_mdps(tmp_path):
+    envs = []
+    for depth in (2, 3):
+        path = tmp_path / f"chain{depth}.npz"
+        save_npz(chain(depth, 2, f"chain{depth}"), path)
+        envs.append(eh.EnvSpec(f"chain{depth}", str(path), horizon=depth))
+    config = {"num_envs": "4", "num_steps": "8", "num_minibatches": "2", "update_epochs": "2", "hidden": "8",
+              "learning_rate": "3e-3", "anneal_lr": "false"}
+    setup = eh.Setup(envs=tuple(envs), algos=("ppo",), seeds=2, budget=256, num_chunks=4,
+                     configs=(("ppo", tuple(sorted(config.items()))),))
+    out = tmp_path / "study"
+    summary = eh.run(str(out), setup=setup)
+    rows = json.loads((out / "table.json").read_text())["rows"]
+    assert [r["env"] for r in rows] == ["chain2", "chain3"]
+    for r, depth in zip(rows, (2, 3)):
+        assert (r["num_states"], r["num_actions"], r["horizon"], r["min_k"]) == (depth, 2, depth, 1)
+        assert r["optimal_return"] == pytest.approx(1.0) and r["random_return"] == pytest.approx(2.0 ** -depth)
+        for key in ("epw", "effective_horizon_simple", "effective_horizon_tight"):
+            assert r[key] is not None
+        assert r["padded_states"] == 32  # both share one program: one-hot padded to 32
+        s = r["sample_complexity"]["ppo"]
+        # Recompute from the run's own metrics: 4 chunks of 2 updates of 32 steps.
+        metrics = eh.read_metrics(out / "runs" / "ppo" / r["env"] / "metrics.jsonl")
+        first = eh.first_success_steps(metrics, 1.0, 2)["first_success"]
+        assert s["per_seed"] == first
+        assert all(v is None or v % 64 == 0 for v in first)
+        assert s == {**eh.summarise_seeds(first, metrics[-1]["env_steps"]), "per_seed": first, "count": "env_steps",
+                     "status": s["status"]}
+    with open(out / "table.csv") as f:
+        header = next(csv.reader(f))
+    assert {"effective_horizon_tight", "min_k", "ppo_median", "ppo_found"} <= set(header)
+    assert (out / "sample_complexity_vs_effective_horizon.png").stat().st_size > 0
+    assert "Spearman" in (out / "README.md").read_text()
+    assert set(summary["correlations"]) == {"ppo"}
+    # A second call reuses the finished runs instead of training again.
+    assert eh.run(str(out), setup=setup)["correlations"] == summary["correlations"]
+    with pytest.raises(UsageError, match="other settings"):
+        eh.run(str(out), setup=eh.Setup(envs=setup.envs, algos=("ppo",), seeds=2, budget=512, num_chunks=4,
+                                        configs=setup.configs))
+
+
+def test_unknown_algorithm_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="unknown algorithm 'dqn2'"):
+        eh.run(str(tmp_path), setup=eh.Setup(algos=("dqn2",)))
