@@ -6,6 +6,7 @@ Heavy modules (JAX, flax, the trainers) are imported inside the commands so that
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -41,8 +42,8 @@ def _load_policy(init: Path):
     import jax
 
     from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.resume import load_params
     from longhorizon.lm.tokenizer import Tokenizer
-    from longhorizon.runner import checkpoint
     from longhorizon.runner.results import read_json
 
     config_path = Path(init) / "config.json"
@@ -51,14 +52,8 @@ def _load_policy(init: Path):
     config = read_json(config_path)
     tokenizer = Tokenizer(config.get("alphabet", Tokenizer().alphabet))
     model_cfg = ModelConfig(**config["model"])
-    params, _ = checkpoint.restore(Path(init) / "checkpoints", init_params(jax.random.PRNGKey(0), model_cfg))
+    params = load_params(Path(init) / "checkpoints", init_params(jax.random.PRNGKey(0), model_cfg))
     return params, model_cfg, tokenizer, config
-
-
-def _save_policy(results, params, step: int, meta: dict) -> None:
-    from longhorizon.runner import checkpoint
-
-    checkpoint.save(results.checkpoints, step, params, meta)
 
 
 def _plot(results, rows: list[dict], keys: tuple[str, ...], xkey: str, title: str) -> None:
@@ -102,10 +97,34 @@ def _print_eval(ev: dict) -> None:
 
 # ----------------------------------------------------------------------------- sft
 
+_RESUME_HELP = "Continue the run in this results folder (after Ctrl-C or a crash), with its saved options."
+_CKPT_HELP = "Save a checkpoint every N steps (0: about ten times per run); Ctrl-C always saves after the current step."
+
+
+def _options(ctx: typer.Context, resume: Optional[Path], command: str) -> dict:
+    """The run's options: those given now, or with ``--resume`` the saved ones (nothing else may be given)."""
+    from longhorizon.lm.resume import reject_changes, resume_options
+
+    if resume is not None:
+        reject_changes(ctx)
+        return {**resume_options(resume, command), "out": str(resume)}
+    if ctx.params.get("out") is None:
+        raise UsageError(f"--out is required: the results folder for `longhorizon {command}` (or --resume RUN_DIR).")
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k != "resume"}
+
+
+def _interrupted(command: str, folder, step: int) -> typer.Exit:
+    from longhorizon.lm.resume import INTERRUPTED_EXIT
+
+    print(f"interrupted: checkpoint saved at step {step}; continue with `longhorizon {command} --resume {folder}`.",
+          file=sys.stderr)
+    return typer.Exit(INTERRUPTED_EXIT)
+
 
 @lm_app.command()
 def sft(
-    out: Path = typer.Option(..., help="Results folder (config.json, metrics.jsonl, summary.json, curve.png, checkpoints/)."),
+    ctx: typer.Context,
+    out: Optional[Path] = typer.Option(None, help="Results folder (config.json, metrics.jsonl, summary.json, curve.png, checkpoints/)."),
     task: str = typer.Option("packed", help=_TASK_HELP),
     horizons: str = typer.Option("1-3", help="Horizons (or problems per prompt for packed), e.g. 1-3 or 1,2."),
     steps: int = typer.Option(1000, help="Optimiser steps."),
@@ -123,46 +142,76 @@ def sft(
     fixed_width: bool = typer.Option(True, help="Write values with exactly `digits` digits (07)."),
     eval_horizons: str = typer.Option("1-3", help="Held-out chain horizons evaluated at the end."),
     eval_problems: int = typer.Option(256),
+    checkpoint_every: int = typer.Option(0, help=_CKPT_HELP),
     seed: int = typer.Option(0),
+    resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
 ) -> None:
     """Supervised (teacher-forced) training of a base policy."""
+    _run_sft(_options(ctx, resume, "lm sft"), resume is not None)
+
+
+def _run_sft(o: dict, resume: bool) -> None:
     import jax
 
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.model import ModelConfig, count_params, init_params
-    from longhorizon.lm.sft import SFTConfig, train_sft
+    from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
+    from longhorizon.lm.sft import SFTConfig, make_optimizer, train_sft
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
     from longhorizon.lm.tokenizer import Tokenizer
+    from longhorizon.runner import checkpoint
     from longhorizon.runner.results import ResultsDir
 
-    hs, eval_hs = parse_horizons(horizons), parse_horizons(eval_horizons)
-    task_cfg = _task_cfg({"names": "split", "operators": "+"}, digits, operators, const_max, names, None, None,
-                         fixed_width)
+    task, steps, batch_size, seed = o["task"], o["steps"], o["batch_size"], o["seed"]
+    hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
+    task_cfg = _task_cfg({"names": "split", "operators": "+"}, o["digits"], o["operators"], o["const_max"], o["names"],
+                         None, None, o["fixed_width"])
     tokenizer = Tokenizer()
     plen, clen = max_lengths(task, max(hs), task_cfg)
-    seq_len = seq_len or plen + clen + 2
-    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                            positions=positions, max_len=256)
-    sft_cfg = SFTConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seq_len=seq_len)
-    results = ResultsDir(out)
-    config = {"command": "lm sft", "task": task, "horizons": hs, "task_config": task_cfg, "model": model_cfg,
-              "sft": sft_cfg, "seed": seed, "alphabet": tokenizer.alphabet}
-    results.write_config(config)
+    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=o["d_model"], n_layers=o["n_layers"],
+                            n_heads=o["n_heads"], positions=o["positions"], max_len=256)
+    sft_cfg = SFTConfig(steps=steps, batch_size=batch_size, learning_rate=o["learning_rate"],
+                        seq_len=o["seq_len"] or plen + clen + 2)
+    results = ResultsDir(o["out"])
+    check_fresh(results, resume)
     params = init_params(jax.random.PRNGKey(seed), model_cfg)
     stream = ProblemStream(task, task_cfg, seed)
-    rows: list[dict] = []
-    with _progress() as bar:
-        job = bar.add_task("sft", total=steps, info="")
+    start = None
+    if resume:
+        optimizer = make_optimizer(sft_cfg.learning_rate, sft_cfg.steps, sft_cfg.warmup_steps, sft_cfg.weight_decay,
+                                   sft_cfg.max_grad_norm)
+        state, meta = checkpoint.restore(results.checkpoints, {"params": params, "opt_state": optimizer.init(params)})
+        set_rng_state(stream.rng, meta["stream"])
+        start = {**state, "step": meta["step"], "tokens": meta["tokens"]}
+        results.truncate_metrics(meta["step"], key="step")
+    else:
+        results.write_config({"command": "lm sft", "options": o, "task": task, "horizons": hs, "task_config": task_cfg,
+                              "model": model_cfg, "sft": sft_cfg, "seed": seed, "alphabet": tokenizer.alphabet})
+    every = o["checkpoint_every"] or max(1, steps // 10)
+    rows: list[dict] = results.read_metrics() if resume else []
+
+    def save(state: dict) -> None:
+        checkpoint.save(results.checkpoints, state["step"], {"params": state["params"], "opt_state": state["opt_state"]},
+                        {"step": state["step"], "tokens": state["tokens"], "stream": rng_state(stream.rng)})
+
+    with _progress() as bar, StopRequest() as stop:
+        job = bar.add_task("sft", total=steps, info="", completed=start["step"] if start else 0)
 
         def on_log(row):
             rows.append(row)
             results.append_metrics(row)
             bar.update(job, completed=row["step"], info=f"loss {row['loss']:.3f}  tok-acc {row['token_accuracy']:.3f}")
 
+        def on_step_end(state: dict) -> bool:
+            if stop.requested or state["step"] % every == 0 or state["step"] == steps:
+                save(state)
+            return stop.requested
+
         params, _ = train_sft(params, model_cfg, tokenizer, lambda _: stream.sample(hs, batch_size), sft_cfg,
-                              log_every=max(1, steps // 50), on_log=on_log)
-    _save_policy(results, params, steps, {"step": steps})
-    held = make_problems("chain", eval_hs, eval_problems, seed + HELD_OUT_OFFSET, task_cfg)
+                              log_every=max(1, steps // 50), on_log=on_log, start=start, on_step_end=on_step_end)
+    if stop.requested and checkpoint.latest_meta(results.checkpoints)["step"] < steps:
+        raise _interrupted("lm sft", results.root, checkpoint.latest_meta(results.checkpoints)["step"])
+    held = make_problems("chain", eval_hs, o["eval_problems"], seed + HELD_OUT_OFFSET, task_cfg)
     eplen, eclen = max_lengths("chain", max(eval_hs), task_cfg)
     ev = evaluate(params, model_cfg, tokenizer, held, max_prompt_length=eplen + 1, max_new_tokens=eclen + 1)
     _print_eval(ev)
@@ -174,19 +223,29 @@ def sft(
 
 # ----------------------------------------------------------------------------- rl
 
+SGPO_POOL_OFFSET = 7_000_001  # the sGPO query pool is drawn apart from training and held-out problems
+
 
 @lm_app.command()
 def rl(
-    init: Path = typer.Option(..., help="Base policy: a folder written by `longhorizon lm sft` (or `lm rl`)."),
-    out: Path = typer.Option(..., help="Results folder."),
+    ctx: typer.Context,
+    init: Optional[Path] = typer.Option(None, help="Base policy: a folder written by `longhorizon lm sft` (or `lm rl`)."),
+    out: Optional[Path] = typer.Option(None, help="Results folder."),
     task: str = typer.Option("chain", help=_TASK_HELP),
     horizons: str = typer.Option("1-5", help="Training horizons: one stage each with --curriculum, else sampled uniformly."),
     curriculum: bool = typer.Option(False, help="h1 curriculum: one stage per horizon, in order."),
     steps_per_stage: int = typer.Option(0, help="Curriculum stage length (0: steps / number of stages)."),
     advance_at: Optional[float] = typer.Option(None, help="Advance a stage early once held-out accuracy reaches this."),
     scaler_target: Optional[float] = typer.Option(None, help="SCALER: move the horizon toward this training success rate."),
+    sgpo: bool = typer.Option(False, help="sGPO: profile a query pool once, group size ~ 1/success-rate, easy to hard."),
+    pool_size: int = typer.Option(256, help="--sgpo: queries in the profiled pool (horizons from --horizons)."),
+    profile_samples: int = typer.Option(8, help="--sgpo: samples per query in the profiling pass (k)."),
+    min_group: int = typer.Option(2, help="--sgpo: smallest group size."),
+    max_group: int = typer.Option(16, help="--sgpo: largest group size (also for never-solved queries)."),
+    unsolved_keep: float = typer.Option(0.25, help="--sgpo: fraction of never-solved queries kept."),
     steps: int = typer.Option(100, help="Generation batches (RL steps)."),
-    prompts_per_step: int = typer.Option(16),
+    prompts_per_step: int = typer.Option(16, help="Queries per step (with --sgpo: the step holds at most "
+                                                  "prompts-per-step x num-generations samples)."),
     num_generations: int = typer.Option(8),
     beta: float = typer.Option(0.0, help="KL coefficient to the frozen reference (k3 estimator)."),
     epsilon: float = typer.Option(0.2),
@@ -205,79 +264,173 @@ def rl(
     eval_horizons: str = typer.Option("1-8"),
     eval_problems: int = typer.Option(128, help="Held-out problems per horizon."),
     eval_every: int = typer.Option(0, help="Evaluate every N steps (0: only at the end)."),
+    checkpoint_every: int = typer.Option(0, help=_CKPT_HELP),
     seed: int = typer.Option(0),
+    resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
 ) -> None:
-    """GRPO-family RL with verifiable rewards, optionally under the h1 horizon curriculum."""
+    """GRPO-family RL with verifiable rewards, optionally under the h1 curriculum, SCALER or sGPO."""
+    o = _options(ctx, resume, "lm rl")
+    if o["init"] is None:
+        raise UsageError("--init is required: the base policy folder written by `longhorizon lm sft`.")
+    _run_rl(o, resume is not None)
+
+
+def _sgpo_batches(o: dict, trainer, pool, results, resume: bool, seed: int):
+    """sGPO: profile ``pool`` once (counted in the trainer's token counters), then the step batches."""
+    import numpy as np
+
+    from longhorizon.lm.curricula import SGPOConfig, batches_by_samples, sgpo_plan
+    from longhorizon.runner.results import read_json, write_json_atomic
+
+    scfg = SGPOConfig(profile_samples=o["profile_samples"], min_group=o["min_group"], max_group=o["max_group"],
+                      unsolved_keep=o["unsolved_keep"])
+    path = results.root / "sgpo.json"
+    if resume and path.exists():
+        saved = read_json(path)
+        plan, _ = sgpo_plan(pool, saved["success_rates"], scfg, np.random.default_rng(seed))
+        stats = saved["stats"]
+    else:
+        rates = []
+        for i in range(0, len(pool), o["prompts_per_step"]):
+            chunk = pool[i:i + o["prompts_per_step"]]
+            ro = trainer.rollout(chunk, [scfg.profile_samples] * len(chunk))
+            rates.extend(np.bincount(ro["group_ids"], ro["rewards"], minlength=len(chunk)) / scfg.profile_samples)
+        plan, stats = sgpo_plan(pool, rates, scfg, np.random.default_rng(seed))
+        stats["profiling_tokens"] = trainer.counters["rollout_tokens"]
+        write_json_atomic(path, {"config": scfg, "success_rates": rates, "stats": stats})
+    if not plan:
+        raise UsageError("sGPO profiling kept no query (all solved, or none kept); use harder --horizons or raise "
+                         "--unsolved-keep.")
+    return list(batches_by_samples(plan, o["prompts_per_step"] * o["num_generations"])), stats
+
+
+def _run_rl(o: dict, resume: bool) -> None:
     import numpy as np
 
     from longhorizon.lm.curricula import AdaptiveDifficulty, HorizonCurriculum
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
+    from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
+    from longhorizon.runner import checkpoint
     from longhorizon.runner.results import ResultsDir
 
-    params, model_cfg, tokenizer, base_config = _load_policy(init)
-    task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, reward, gamma)
-    hs, eval_hs = parse_horizons(horizons), parse_horizons(eval_horizons)
+    params, model_cfg, tokenizer, base_config = _load_policy(Path(o["init"]))
+    task, steps, seed, prompts_per_step = o["task"], o["steps"], o["seed"], o["prompts_per_step"]
+    task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
+    hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
     plen, clen = max_lengths(task, max(hs + eval_hs), task_cfg)
     grpo_cfg = GRPOConfig(
-        num_generations=num_generations, beta=beta, epsilon=epsilon, epsilon_high=epsilon_high, loss_type=loss_type,
-        scale_rewards=scale_rewards, num_iterations=num_iterations, steps_per_generation=steps_per_generation,
-        learning_rate=learning_rate, temperature=temperature, top_p=top_p, max_prompt_length=plen + 1,
-        max_completion_length=max_lengths(task, max(hs), task_cfg)[1] + 1, dynamic_sampling=dynamic_sampling,
-        advantage=advantage,
+        num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"], epsilon_high=o["epsilon_high"],
+        loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], num_iterations=o["num_iterations"],
+        steps_per_generation=o["steps_per_generation"], learning_rate=o["learning_rate"], temperature=o["temperature"],
+        top_p=o["top_p"], max_prompt_length=plen + 1, max_completion_length=max_lengths(task, max(hs), task_cfg)[1] + 1,
+        dynamic_sampling=o["dynamic_sampling"], advantage=o["advantage"],
     )
-    if curriculum and scaler_target is not None:
-        raise UsageError("--curriculum and --scaler-target are two different schedules; pass only one of them.")
-    schedule = HorizonCurriculum(hs, steps_per_stage or max(1, steps // len(hs)), advance_at) if curriculum else None
-    scaler = AdaptiveDifficulty(target=scaler_target, lo=min(hs), hi=max(hs), level=min(hs)) if scaler_target is not None else None
+    schedules = [name for name, on in (("--curriculum", o["curriculum"]), ("--scaler-target", o["scaler_target"] is not None),
+                                       ("--sgpo", o["sgpo"])) if on]
+    if len(schedules) > 1:
+        raise UsageError(f"{' and '.join(schedules)} are different schedules; pass only one of them.")
+    if o["sgpo"] and o["pool_size"] < 1:
+        raise UsageError(f"--pool-size must be positive, got {o['pool_size']}.")
+    curriculum = (HorizonCurriculum(hs, o["steps_per_stage"] or max(1, steps // len(hs)), o["advance_at"])
+                  if o["curriculum"] else None)
+    scaler = (AdaptiveDifficulty(target=o["scaler_target"], lo=min(hs), hi=max(hs), level=min(hs))
+              if o["scaler_target"] is not None else None)
     scaler_rng = np.random.default_rng(seed)
-    results = ResultsDir(out)
-    results.write_config({"command": "lm rl", "init": str(init), "task": task, "horizons": hs, "curriculum": curriculum,
-                          "scaler_target": scaler_target,
-                          "steps": steps, "prompts_per_step": prompts_per_step, "grpo": grpo_cfg, "task_config": task_cfg,
-                          "model": model_cfg, "seed": seed, "alphabet": tokenizer.alphabet,
-                          "eval_horizons": eval_hs})
+    results = ResultsDir(o["out"])
+    check_fresh(results, resume)
+    if not resume:
+        results.write_config({"command": "lm rl", "options": o, "init": o["init"], "task": task, "horizons": hs,
+                              "curriculum": o["curriculum"], "scaler_target": o["scaler_target"], "sgpo": o["sgpo"],
+                              "steps": steps, "prompts_per_step": prompts_per_step, "grpo": grpo_cfg,
+                              "task_config": task_cfg, "model": model_cfg, "seed": seed, "alphabet": tokenizer.alphabet,
+                              "eval_horizons": eval_hs})
     trainer = GRPOTrainer(model_cfg, params, tokenizer, grpo_cfg, seed=seed)
     stream = ProblemStream(task, task_cfg, seed)
-    held = make_problems(task, eval_hs, eval_problems * len(eval_hs), seed + HELD_OUT_OFFSET, task_cfg)
+    held = make_problems(task, eval_hs, o["eval_problems"] * len(eval_hs), seed + HELD_OUT_OFFSET, task_cfg)
+    first = 0
+    if resume:
+        template = {"params": trainer.params, "opt_state": trainer.opt_state, "ref_params": trainer.ref_params,
+                    "key": trainer.key}
+        state, meta = checkpoint.restore(results.checkpoints, template)
+        trainer.params, trainer.opt_state, trainer.ref_params, trainer.key = (state[k] for k in template)
+        trainer.counters = dict(meta["counters"])
+        set_rng_state(stream.rng, meta["stream"])
+        set_rng_state(scaler_rng, meta["scaler_rng"])
+        if scaler is not None:
+            scaler.level = meta["scaler_level"]
+        if curriculum is not None:
+            curriculum.stage, curriculum.steps_in_stage = meta["curriculum"]
+        first = int(meta["step"])
+        results.truncate_metrics(first, key="step")
+
+    def save(step: int) -> None:
+        checkpoint.save(results.checkpoints, step, {"params": trainer.params, "opt_state": trainer.opt_state,
+                                                   "ref_params": trainer.ref_params, "key": trainer.key}, {
+            "step": step, "counters": trainer.counters, "stream": rng_state(stream.rng),
+            "scaler_rng": rng_state(scaler_rng), "scaler_level": scaler.level if scaler else None,
+            "curriculum": [curriculum.stage, curriculum.steps_in_stage] if curriculum else None})
 
     def run_eval():
         return evaluate(trainer.params, model_cfg, tokenizer, held, max_prompt_length=plen + 1, max_new_tokens=clen + 1)
 
-    rows: list[dict] = []
-    with _progress() as bar:
-        job = bar.add_task("rl", total=steps, info="")
-        for step in range(1, steps + 1):
-            if scaler is not None:
+    every = o["checkpoint_every"] or max(1, steps // 10)
+    rows: list[dict] = results.read_metrics() if resume else []
+    sgpo_stats = None
+    with _progress() as bar, StopRequest() as stop:
+        sgpo_batches = None
+        if o["sgpo"]:
+            bar.console.print("sGPO: profiling the query pool")
+            pool = make_problems(task, hs, o["pool_size"], seed + SGPO_POOL_OFFSET, task_cfg)
+            sgpo_batches, sgpo_stats = _sgpo_batches(o, trainer, pool, results, resume, seed)
+        job = bar.add_task("rl", total=steps, info="", completed=first)
+        for step in range(first + 1, steps + 1):
+            if stop.requested:
+                break
+            sizes = None
+            if sgpo_batches is not None:
+                batch, sizes = sgpo_batches[(step - 1) % len(sgpo_batches)]
+                current = sorted({p.horizon for p in batch})
+            elif scaler is not None:
                 current = [int(h) for h in scaler.sample(scaler_rng, prompts_per_step)]
                 batch = [stream.sample([h], 1)[0] for h in current]
             else:
-                current = [schedule.horizon] if schedule else hs
+                current = [curriculum.horizon] if curriculum else hs
                 batch = stream.sample(current, prompts_per_step)
-            m = trainer.step(batch)
+            m = trainer.step(batch, sizes)
             if scaler is not None:
                 m["difficulty"] = scaler.update(m["reward"])
+            if sizes is not None:
+                m["group_size_mean"] = float(np.mean(sizes))
             row = {"step": step, "horizon": max(current), **m}
-            if eval_every and step % eval_every == 0:
+            if o["eval_every"] and step % o["eval_every"] == 0:
                 ev = run_eval()
                 row.update(eval_accuracy=ev["accuracy"], eval_by_horizon=ev["by_horizon"])
-            if schedule:
-                stage_acc = row.get("eval_by_horizon", {}).get(schedule.horizon) if advance_at is not None else None
-                schedule.advance(stage_acc)
+            if curriculum:
+                stage_acc = row.get("eval_by_horizon", {}).get(curriculum.horizon) if o["advance_at"] is not None else None
+                curriculum.advance(stage_acc)
             rows.append(row)
             results.append_metrics(row)
+            if stop.requested or step % every == 0 or step == steps:
+                save(step)
             bar.update(job, completed=step, info=f"h={max(current)} reward {m['reward']:.3f} kl {m.get('kl', 0):.4f}")
-    _save_policy(results, trainer.params, steps, {"step": steps})
+    if stop.requested and (not rows or rows[-1]["step"] < steps):
+        if (checkpoint.latest_meta(results.checkpoints) or {}).get("step") != (rows[-1]["step"] if rows else 0):
+            save(rows[-1]["step"] if rows else 0)  # stopped before the first step (e.g. while profiling)
+        raise _interrupted("lm rl", results.root, checkpoint.latest_meta(results.checkpoints)["step"])
     ev = run_eval()
     _print_eval(ev)
     _plot(results, rows, ("reward", "entropy", "kl"), "step", "GRPO")
-    summary = {"eval": ev, "counters": trainer.counters,
-               "training_tokens": trainer.counters["rollout_tokens"] + trainer.counters["update_tokens"],
+    counters = trainer.counters
+    summary = {"eval": ev, "counters": counters,
+               "training_tokens": counters["rollout_tokens"] + counters["update_tokens"],
                "mean_tokens_per_s": sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1)}
+    if sgpo_stats is not None:
+        summary["sgpo"] = sgpo_stats
     results.write_summary(summary)
-    print(f"training tokens {summary['training_tokens']}  (rollout {trainer.counters['rollout_tokens']}, "
-          f"update {trainer.counters['update_tokens']}); groups dropped {trainer.counters['groups_dropped']}")
+    print(f"training tokens {summary['training_tokens']}  (rollout {counters['rollout_tokens']}, "
+          f"update {counters['update_tokens']}); groups dropped {counters['groups_dropped']}")
     print(f"wrote {results.root}")
 
 

@@ -88,16 +88,26 @@ def train_sft(
     *,
     log_every: int = 100,
     on_log: Callable[[dict], None] | None = None,
+    start: dict | None = None,
+    on_step_end: Callable[[dict], bool] | None = None,
 ):
-    """Run ``cfg.steps`` teacher-forced steps; ``problems_for_step(i)`` gives batch ``i``.
+    """Run teacher-forced steps up to ``cfg.steps``; ``problems_for_step(i)`` gives batch ``i``.
 
     Returns ``(params, history)``; ``on_log`` receives a metrics dict every ``log_every`` steps.
+    ``start`` (``{"params", "opt_state", "step", "tokens"}``, as given to ``on_step_end``) resumes
+    a run; ``on_step_end(state)`` is called after every step with that dict and stops the loop by
+    returning True (its arrays are donated to the next step: copy them to the host to keep them).
     """
     optimizer = make_optimizer(cfg.learning_rate, cfg.steps, cfg.warmup_steps, cfg.weight_decay, cfg.max_grad_norm)
-    params = jax.tree_util.tree_map(jnp.array, params)  # private copy: the step donates its inputs
-    opt_state = optimizer.init(params)
-    history, tokens_seen, t0 = [], 0, time.perf_counter()
-    for step in range(cfg.steps):
+    if start is None:
+        params = jax.tree_util.tree_map(jnp.array, params)  # private copy: the step donates its inputs
+        opt_state, first, tokens_seen = optimizer.init(params), 0, 0
+    else:
+        params = jax.tree_util.tree_map(jnp.array, start["params"])
+        opt_state = jax.tree_util.tree_map(jnp.array, start["opt_state"])
+        first, tokens_seen = int(start["step"]), int(start["tokens"])
+    history, t0, tokens_before = [], time.perf_counter(), tokens_seen
+    for step in range(first, cfg.steps):
         tokens, valid, loss_mask = encode_sft(tokenizer, problems_for_step(step), cfg.seq_len)
         params, opt_state, metrics = sft_step(params, opt_state, tokens, valid, loss_mask, cfg=model_cfg, optimizer=optimizer)
         tokens_seen += int(valid.sum())
@@ -105,8 +115,11 @@ def train_sft(
             row = {k: float(v) for k, v in metrics.items()}
             if not np.isfinite(row["loss"]):
                 raise TrainingDiverged(f"SFT loss became {row['loss']} at step {step + 1}; lower learning_rate.")
-            row.update(step=step + 1, tokens=tokens_seen, tokens_per_s=tokens_seen / (time.perf_counter() - t0))
+            row.update(step=step + 1, tokens=tokens_seen, tokens_per_s=(tokens_seen - tokens_before) / (time.perf_counter() - t0))
             history.append(row)
             if on_log:
                 on_log(row)
+        if on_step_end is not None and on_step_end({"params": params, "opt_state": opt_state, "step": step + 1,
+                                                    "tokens": tokens_seen}):
+            break
     return params, history
