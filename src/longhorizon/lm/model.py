@@ -106,9 +106,11 @@ class Block(nn.Module):
         if cfg.positions == "rope":
             q = rotary(q, positions, cfg.rope_base)
             k = rotary(k, positions, cfg.rope_base)
-        if kv is not None:
-            k = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, index, 0, 0))
-            v = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, index, 0, 0))
+        if kv is not None:  # write this layer's new keys/values into the whole cache (in place under jit)
+            cache_k, cache_v, layer = kv
+            cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
+            cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
+            k, v = cache_k[layer], cache_v[layer]
         scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(cfg.head_dim)
         scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
         weights = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
@@ -117,7 +119,7 @@ class Block(nn.Module):
         h = nn.LayerNorm(dtype=cfg.dtype, name="ln_mlp")(x)
         h = nn.Dense(cfg.ff_dim, dtype=cfg.dtype, name="up")(h)
         x = x + nn.Dense(cfg.d_model, dtype=cfg.dtype, name="down")(jax.nn.gelu(h))
-        return x, (k, v)
+        return x, None if kv is None else (cache_k, cache_v)
 
 
 class Transformer(nn.Module):
@@ -142,16 +144,12 @@ class Transformer(nn.Module):
         else:
             q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
         mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
-        new_k, new_v = [], []
+        kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, (k, v) = Block(cfg, name=f"block_{i}")(x, positions, mask, kv, index)
-            new_k.append(k)
-            new_v.append(v)
+            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index)
         x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x)
         logits = embed.attend(x).astype(jnp.float32)
-        new_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
-        return logits, new_cache
+        return logits, None if kv is None else KVCache(*kv)
 
 
 def positions_from_valid(valid: jax.Array) -> jax.Array:
