@@ -15,6 +15,8 @@ from longhorizon.lm import grpo, sft
 from longhorizon.lm.cli import register
 from longhorizon.lm.resume import INTERRUPTED_EXIT
 
+pytestmark = pytest.mark.xdist_group("lm_resume")  # one worker: the module's base run and compiled programs are shared
+
 TINY = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2"]
 SFT = ["lm", "sft", "--steps", "6", "--batch-size", "8", "--horizons", "1", "--eval-horizons", "1", "--eval-problems", "4",
        "--checkpoint-every", "100", *TINY]
