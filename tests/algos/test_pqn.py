@@ -149,3 +149,16 @@ def test_batch_norm_option_learns_with_batch_statistics_and_acts_with_running_on
     q_pair = pqn.q_values(state2.agent.network, state2.agent.weights, obs)
     q_one = pqn.q_values(state2.agent.network, state2.agent.weights, obs[:1])
     np.testing.assert_allclose(q_pair[:1], q_one, rtol=1e-5)
+
+
+def test_published_parameters_carry_the_update_count_for_epsilon():
+    """An asynchronous actor acts with the learner's parameters and its epsilon schedule, not its own."""
+    config = pqn.Config(num_envs=2, num_steps=4, num_minibatches=1, hidden=(8,), total_steps=800)
+    learner = pqn.init(jax.random.PRNGKey(0), make("CartPole-v1"), config).replace(update_step=jnp.asarray(50))
+    actor = pqn.init(jax.random.PRNGKey(1), make("CartPole-v1"), config)
+    acting = pqn.with_agent_params(actor, pqn.agent_params(learner))
+    assert int(acting.update_step) == 50 and acting.agent.update_step is None
+    assert float(pqn.epsilon(config, acting.update_step)) == pytest.approx(config.epsilon_end)
+    for a, b in zip(jax.tree.leaves(acting.agent.weights), jax.tree.leaves(learner.agent.weights)):
+        np.testing.assert_array_equal(a, b)
+    assert pqn.max_staleness(config)[0] == 1

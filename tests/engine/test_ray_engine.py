@@ -160,6 +160,26 @@ def test_ray_invalid_settings_are_refused_before_anything_starts(settings, overr
     assert str(error.value).count(". ") == 0 and str(error.value).endswith(".")  # one sentence
 
 
+def test_ray_pqn_staleness_above_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(RayEngine, "_connect", lambda self: (_ for _ in ()).throw(AssertionError("Ray started")))
+    spec = RunSpec(algo="pqn", env="CartPole-v1", config_overrides={"total_steps": "4096"}, out=str(tmp_path / "run"),
+                   quiet=True, engine="ray", mode="async", actors=2, max_staleness=2)
+    with pytest.raises(UsageError, match="pqn tolerates a staleness of at most 1"):
+        Run(spec)
+
+
+def test_ray_async_pqn_runs_with_lag_at_most_one(ray_session, engines, tmp_path):
+    out = tmp_path / "run"
+    spec = RunSpec(algo="pqn", env="CartPole-v1", out=str(out), quiet=True, engine="ray", mode="async", actors=2,
+                   max_staleness=1, num_chunks=4,
+                   config_overrides={"total_steps": "16384", "num_envs": "8", "num_steps": "64", "num_minibatches": "4",
+                                     "hidden": "32,32"})
+    summary = train(spec)
+    rows = _curve(out)
+    assert summary["status"] == "completed" and summary["total_env_steps"] == 16384
+    assert all(row["staleness_max"] <= 1 for row in rows) and sum(row["staleness_mean"] for row in rows) > 0
+
+
 def test_ray_valid_async_setting_is_accepted(tmp_path):
     run = Run(_spec(tmp_path / "run", "ray", overrides={**SHORT, "correction": "decoupled"}, mode="async",
                     max_staleness=8, actors=4))

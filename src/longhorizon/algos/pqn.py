@@ -107,6 +107,7 @@ class AgentParams:
     weights: Any
     network: QNetwork = struct.field(pytree_node=False)
     epsilon: float = struct.field(pytree_node=False, default=0.0)  # for act(greedy=False)
+    update_step: Any = None  # the learner's update count when published (sets an asynchronous actor's epsilon)
 
 
 @struct.dataclass
@@ -142,7 +143,19 @@ def act(params: AgentParams, obs: jax.Array, key: jax.Array, greedy: bool = Fals
 
 
 def agent_params(state: State) -> AgentParams:
-    return state.agent
+    return state.agent.replace(update_step=state.update_step)
+
+
+def max_staleness(config: Config) -> tuple[int, str]:
+    """``--engine ray --mode async``: the Q(lambda) targets bootstrap from Q-values cached while acting,
+    so a batch one version old learns towards a one-update-old network (like a target network lagging
+    one update); more lag is not an algorithm the paper validated."""
+    return 1, "(its Q(lambda) targets come from the acting network's cached Q-values)"
+
+
+def with_agent_params(state: State, params: AgentParams) -> State:
+    """``state`` acting with the learner's ``params`` and its update count (for epsilon's schedule)."""
+    return state.replace(agent=params.replace(update_step=None), update_step=params.update_step)
 
 
 # ----------------------------------------------------------------------------- init
