@@ -74,10 +74,10 @@ def test_driver_on_two_tiny_mdps(tmp_path):
         path = tmp_path / f"chain{depth}.npz"
         save_npz(chain(depth, 2, f"chain{depth}"), path)
         envs.append(eh.EnvSpec(f"chain{depth}", str(path), horizon=depth))
-    config = {"num_envs": "4", "num_steps": "8", "num_minibatches": "2", "update_epochs": "2", "hidden": "8",
+    config = {"num_envs": "4", "num_steps": "8", "num_minibatches": "1", "update_epochs": "1", "hidden": "8",
               "learning_rate": "3e-3", "anneal_lr": "false"}
-    setup = eh.Setup(envs=tuple(envs), algos=("ppo",), seeds=2, budget=256, num_chunks=4,
-                     configs=(("ppo", tuple(sorted(config.items()))),))
+    setup = eh.Setup(envs=tuple(envs), algos=("pqn",), seeds=2, budget=256, num_chunks=4,
+                     configs=(("pqn", tuple(sorted(config.items()))),))
     out = tmp_path / "study"
     summary = eh.run(str(out), setup=setup)
     rows = json.loads((out / "table.json").read_text())["rows"]
@@ -88,24 +88,25 @@ def test_driver_on_two_tiny_mdps(tmp_path):
         for key in ("epw", "effective_horizon_simple", "effective_horizon_tight"):
             assert r[key] is not None
         assert r["padded_states"] == 32  # both share one program: one-hot padded to 32
-        s = r["sample_complexity"]["ppo"]
+        s = r["sample_complexity"]["pqn"]
         # Recompute from the run's own metrics: 4 chunks of 2 updates of 32 steps.
-        metrics = eh.read_metrics(out / "runs" / "ppo" / r["env"] / "metrics.jsonl")
+        metrics = eh.read_metrics(out / "runs" / "pqn" / r["env"] / "metrics.jsonl")
         first = eh.first_success_steps(metrics, 1.0, 2)["first_success"]
         assert s["per_seed"] == first
         assert all(v is None or v % 64 == 0 for v in first)
-        assert s == {**eh.summarise_seeds(first, metrics[-1]["env_steps"]), "per_seed": first, "count": "env_steps",
-                     "status": s["status"]}
+        expected = {**eh.summarise_seeds(first, metrics[-1]["env_steps"]), "per_seed": first, "count": "env_steps",
+                    "eval_every_steps": 64}
+        assert {k: s[k] for k in expected} == expected
     with open(out / "table.csv") as f:
         header = next(csv.reader(f))
-    assert {"effective_horizon_tight", "min_k", "ppo_median", "ppo_found"} <= set(header)
+    assert {"effective_horizon_tight", "min_k", "pqn_median", "pqn_found"} <= set(header)
     assert (out / "sample_complexity_vs_effective_horizon.png").stat().st_size > 0
     assert "Spearman" in (out / "README.md").read_text()
-    assert set(summary["correlations"]) == {"ppo"}
+    assert set(summary["correlations"]) == {"pqn"}
     # A second call reuses the finished runs instead of training again.
     assert eh.run(str(out), setup=setup)["correlations"] == summary["correlations"]
     with pytest.raises(UsageError, match="other settings"):
-        eh.run(str(out), setup=eh.Setup(envs=setup.envs, algos=("ppo",), seeds=2, budget=512, num_chunks=4,
+        eh.run(str(out), setup=eh.Setup(envs=setup.envs, algos=("pqn",), seeds=2, budget=512, num_chunks=4,
                                         configs=setup.configs))
 
 

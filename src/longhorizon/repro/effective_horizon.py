@@ -71,8 +71,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "ppo": {"num_envs": "16", "num_steps": "16", "learning_rate": "1e-3", "anneal_lr": "false", "update_epochs": "4",
             "num_minibatches": "4", "hidden": "64,64", "ent_coef": "0.01"},
     "pqn": {"num_envs": "16", "num_steps": "16", "learning_rate": "1e-3", "anneal_lr": "false", "update_epochs": "2",
-            "num_minibatches": "4", "hidden": "64,64", "reward_scale": "1.0", "epsilon_end": "0.05",
-            "epsilon_fraction": "0.2"},
+            "num_minibatches": "4", "hidden": "64,64", "reward_scale": "1.0", "epsilon_end": "0.05"},
     "sqirl": {"num_envs": "32", "num_minibatches": "4", "update_epochs": "8", "hidden": "64,64", "learning_rate": "1e-3"},
 }
 
@@ -82,8 +81,9 @@ class Setup:
     envs: tuple[EnvSpec, ...] = DEFAULT_ENVS
     algos: tuple[str, ...] = ALGOS
     seeds: int = 3
-    budget: int = 102_400  # env steps per seed (SQIRL: simulated steps; its samples are fewer)
-    num_chunks: int = 100  # greedy evaluations per run (the resolution of the first-success step)
+    budget: int = 307_200  # env steps per seed (SQIRL: simulated steps; its samples are fewer)
+    num_chunks: int = 300  # greedy evaluations per run (the resolution of the first-success step)
+    epsilon_decay_steps: int = 20_480  # PQN's epsilon decays over this many steps, whatever the budget
     configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = tuple(
         (algo, tuple(sorted(cfg.items()))) for algo, cfg in CONFIGS.items())
     pad_to: int = 32  # one-hot sizes are padded up to a multiple of this, per action count
@@ -91,7 +91,10 @@ class Setup:
     max_states: int = 20_000
 
     def config(self, algo: str) -> dict[str, str]:
-        return dict(dict(self.configs).get(algo, ()))
+        config = dict(dict(self.configs).get(algo, ()))
+        if algo == "pqn" and "epsilon_fraction" not in config:
+            config["epsilon_fraction"] = f"{min(1.0, self.epsilon_decay_steps / self.budget):.6g}"
+        return config
 
 
 QUICK = Setup(envs=DEFAULT_ENVS[:1] + DEFAULT_ENVS[-4:-3], seeds=3, budget=30_720, num_chunks=30)
@@ -293,7 +296,9 @@ def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, 
     found = first_success_steps(rows, target, setup.seeds, count=count, updates_per_chunk=updates_per_chunk)
     curves = {"steps": step_counts(rows, count, updates_per_chunk),
               "eval_return_per_seed": [r.get("eval_return_per_seed") for r in rows]}
+    steps_per_chunk = json.loads((out / "config.json").read_text())["steps_per_chunk"]
     return {**found, "count": count, "status": summary["status"], "compile_seconds": summary["compile_seconds"],
+            "steps_per_chunk": steps_per_chunk, "updates_per_chunk": updates_per_chunk,
             "wall_seconds": summary["wall_seconds"], "curves": curves}
 
 
@@ -391,6 +396,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
                **{k: report[k] for k in ("num_states", "num_actions", "horizon", "min_k", "epw",
                                          "effective_horizon_simple", "effective_horizon_tight",
                                          "optimal_return", "random_return")},
+               "gorp_bound": report.get("gorp_sample_complexity_bound"),  # T^2 A^H, GORP's steps
                "padded_states": sizes[report["num_actions"]], "sample_complexity": {}}
         for algo in setup.algos:
             done += 1
@@ -398,15 +404,19 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
                                   setup, root / "runs" / algo / env.name)
             stats = summarise_seeds(result["first_success"], result["steps_used"])
             row["sample_complexity"][algo] = {**stats, "per_seed": result["first_success"], "count": result["count"],
-                                              "status": result["status"]}
+                                              "status": result["status"], "eval_every_steps": result["steps_per_chunk"],
+                                              "eval_every_updates": result["updates_per_chunk"],
+                                              "run_seconds": result["wall_seconds"]}
             curves[f"{algo}/{env.name}"] = result["curves"]
             print(f"[run {done}/{total}] {algo} on {env.name}: {format_complexity(stats)} "
                   f"(compile {result['compile_seconds']:.0f} s, run {result['wall_seconds']:.0f} s, "
                   f"{time.perf_counter() - t_start:.0f} s in all)", flush=True)
         rows.append(row)
-        out.append_metrics({k: v for k, v in row.items()})
     summary = summarise(rows, setup)
     summary["wall_s"] = time.perf_counter() - t_start
+    # Compute of the whole study, also when finished runs were reused: every run's wall time plus the analyses.
+    summary["compute_s"] = sum(r["sample_complexity"][a]["run_seconds"] for r in rows for a in setup.algos) + sum(
+        rep.get("analysis_seconds", 0.0) for *_, rep in envs)
     write_json_atomic(root / "table.json", {"rows": rows})
     write_json_atomic(root / "curves.json", curves)
     out.write_summary(summary)
@@ -419,6 +429,10 @@ def _f(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _p(x) -> str:
+    return "-" if x is None else f"{x:.1g}"
+
+
 def _slope(fit: dict[str, Any]) -> str:
     return "-" if fit["slope"] is None else f"{fit['slope']:.2f} (n={fit['n']})"
 
@@ -428,18 +442,33 @@ def summarise(rows: list[dict[str, Any]], setup: Setup) -> dict[str, Any]:
     correlations = {algo: {"tight_or_simple": spearman(hs, [r["sample_complexity"][algo] for r in rows]),
                            "simple": spearman([r["effective_horizon_simple"] for r in rows],
                                               [r["sample_complexity"][algo] for r in rows]),
-                           "log10_slope": log_slope(hs, [r["sample_complexity"][algo] for r in rows])}
+                           "gorp_bound": spearman([r.get("gorp_bound") for r in rows],
+                                                  [r["sample_complexity"][algo] for r in rows]),
+                           "log10_slope": log_slope(hs, [r["sample_complexity"][algo] for r in rows]),
+                           "loglog_slope": log_slope([None if not r.get("gorp_bound") else math.log10(r["gorp_bound"])
+                                                      for r in rows], [r["sample_complexity"][algo] for r in rows])}
                     for algo in setup.algos}
     claims = {}
-    rhos = [c["tight_or_simple"]["rho"] for c in correlations.values() if c["tight_or_simple"]["rho"] is not None]
-    if not rhos:
-        claims["sample_complexity_grows_with_effective_horizon"] = "inconclusive (too few environments)"
+    fits = [c["tight_or_simple"] for c in correlations.values()]
+    if any(c["rho"] is None for c in fits):
+        claims["sample_complexity_rank_correlates_with_effective_horizon"] = "inconclusive (too few environments or no spread)"
     else:
-        strong = all(r >= 0.5 for r in rhos)
-        claims["sample_complexity_grows_with_effective_horizon"] = (
+        strong = all(c["rho"] >= 0.5 and c["p_value"] < 0.05 for c in fits)
+        claims["sample_complexity_rank_correlates_with_effective_horizon"] = (
             ("held" if strong else "did not hold") + " (Spearman rho "
-            + ", ".join(f"{a} {c['tight_or_simple']['rho']:.2f}" for a, c in correlations.items()
-                        if c["tight_or_simple"]["rho"] is not None) + ")")
+            + ", ".join(f"{a} {c['tight_or_simple']['rho']:.2f}" for a, c in correlations.items()) + ")")
+    slopes = {a: c["loglog_slope"] for a, c in correlations.items()}
+    if any(sl["slope"] is None or sl["n"] < 4 for sl in slopes.values()):
+        claims["growth_is_roughly_exponential"] = "inconclusive (fewer than 4 environments solved per algorithm)"
+    else:
+        grows = all(sl["slope"] > 0 and sl["pearson_r"] >= 0.5 for sl in slopes.values())
+        in_h = {a: c["log10_slope"] for a, c in correlations.items()}
+        claims["growth_is_roughly_exponential"] = (
+            ("held" if grows else "not shown") + " through GORP's T^2 A^H among solved environments (slope of log10 "
+            "steps on log10 T^2 A^H: "
+            + ", ".join(f"{a} {sl['slope']:.2f} (r {sl['pearson_r']:.2f}, n {sl['n']})" for a, sl in slopes.items())
+            + "; on H alone: " + ", ".join(f"{a} {sl['slope']:.2f}" if sl["slope"] is not None else f"{a} -"
+                                          for a, sl in in_h.items()) + ")")
     agreement = None
     if "sqirl" in setup.algos and len(setup.algos) > 1:
         others = [a for a in setup.algos if a != "sqirl"]
@@ -458,7 +487,7 @@ def summarise(rows: list[dict[str, Any]], setup: Setup) -> dict[str, Any]:
 
 def write_csv(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
     fields = ["env", "num_states", "num_actions", "horizon", "min_k", "epw", "effective_horizon_simple",
-              "effective_horizon_tight", "optimal_return", "random_return"]
+              "effective_horizon_tight", "gorp_bound", "optimal_return", "random_return"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(fields + [f"{a}_{k}" for a in setup.algos for k in ("median", "min", "max", "found", "steps_used")])
@@ -472,36 +501,40 @@ def write_csv(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
 
 
 def plot(path: Path, rows: list[dict[str, Any]], setup: Setup, summary: dict[str, Any]) -> None:
+    """Top: sample complexity against the effective horizon; bottom: against GORP's T^2 A^H (log-log)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(setup.algos), figsize=(4.2 * len(setup.algos), 4), sharey=True, squeeze=False)
-    for ax, algo in zip(axes[0], setup.algos):
-        for r in rows:
-            h, s = effective_horizon(r), r["sample_complexity"][algo]
-            if h is None:
-                continue
-            family = "DeepSea" if r["env"].startswith("DeepSea") else "MiniGrid"
-            color = "tab:blue" if family == "MiniGrid" else "tab:orange"
-            if s["censored"]:
-                ax.scatter([h], [s["steps_used"]], marker="^", facecolors="none", edgecolors=color)
-            else:
-                lo = s["median"] - (s["min"] if s["min"] is not None else s["median"])
-                hi = (s["max"] if s["max"] is not None else s["steps_used"]) - s["median"]
-                ax.errorbar([h], [s["median"]], yerr=[[lo], [hi]], fmt="o", color=color, capsize=2)
-            ax.annotate(r["env"], (h, s["steps_used"] if s["censored"] else s["median"]), fontsize=6,
-                        xytext=(3, 2), textcoords="offset points")
-        rho = summary["correlations"][algo]["tight_or_simple"]["rho"]
-        ax.set_yscale("log")
-        ax.set_title(f"{algo.upper()}  (Spearman rho {'-' if rho is None else f'{rho:.2f}'})")
-        ax.set_xlabel("effective horizon H (Appendix-C bound)")
-    axes[0][0].set_ylabel("env steps to an optimal greedy policy\n(median, [min, max]; ^ = not within budget)")
     from matplotlib.lines import Line2D
 
-    axes[0][-1].legend(handles=[Line2D([], [], marker="o", ls="", color="tab:blue", label="MiniGrid"),
-                                Line2D([], [], marker="o", ls="", color="tab:orange", label="DeepSea"),
+    xs = (("effective horizon H (Appendix-C bound)", effective_horizon, "tight_or_simple", False),
+          ("GORP's sample complexity T^2 A^H", lambda r: r.get("gorp_bound"), "gorp_bound", True))
+    fig, axes = plt.subplots(2, len(setup.algos), figsize=(4.2 * len(setup.algos), 7.6), sharey=True, squeeze=False)
+    for row_axes, (label, get_x, key, log_x) in zip(axes, xs):
+        for ax, algo in zip(row_axes, setup.algos):
+            for r in rows:
+                x, s = get_x(r), r["sample_complexity"][algo]
+                if x is None:
+                    continue
+                color = "tab:orange" if r["env"].startswith("DeepSea") else "tab:blue"
+                if s["censored"]:
+                    ax.scatter([x], [s["steps_used"]], marker="^", facecolors="none", edgecolors=color)
+                else:
+                    lo = s["median"] - (s["min"] if s["min"] is not None else s["median"])
+                    hi = (s["max"] if s["max"] is not None else s["steps_used"]) - s["median"]
+                    ax.errorbar([x], [s["median"]], yerr=[[lo], [hi]], fmt="o", color=color, capsize=2)
+                ax.annotate(r["env"], (x, s["steps_used"] if s["censored"] else s["median"]), fontsize=6,
+                            xytext=(3, 2), textcoords="offset points")
+            rho = summary["correlations"][algo][key]["rho"]
+            ax.set_yscale("log")
+            if log_x:
+                ax.set_xscale("log")
+            ax.set_title(f"{algo.upper()}  (Spearman rho {'-' if rho is None else f'{rho:.2f}'})", fontsize=10)
+            ax.set_xlabel(label)
+        row_axes[0].set_ylabel("env steps to an optimal greedy policy\n(median, [min, max]; ^ = not within budget)")
+    axes[0][-1].legend(handles=[Line2D([], [], marker="o", ls="", color="tab:blue", label="MiniGrid (T = 30)"),
+                                Line2D([], [], marker="o", ls="", color="tab:orange", label="DeepSea (T = N)"),
                                 Line2D([], [], marker="^", ls="", mfc="none", color="grey", label="above budget")],
                        fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -513,28 +546,32 @@ def write_report(root: Path, rows: list[dict[str, Any]], summary: dict[str, Any]
     plot(root / "sample_complexity_vs_effective_horizon.png", rows, setup, summary)
     lines = ["# effective-horizon: effective horizon vs the sample complexity of PPO, PQN and SQIRL", "",
              f"Command: `longhorizon repro effective-horizon{' --quick' if quick else ''} --out {root}` "
-             f"({setup.seeds} seeds, budget {setup.budget:,} env steps per seed, wall {summary.get('wall_s', 0) / 60:.0f} min).", "",
+             f"({setup.seeds} seeds, budget {setup.budget:,} env steps per seed; {summary.get('compute_s', 0) / 60:.0f} min of "
+             "wall time for the analyses and the runs, niced on 2 shared cores).", "",
              "Sample complexity: env steps until the greedy policy's return first reaches the optimal return "
              "(median [min, max] over seeds, found/seeds; `>N` = not found within the budget, N the steps used).", "",
-             "| env | states | actions | T | min k | window | H simple | H tight | optimal | random | "
+             "| env | states | actions | T | min k | window | H simple | H tight | T^2 A^H | optimal | random | "
              + " | ".join(a.upper() for a in setup.algos) + " |",
-             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(setup.algos)]
+             "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(setup.algos)]
     for r in rows:
         lines.append(f"| {r['env']} | {r['num_states']} | {r['num_actions']} | {r['horizon']} | {r['min_k']} | {r['epw']} | "
                      f"{_f(r['effective_horizon_simple'])} | {_f(r['effective_horizon_tight'])} | "
+                     f"{'-' if not r.get('gorp_bound') else format(r['gorp_bound'], '.3g')} | "
                      f"{r['optimal_return']:.3f} | {r['random_return']:.2e} | "
                      + " | ".join(format_complexity(r["sample_complexity"][a]) for a in setup.algos) + " |")
     lines += ["", "Spearman rank correlation between the effective horizon and the median sample complexity "
               "(a median above the budget ranks above every found one):", "",
-              "| algorithm | rho (H tight) | p | rho (H simple) | p | slope of log10(steps) on H (found only) |",
-              "|---|---|---|---|---|---|"]
+              "| algorithm | rho (H tight) | p | rho (H simple) | p | rho (T^2 A^H) | p | slope of log10 steps on H | on log10 T^2 A^H |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for a, c in summary["correlations"].items():
-        t, s, sl = c["tight_or_simple"], c["simple"], c["log10_slope"]
-        lines.append(f"| {a.upper()} | {_f(t['rho'])} | {_f(t['p_value'])} | {_f(s['rho'])} | {_f(s['p_value'])} | "
-                     f"{_slope(sl)} |")
+        t, s, g = c["tight_or_simple"], c["simple"], c["gorp_bound"]
+        lines.append(f"| {a.upper()} | {_f(t['rho'])} | {_p(t['p_value'])} | {_f(s['rho'])} | {_p(s['p_value'])} | "
+                     f"{_f(g['rho'])} | {_p(g['p_value'])} | {_slope(c['log10_slope'])} | {_slope(c['loglog_slope'])} |")
+    lines += ["", "Slopes: least squares over the environments whose median was found (n of them); "
+              "T^2 A^H is GORP's sample complexity with the Appendix-C H (the analysis' `gorp_sample_complexity_bound`)."]
     lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
     lines += ["", "![scatter](sample_complexity_vs_effective_horizon.png)", "", NOTES.format(
-        budget=setup.budget, chunks=setup.num_chunks, seeds=setup.seeds, tol=SUCCESS_TOLERANCE,
+        budget=setup.budget, chunks=setup.num_chunks, seeds=setup.seeds, tol=SUCCESS_TOLERANCE, eps=setup.epsilon_decay_steps,
         configs="\n".join(f"- {a.upper()}: " + ", ".join(f"{k}={v}" for k, v in setup.config(a).items())
                           for a in setup.algos))]
     (root / "README.md").write_text("\n".join(lines) + "\n")
@@ -550,14 +587,18 @@ NOTES = """## How it was measured
 - Training: the tabular MDP as an environment (one-hot state), {seeds} seeds per algorithm and
   environment, a budget of {budget:,} env steps per seed (SQIRL: simulated steps), {chunks} chunks with
   a greedy evaluation after each (one episode: the MDPs and greedy policies are deterministic); a run
-  stops early once every seed's greedy return is optimal. Settings, the same on every environment:
+  stops early once every seed's greedy return is optimal. PQN's epsilon decays linearly from 1 to 0.05
+  over the first {eps:,} steps. Settings, the same on every environment:
 {configs}
 - Sample complexity of a seed: the steps at the end of the first chunk whose greedy return is within
   {tol:g} of the optimal return (dynamic programming). PPO and PQN count env steps (all simulated steps,
   the runner's `env_steps`); SQIRL counts samples, the running sum of its `sample_steps` metric (steps
   before each episode's end; the runner logs its mean over a chunk's updates and over seeds, so
-  SQIRL's per-seed count is the seeds' mean). The resolution is one chunk (1,024 steps for PPO/PQN,
-  one iteration for SQIRL).
+  SQIRL's per-seed count is the seeds' mean). The resolution is one chunk: 1,024 steps for PPO and
+  PQN; for SQIRL `eval_every_updates` iterations (per environment in table.json: the runner splits
+  the budget's iterations into about {chunks} chunks, and short DeepSea episodes make many iterations). SQIRL's greedy policy is not monotone (blocks not
+  learned yet act with the latest network), so a transient success between two evaluations is missed:
+  the first-success step depends on the evaluation interval.
 - A seed that never succeeds counts as above the budget: a median over seeds above it is reported
   as `>N` (N the steps used) and ranks above every found median in the Spearman correlation (all
   such medians tie).
