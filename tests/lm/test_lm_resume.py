@@ -137,3 +137,19 @@ def test_resume_rejects_changes_and_bad_folders(base, tmp_path):
     assert isinstance(r.exception, UsageError) and "already holds a run" in str(r.exception)
     r = CliRunner().invoke(_app(), ["lm", "rl", "--init", str(base), "--out", str(tmp_path / "x"), "--sgpo", "--curriculum"])
     assert isinstance(r.exception, UsageError) and "--sgpo" in str(r.exception)
+
+
+def test_load_params_reads_run_state_and_params_only_checkpoints(tmp_path):
+    from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.resume import load_params
+    from longhorizon.runner import checkpoint
+
+    cfg = ModelConfig(vocab_size=20, d_model=8, n_layers=1, n_heads=2)
+    params = init_params(jax.random.PRNGKey(1), cfg)
+    template = init_params(jax.random.PRNGKey(2), cfg)
+    checkpoint.save(tmp_path / "state", 3, {"params": params, "opt_state": {"count": np.int32(3)}}, {})
+    checkpoint.save(tmp_path / "bare", 3, params, {})  # the format of runs written before --resume existed
+    for folder in ("state", "bare"):
+        _assert_same_tree(load_params(tmp_path / folder, template), params)
+    with pytest.raises(UsageError, match="no checkpoint"):
+        load_params(tmp_path / "missing", template)
