@@ -56,7 +56,25 @@ def test_bridge_fixture_through_make():
     assert env.obs_info.shape == (168,) and env.act_info.n == 6 and env.max_episode_steps == 100
     with pytest.raises(UsageError, match="--env-arg horizon"):
         make(str(FIXTURE))
-    with pytest.raises(UsageError, match="only setting is horizon"):
+    with pytest.raises(UsageError, match="its settings are horizon, pad_to, tables_in_state"):
         make(str(FIXTURE), horizon=10, size=3)
     with pytest.raises(UsageError, match="does not exist"):
         make("no/such/file.npz", horizon=10)
+
+
+@pytest.mark.parametrize("tables_in_state", [False, True])
+def test_padding_and_tables_in_state_step_the_same_mdp(tables_in_state):
+    plain = TabularEnv(coin_mdp())
+    padded = TabularEnv(coin_mdp(), pad_to=5, tables_in_state=tables_in_state)
+    assert padded.obs_info.shape == (5,)
+    _, s1 = plain.reset(jax.random.PRNGKey(0))
+    obs2, s2 = padded.reset(jax.random.PRNGKey(0))
+    for t in range(6):
+        key, action = jax.random.PRNGKey(t), t % 2 if t < 3 else 0
+        o1, s1, r1, te1, tr1, i1 = plain.step(key, s1, action)
+        o2, s2, r2, te2, tr2, i2 = padded.step(key, s2, action)
+        np.testing.assert_array_equal(o2[:2], o1)
+        assert float(o2[2:].sum()) == 0.0
+        assert (float(r1), bool(te1), bool(tr1)) == (float(r2), bool(te2), bool(tr2))
+    with pytest.raises(UsageError, match="pad_to=1 is below"):
+        TabularEnv(coin_mdp(), pad_to=1)

@@ -35,6 +35,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -177,65 +178,6 @@ def build_mdp(env: EnvSpec, max_states: int):
     return tabularize.tabularize(env.source, horizon=env.horizon, max_states=max_states, **dict(env.settings))
 
 
-def padded_env(mdp, horizon: int, num_states: int):
-    """A :class:`~longhorizon.envs.tabular.TabularEnv` whose tables live in the environment state."""
-    import jax
-    import jax.numpy as jnp
-    from flax import struct
-
-    from longhorizon.envs.tabular import TabularEnv
-
-    @struct.dataclass
-    class TableState:
-        state: jax.Array
-        time: jax.Array
-        next_states: jax.Array
-        cum_probs: jax.Array
-        next_rewards: jax.Array
-        horizon: jax.Array
-
-    class PaddedTabularEnv(TabularEnv):
-        def __init__(self):
-            self.padded_states = num_states
-            super().__init__(mdp, horizon)
-            pad, A, K = num_states - mdp.num_states, mdp.num_actions, mdp.num_outcomes
-            # Padded states are never reached; they end the episode if they ever were.
-            self._tables = (
-                np.concatenate([np.asarray(mdp.next_states, np.int32), np.full((pad, A, K), -1, np.int32)]),
-                np.concatenate([np.cumsum(mdp.next_probs, -1).astype(np.float32), np.ones((pad, A, K), np.float32)]),
-                np.concatenate([np.asarray(mdp.next_rewards, np.float32), np.zeros((pad, A, K), np.float32)]))
-
-        def observation(self, state):
-            return jax.nn.one_hot(state, self.padded_states, dtype=jnp.float32)
-
-        def reset(self, key, params=None):
-            tables = [jnp.asarray(t) for t in self._tables]
-            state = TableState(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), *tables,
-                               jnp.asarray(self.horizon, jnp.int32))
-            return self.observation(state.state), state
-
-        def step(self, key, state, action, params=None):
-            cum = state.cum_probs[state.state, action]
-            outcome = jnp.minimum(jnp.sum(jax.random.uniform(key) * cum[-1] >= cum), cum.shape[0] - 1)
-            next_state = state.next_states[state.state, action, outcome]
-            reward = state.next_rewards[state.state, action, outcome]
-            time_ = state.time + 1
-            terminated = next_state < 0
-            truncated = jnp.logical_and(time_ >= state.horizon, ~terminated)
-            done = jnp.logical_or(terminated, truncated)
-            final_obs = jnp.where(terminated, jnp.zeros(self.padded_states, jnp.float32),
-                                  self.observation(jnp.maximum(next_state, 0)))
-            new = state.replace(state=jnp.where(done, 0, jnp.maximum(next_state, 0)), time=jnp.where(done, 0, time_))
-            return self.observation(new.state), new, reward, terminated, truncated, {"final_obs": final_obs}
-
-        def observation_space(self, params=None):
-            from gymnax.environments import spaces
-
-            return spaces.Box(0.0, 1.0, (self.padded_states,), jnp.float32)
-
-    return PaddedTabularEnv()
-
-
 def padded_sizes(rows: Iterable[dict[str, Any]], multiple: int) -> dict[int, int]:
     """One-hot size per action count: the largest state count among those MDPs, rounded up."""
     sizes: dict[int, int] = {}
@@ -258,14 +200,15 @@ def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, 
                  out: Path) -> dict[str, Any]:
     """Train ``algo`` on the MDP through the runner (results folder ``out``); returns the per-seed
     first-success steps and the summary. A finished folder with the same settings is reused."""
-    from longhorizon.engine.fused import FusedEngine
     from longhorizon.runner import run as runner
 
     overrides = {**setup.config(algo), "total_steps": str(setup.budget)}
-    spec = runner.RunSpec(algo=algo, env=str(npz_path), env_overrides={"horizon": horizon}, seeds=setup.seeds,
-                          num_chunks=setup.num_chunks, eval_every=1, eval_episodes=1 if mdp.is_deterministic else 10,
-                          target_return=target - SUCCESS_TOLERANCE, out=str(out), quiet=True,
-                          config_overrides=overrides)
+    # Tables in the environment state and one padded observation size: programs are shared across MDPs.
+    spec = runner.RunSpec(algo=algo, env=str(npz_path),
+                          env_overrides={"horizon": horizon, "pad_to": num_states, "tables_in_state": True},
+                          seeds=setup.seeds, num_chunks=setup.num_chunks, eval_every=1,
+                          eval_episodes=1 if mdp.is_deterministic else 10, target_return=target - SUCCESS_TOLERANCE,
+                          out=str(out), quiet=True, config_overrides=overrides)
     summary_path = out / "summary.json"
     if summary_path.exists():
         config = json.loads((out / "config.json").read_text())
@@ -276,20 +219,9 @@ def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, 
         updates_per_chunk = int(config["updates_per_chunk"])
     else:
         if (out / "metrics.jsonl").exists():  # an interrupted run: start it again
-            import shutil
-
             shutil.rmtree(out)
-        run = runner.Run(spec)
-        # Same environment, tables in the state: programs are shared across MDPs of one shape.
-        env = padded_env(mdp, horizon, num_states)
-        if hasattr(run.algo, "wrap_env"):
-            env = run.algo.wrap_env(env, run.config)
-        run.env = env
-        run.engine = FusedEngine(run.algo, env, run.config, spec.seeds, run.updates_per_chunk)
-        summary = runner._train(run, False, None)
-        updates_per_chunk = run.updates_per_chunk
-        import shutil
-
+        summary = runner.train(spec)
+        updates_per_chunk = int(json.loads((out / "config.json").read_text())["updates_per_chunk"])
         shutil.rmtree(out / "checkpoints", ignore_errors=True)  # not needed: every run finished
     rows = read_metrics(out / "metrics.jsonl")
     count = "sample_steps" if algo == "sqirl" else "env_steps"
