@@ -40,6 +40,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--broadcast-mb", default="0,1,10,100",
                         help="parameter sizes for the broadcast table (0: an empty call, the bare round trip)")
     parser.add_argument("--skip-overhead", action="store_true", help="only the broadcast table")
+    parser.add_argument("--no-match-priority", dest="match_priority", action="store_false",
+                        help="leave the actors at Ray's niceness (15 steps below the driver's priority)")
     parser.add_argument("--address", default="local", help="local: a private instance on loopback; or auto/HOST:PORT")
     parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray instance")
     parser.add_argument("--out", default="ray_overhead.json")
@@ -68,6 +70,26 @@ def engines(config, seeds: int, updates: int, address: str):
     return fused, ray
 
 
+def match_priority(pids: list[int]) -> int:
+    """Give every thread of the actor processes this process's niceness. Ray starts its workers 15
+    niceness steps below the driver's priority; on an idle machine that changes nothing, but when
+    other jobs run it starves the actors while the fused engine (this process) keeps its priority,
+    which would be counted as Ray overhead. Lowering niceness needs root; returns threads changed."""
+    mine, changed = os.getpriority(os.PRIO_PROCESS, 0), 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), mine)
+                changed += 1
+            except OSError:
+                pass
+    return changed
+
+
 def timed_chunk(engine, state) -> tuple[object, float]:
     start = time.perf_counter()
     state, _ = engine.run_chunk(state)
@@ -94,6 +116,8 @@ def overhead_table(args, per_step_seconds: float) -> list[dict]:
             for name, engine in (("fused", fused), ("ray", ray)):
                 state = engine.init(0)
                 engine.compile(state)
+                if name == "ray" and args.match_priority:
+                    match_priority(ray.actor_pids())
                 states[name], _ = timed_chunk(engine, state)  # warm-up chunk
             times = {"fused": [], "ray": []}
             loads = []
@@ -121,7 +145,8 @@ def overhead_table(args, per_step_seconds: float) -> list[dict]:
                 "overhead_median": statistics.median(ratios), "overhead_range": [min(ratios), max(ratios)],
                 "learner_wait_ms_per_update": 1000 * statistics.median(waits),
                 "load_1min_median": statistics.median(loads), "load_1min_range": [min(loads), max(loads)],
-                "times": times,
+                "times": times, "actors_priority_matched": bool(args.match_priority),
+                "niceness": os.getpriority(os.PRIO_PROCESS, 0),
             }
             rows.append(row)
             print(f"work~{work_ms:g}ms actors={actors}: fused {row['fused_ms_per_update']:.1f} ms/update, "
