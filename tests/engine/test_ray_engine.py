@@ -86,6 +86,14 @@ def test_ray_sync_equals_fused_bit_for_bit(ray_session, fused_reference, engines
     _assert_same_run(out, summary, fused_reference)
 
 
+def test_ray_sync_equals_fused_with_one_seed(ray_session, engines, tmp_path):
+    """One seed runs unbatched in the fused engine; the actor and the learner must batch it the same way."""
+    fused_out, ray_out = tmp_path / "fused", tmp_path / "ray"
+    reference = train(_spec(fused_out, "fused", seeds=1, chunks=2))
+    summary = train(_spec(ray_out, "ray", seeds=1, chunks=2, actors=1))
+    _assert_same_run(ray_out, summary, (reference, _curve(fused_out), _final_checkpoint(fused_out)))
+
+
 def test_ray_actor_kill_and_learner_crash_leave_the_run_exact(ray_session, fused_reference, engines, tmp_path,
                                                               monkeypatch):
     """Chunk 2: actor 1's process is killed by its pid (replaced, its collect replayed); chunk 3: the

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.core.nets import tree_all_finite
-from longhorizon.engine.fused import chunk_statistics
+from longhorizon.engine.fused import chunk_statistics, over_seeds
 from longhorizon.errors import UsageError
 
 MODES = ("sync", "async")
@@ -162,7 +162,7 @@ class CollectWorker:
     """
 
     def __init__(self, algo_module: str, env_id: str, env_overrides: dict, config: Any, num_seeds: int,
-                 mode: str, compile_settings: dict[str, Any]):
+                 mode: str, compile_settings: dict[str, Any], total_seeds: int | None = None):
         import ray
 
         if not ray.get_gpu_ids():
@@ -180,7 +180,9 @@ class CollectWorker:
         self._state_shape = jax.eval_shape(self._init, jax.eval_shape(lambda: seed_keys(0, num_seeds)))
         self._state_def = jax.tree.structure(self._state_shape)
         if mode == "sync":
-            self._collect = jax.jit(jax.vmap(algo.collect))
+            # Batched over seeds exactly as the fused engine batches the whole run: unbatched for a
+            # one-seed run (what the fused engine does, and faster), vmapped otherwise.
+            self._collect = jax.jit(over_seeds(algo.collect, total_seeds or num_seeds))
             self._example = (self._state_shape,)
         else:
             self._params_def = jax.tree.structure(jax.eval_shape(jax.vmap(algo.agent_params), self._state_shape))
@@ -235,7 +237,7 @@ class RayEngine:
         self.actor_restarts = 0
         self.wait_seconds = 0.0  # time the learner spent waiting for actors' results
         self._chunk_restarts = 0
-        self._init = jax.jit(jax.vmap(lambda key: algo.init(key, env, config)))
+        self._init = jax.jit(over_seeds(lambda key: algo.init(key, env, config), num_seeds))
 
         def learn(state, batch):  # the fused engine's update, less collect
             state, metrics = algo.learn(state, batch)
@@ -248,8 +250,8 @@ class RayEngine:
             summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"]), tree_all_finite(algo.agent_params(state)))
             return summary
 
-        self._learn = jax.jit(jax.vmap(learn))
-        self._summarize = jax.jit(jax.vmap(summarize))
+        self._learn = jax.jit(over_seeds(learn, num_seeds))  # the fused engine's batching: exact equality
+        self._summarize = jax.jit(over_seeds(summarize, num_seeds))
         self._seed = 0
         self._workers: list[Any] = []
         self._incarnation: list[int] = []
@@ -364,7 +366,7 @@ class RayEngine:
         remote = ray.remote(num_cpus=self.options.actor_cpus, num_gpus=self.options.actor_gpus, max_restarts=0)(CollectWorker)
         seeds = self.num_seeds if self._shards is None else int(self._shards[index][1] - self._shards[index][0])
         return remote.remote(self.algo.__name__, self.env_id, self.env_overrides, self.config, seeds,
-                             self.options.mode, _compile_settings())
+                             self.options.mode, _compile_settings(), self.num_seeds)
 
     def _start_actor(self, index: int):
         """Async: the actor's own environments, on a random stream of its own (per actor and incarnation)."""
