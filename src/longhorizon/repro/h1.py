@@ -261,8 +261,23 @@ NOTES = """## What was tried (development log, measured on 2 shared CPU cores)
   h=2 (first answer right, second wrong); with 3 layers and 800 steps, 6.9%. At this size and budget the model does not learn the
   composition step (read its own previous answer, add the constant) even with supervision. The
   toy therefore never provides the non-zero success rate at h+1 that h1's curriculum needs to
-  bootstrap from; the next thing to try is a larger model (4 layers, d=128) and longer SFT, which
-  did not fit this session's CPU budget.
+  bootstrap from; the next thing to try is a larger model (4 layers, d=128) and longer SFT.
+- That larger model, one seed (`H1Setup(seeds=1, d_model=128, n_layers=4, n_heads=4,
+  sft_steps=1200, rl_steps=60)`, 0.8M parameters, 16 min wall at load 5-6, run on 2 CPU cores):
+  the base again reaches 100% at h=1 (SFT token accuracy 1.00 from step 800) but only 3% at h=2 and
+  0% beyond, like the 0.1M base, so size alone does not give the composition step. RL then has
+  almost nothing to learn from: 472 of the curriculum's 480 groups had all-equal rewards (sampled
+  success 1.6% in the h=2 stage, 0.1% at h=3, 0% at h=5); only-h=5 saw no positive reward at all
+  (479/480 groups all-equal). Held-out accuracy after RL (h=1 / h=2 / h>=3): curriculum 0.50 / 0.08
+  / <=0.01, only-h5 0.66 / 0.03 / 0, only-h1 1.00 / 0.03 / <=0.01, uniform 0.96 / 0.05 / 0. The
+  curriculum arm is the best at h=2 (0.08 vs the base's 0.03) but no arm learns h>=3, and the arms
+  trained on sparse rewards lose h=1 accuracy (Adam steps of full size from the few non-zero
+  groups). Verdicts unchanged: not reproduced. What a GPU user should run next, the full protocol
+  at that size with longer SFT and RL (`h1.LARGE`: 3 seeds, 3,000 SFT steps, 200 RL steps per arm;
+  about 1.5 CPU-hours here, minutes on a GPU):
+  `python -c "from longhorizon.repro import h1; h1.run('docs/results/h1', setup=h1.LARGE)"`.
+  Given the h=2 rate above, a base that composes at all (a few percent of supervised h=2 chains,
+  `sft_chain_fraction`, reported as a deviation) is the more promising change.
 """
 
 
