@@ -107,9 +107,9 @@ def test_rl_interrupted_then_resumed_equals_uninterrupted(base, tmp_path, monkey
     _assert_same_tree(state_a, state_b)  # params, optimiser, reference and PRNG key
     keys = ("step", "horizon", "reward", "loss", "kl", "eval_accuracy")
     assert _rows(straight, keys) == _rows(resumed, keys)
-    evals = [json.loads((d / "summary.json").read_text())["eval"] for d in (straight, resumed)]
-    assert [{k: v for k, v in e.items() if k != "tokens_per_s"} for e in evals][0] == \
-        [{k: v for k, v in e.items() if k != "tokens_per_s"} for e in evals][1]
+    eval_a, eval_b = ({k: v for k, v in json.loads((d / "summary.json").read_text())["eval"].items()
+                       if k != "tokens_per_s"} for d in (straight, resumed))
+    assert eval_a == eval_b
 
 
 def test_rl_sgpo_from_the_cli(base, tmp_path):

@@ -105,7 +105,7 @@ def load_params(directory: Path, template):
     path = Path(directory) / meta["file"]
     try:
         raw = serialization.msgpack_restore(path.read_bytes())
-        return serialization.from_state_dict(template, raw["params"] if "params" in raw else raw)
+        return serialization.from_state_dict(template, raw.get("params", raw))
     except Exception as error:  # msgpack and flax raise several types on a damaged or foreign file
         raise UsageError(f"checkpoint {path} cannot be read ({type(error).__name__}); it does not match this model "
                          "configuration or is damaged.") from None
