@@ -40,7 +40,7 @@ import optax
 from flax import struct
 
 from longhorizon.config import AlgoConfig
-from longhorizon.core.nets import ACTIVATIONS, QNetwork
+from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
 from longhorizon.envs import TimeFeature, true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
 from longhorizon.errors import UsageError
@@ -161,7 +161,7 @@ class Batch:
 # ----------------------------------------------------------------------------- acting
 def _q_heads(network, weights, obs, planning_depth: int) -> jax.Array:
     """Q-values of every head, ``[..., k, A]``."""
-    out = network.apply(weights, jnp.asarray(obs, jnp.float32))
+    out = q_values(network, weights, obs)
     return out.reshape(out.shape[:-1] + (planning_depth, -1))
 
 

@@ -201,7 +201,6 @@ class TimeFeature(Wrapper):
     def __init__(self, env: Environment):
         super().__init__(env)
         self.horizon = env.max_episode_steps
-        self._obs_info = None
 
     def _with_time(self, obs, time):
         return jnp.concatenate([jnp.reshape(obs, (-1,)).astype(jnp.float32),
@@ -225,11 +224,4 @@ class TimeFeature(Wrapper):
 
         return spaces.Box(-jnp.inf, jnp.inf, (int(np.prod(self.env.obs_info.shape)) + 1,), jnp.float32)
 
-    @property
-    def obs_info(self):
-        if self._obs_info is None:
-            from longhorizon.envs.api import space_info
-
-            with jax.ensure_compile_time_eval():
-                self._obs_info = space_info(self.observation_space())
-        return self._obs_info
+    obs_info = Environment.obs_info  # this wrapper changes the observation space: describe its own
