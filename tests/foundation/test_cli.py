@@ -18,6 +18,9 @@ from longhorizon.cli import main
     (["train", "ppo", "--env", "CartPole-v1", "--gamma", "1.5"], "--gamma must lie in [0, 1]"),
     (["train", "ppo", "--env", "CartPole-v1", "--activation", "sigmoidal"], "--activation must be one of"),
     (["train", "ppo"], "missing --env"),
+    (["train", "ppo", "--env", "CartPole-v1", "--env-arg", "horizon"], "--env-arg 'horizon' is not KEY=VALUE"),
+    (["train", "ppo", "--env", "CartPole-v1", "--env-arg", "wind=3"], "'wind' is not a setting of environment"),
+    (["train", "sqirl", "--env", "no/such/mdp.npz", "--env-arg", "horizon=10"], "does not exist"),
     (["eval", "/nonexistent/run"], "not a longhorizon results folder"),
     (["plot", "/nonexistent/run"], "has no metrics.jsonl"),
 ])
