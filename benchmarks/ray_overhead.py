@@ -1,12 +1,14 @@
 """Overhead of the Ray engine against the fused engine at equal total work.
 
 For each work size (about 10, 100 and 1000 ms of fused work per update per seed, set through PPO's
-``num_steps`` after a calibration run) and each actor count N in 1, 2, 4: N seeds of PPO on
+``num_steps`` after a calibration run; ``--work-ms`` takes any list) and each actor count N in 1, 2, 4: N seeds of PPO on
 CartPole-v1, trained for the same number of updates by the fused engine (one program, seeds vmapped)
 and by the Ray engine in ``sync`` mode (one seed per actor, so one actor call is one seed's
 ``collect``; ``learn`` for all seeds on the learner). The two engines do the same arithmetic
 (bit-identical results), so the difference in wall time is the Ray engine's cost: dispatch,
-(de)serialisation, the object store, process placement on the cores. Repeats are interleaved
+(de)serialisation, the object store, process placement on the cores. Each row also reports the work
+inside one actor call as the actor measures it (``collect`` plus converting its inputs and outputs;
+PPO's ``learn`` is the larger part of an update, so an actor call holds about a third of the update). Repeats are interleaved
 (fused, ray, ray, fused, ...) and the 1-minute load average is recorded beside each measurement.
 
 A second table times the parameter broadcast: ``ray.put`` of P megabytes plus N actors reading it.
@@ -122,16 +124,21 @@ def overhead_table(args, per_step_seconds: float) -> list[dict]:
             times = {"fused": [], "ray": []}
             loads = []
             waits = []
+            call_ms = []  # the work inside one actor call (collect and the conversions), without Ray's share
             for repeat in range(args.repeats):
                 order = ("fused", "ray") if repeat % 2 == 0 else ("ray", "fused")
                 for name in order:
                     engine = fused if name == "fused" else ray
                     loads.append(load())
                     wait0 = ray.wait_seconds
+                    work0 = ray.actor_work() if name == "ray" else None
                     states[name], seconds = timed_chunk(engine, states[name])
                     times[name].append(seconds / updates)
                     if name == "ray":
                         waits.append((ray.wait_seconds - wait0) / updates)
+                        work1 = ray.actor_work()
+                        call_ms.append(1000 * statistics.median(
+                            (b[1] - a[1]) / max(1, b[0] - a[0]) for a, b in zip(work0, work1)))
             ray.close()
             fused_med, ray_med = statistics.median(times["fused"]), statistics.median(times["ray"])
             ratios = [r / f - 1 for r, f in zip(times["ray"], times["fused"])]
@@ -144,6 +151,8 @@ def overhead_table(args, per_step_seconds: float) -> list[dict]:
                 "ray_ms_range": [1000 * min(times["ray"]), 1000 * max(times["ray"])],
                 "overhead_median": statistics.median(ratios), "overhead_range": [min(ratios), max(ratios)],
                 "learner_wait_ms_per_update": 1000 * statistics.median(waits),
+                "actor_work_ms_per_call": statistics.median(call_ms),
+                "actor_work_ms_per_call_range": [min(call_ms), max(call_ms)],
                 "load_1min_median": statistics.median(loads), "load_1min_range": [min(loads), max(loads)],
                 "times": times, "actors_priority_matched": bool(args.match_priority),
                 "niceness": os.getpriority(os.PRIO_PROCESS, 0),
@@ -151,7 +160,8 @@ def overhead_table(args, per_step_seconds: float) -> list[dict]:
             rows.append(row)
             print(f"work~{work_ms:g}ms actors={actors}: fused {row['fused_ms_per_update']:.1f} ms/update, "
                   f"ray {row['ray_ms_per_update']:.1f} ms/update, overhead {100 * row['overhead_median']:+.1f}% "
-                  f"[{100 * min(ratios):+.1f}, {100 * max(ratios):+.1f}], load {row['load_1min_median']:.1f}",
+                  f"[{100 * min(ratios):+.1f}, {100 * max(ratios):+.1f}], actor work per call "
+                  f"{row['actor_work_ms_per_call']:.1f} ms, load {row['load_1min_median']:.1f}",
                   flush=True)
     return rows
 

@@ -207,3 +207,49 @@ def test_ray_cli_refuses_invalid_staleness_with_exit_code_2(tmp_path, capsys):
 def test_ray_options_with_another_engine_are_refused(tmp_path):
     with pytest.raises(UsageError, match="apply to --engine ray only"):
         Run(_spec(tmp_path / "run", "fused", actors=2))
+
+
+def test_passthrough_reads_the_traced_program():
+    """By hand: leaf 0 is returned in place and read, leaf 1 is changed, leaf 2 is returned untouched."""
+    import jax.numpy as jnp
+
+    state = (jnp.zeros(2), jnp.ones(3), jnp.zeros(()))
+    kept, read = ray_engine._passthrough(lambda s: ((s[0], s[1] + 1, s[2]), s[0] * 2), state)
+    assert kept == [True, False, True] and read == [True, True, False]
+    kept, read = ray_engine._passthrough(lambda s: ((s[1], s[0], s[2]),), (jnp.zeros(2), jnp.ones(2), jnp.zeros(())))
+    assert kept == [False, False, True] and read == [True, True, False]  # swapped leaves count as read
+
+
+@pytest.mark.parametrize("algo_name, learn_only", [("ppo", ()), ("pqn", (".update_step",))])
+def test_sync_flow_sends_parameters_and_returns_environments(algo_name, learn_only):
+    """Each update the learner sends what learn changed and collect reads (the weights, the key, and
+    PQN's update count for its epsilon); the actor returns what collect changed (environments, key)."""
+    import importlib
+
+    import jax
+
+    from longhorizon.envs import make
+
+    algo = importlib.import_module(f"longhorizon.algos.{algo_name}")
+    env = make("CartPole-v1")
+    shape = jax.eval_shape(lambda key: algo.init(key, env, algo.Config()), jax.random.PRNGKey(0))
+    paths = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(shape)]
+    to_actor, from_actor = ray_engine.state_flow(algo, shape)
+    assert {paths[i] for i in to_actor} == {p for p in paths if p.startswith(".agent.weights")} | {".key", *learn_only}
+    assert {paths[i] for i in from_actor} == {p for p in paths if p.startswith(".env_state")} | {".obs", ".key"}
+
+
+def test_ray_actors_the_cluster_cannot_hold_are_refused_not_awaited(ray_session):
+    """Ray would queue an actor asking for a GPU on this CPU-only instance forever; the engine gives up
+    after its placement timeout with one sentence naming the resources, and leaves nothing running."""
+    from longhorizon.algos import ppo
+    from longhorizon.envs import make
+
+    config = ppo.Config(num_envs=4, num_steps=8, total_steps=1024)
+    options = ray_engine.RayOptions(actors=1, actor_gpus=1.0, placement_timeout_s=3.0)
+    engine = RayEngine(ppo, "CartPole-v1", {}, config, 1, 1, options, env=make("CartPole-v1"))
+    with pytest.raises(UsageError, match=r"Ray started 0 of 1 actors within 3 s because each asks for 1 CPU and 1 GPU "
+                                         r"while the cluster has .* free; pass fewer --actors") as error:
+        engine.compile(engine.init(0))
+    assert str(error.value).count(". ") == 0
+    assert engine._workers == [] and ray_session.is_initialized()

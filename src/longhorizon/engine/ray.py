@@ -4,9 +4,12 @@ The learner is this process (it owns the training state, which the runner checkp
 are Ray actor processes that build the environment and the jitted ``collect`` once. Two dataflows,
 as in Podracer's Sebulba split and SRL's actor/learner streams:
 
-* ``sync`` (default): every update the learner hands each actor its share of the seeds' training
-  states (one object per share, by reference); the actors run the jitted ``collect`` and return the
-  new states and batches; the learner runs the jitted ``learn``. The arithmetic is the fused
+* ``sync`` (default): every actor holds a copy of its share of the seeds' training states and runs
+  the jitted ``collect`` on it; the learner runs the jitted ``learn``. Only what changes crosses
+  the boundary (:func:`state_flow`, read once from the traced programs): each update the learner
+  sends the leaves ``learn`` changed that ``collect`` reads (the parameters, the key), and the actor
+  returns the batch and the leaves ``collect`` changed (the environments, the key). An actor gets
+  the whole share when it starts, after a replacement, and when the runner hands in another state. The arithmetic is the fused
   engine's, so parameters and learning curves are bit-identical to ``--engine fused`` for the same
   seeds and config (on the same kind of device). Work is split by whole seeds: ``--actors`` may not
   exceed ``--seeds``.
@@ -63,6 +66,7 @@ class RayOptions:
     max_staleness: int = 0  # async only: largest parameter-version lag of a batch the learner learns from
     actor_cpus: float = 1.0  # resources each actor declares; Ray places actors accordingly
     actor_gpus: float = 0.0
+    placement_timeout_s: float = 300.0  # how long to wait for Ray to place every actor before giving up
 
 
 def options_from_spec(spec: Any) -> RayOptions:
@@ -140,6 +144,35 @@ def from_wire(treedef: Any, leaves: list[np.ndarray]) -> Any:
     return jax.tree.unflatten(treedef, leaves)
 
 
+def _passthrough(fn, *example) -> tuple[list[bool], list[bool]]:
+    """For each leaf of ``fn``'s first argument (which ``fn`` returns first, in the same structure):
+    ``(returned unchanged in place, read)``, from the traced program. Conservative: a leaf counts as
+    read if any operation takes it or it is returned anywhere but in its own place."""
+    jaxpr = jax.make_jaxpr(fn)(*example).jaxpr
+    n = len(jax.tree.leaves(example[0]))
+    inputs = jaxpr.invars[:n]
+    kept = [out is inp for out, inp in zip(jaxpr.outvars[:n], inputs)]
+    used = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
+    read = [id(v) in used or any(out is v and j != i for j, out in enumerate(jaxpr.outvars)) for i, v in enumerate(inputs)]
+    return kept, read
+
+
+def state_flow(algo: ModuleType, state_shape: Any) -> tuple[list[int], list[int]]:
+    """Which training-state leaves (flattened, as ``jax.tree.leaves``) cross the sync boundary.
+
+    Returns ``(to_actor, from_actor)``: the leaves ``learn`` changes that ``collect`` reads (sent each
+    update), and the leaves ``collect`` changes (returned with the batch). Every other leaf is the
+    same on both sides by construction: ``collect`` returns it untouched, or neither side reads the
+    other's copy. ``state_shape`` is one seed's state (no seed axis); vmapping keeps the answer.
+    """
+    batch_shape = jax.eval_shape(algo.collect, state_shape)[1]
+    collect_keeps, collect_reads = _passthrough(algo.collect, state_shape)
+    learn_keeps, _ = _passthrough(algo.learn, state_shape, batch_shape)
+    to_actor = [i for i, (keep, read) in enumerate(zip(learn_keeps, collect_reads)) if read and not keep]
+    from_actor = [i for i, keep in enumerate(collect_keeps) if not keep]
+    return to_actor, from_actor
+
+
 def seed_keys(seed: int, num_seeds: int) -> jax.Array:
     """One key per seed, as the fused engine derives them."""
     return jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(num_seeds))
@@ -156,13 +189,15 @@ def _compile_settings() -> dict[str, Any]:
 class CollectWorker:
     """One Ray actor: builds the environment and the jitted ``collect`` once, then serves calls.
 
-    ``sync``: :meth:`collect_shard` advances training states it is given (its share of the seeds).
+    ``sync``: :meth:`collect_update` advances the actor's copy of its share of the seeds' training
+    states, after taking in what the learner sends (the whole share, or only the leaves it changed).
     ``async``: :meth:`start` builds the actor's own environments; :meth:`collect_with` acts with the
     given parameters and returns the batch tagged with their version.
     """
 
     def __init__(self, algo_module: str, env_id: str, env_overrides: dict, config: Any, num_seeds: int,
-                 mode: str, compile_settings: dict[str, Any], total_seeds: int | None = None):
+                 mode: str, compile_settings: dict[str, Any], total_seeds: int | None = None,
+                 flow: tuple[list[int], list[int]] = ((), ())):
         import ray
 
         if not ray.get_gpu_ids():
@@ -176,6 +211,9 @@ class CollectWorker:
         algo = self.algo = importlib.import_module(algo_module)
         env = make(env_id, **env_overrides)
         self.mode, self.state = mode, None
+        self._to_actor, self._from_actor = flow  # sync: which state leaves come in and go back (state_flow)
+        self._leaves: list[Any] | None = None  # sync: this actor's copy of its share of the states
+        self.calls, self.busy_seconds = 0, 0.0  # work done here, for utilisation and the overhead benchmark
         self._init = jax.jit(jax.vmap(lambda key: algo.init(key, env, config)))
         self._state_shape = jax.eval_shape(self._init, jax.eval_shape(lambda: seed_keys(0, num_seeds)))
         self._state_def = jax.tree.structure(self._state_shape)
@@ -192,21 +230,40 @@ class CollectWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def work(self) -> tuple[int, float]:
+        """``(calls served, seconds spent inside them)``: what one call's work costs, without Ray's share."""
+        return self.calls, self.busy_seconds
+
     def compile(self) -> float:
         start = time.perf_counter()
         self._collect = self._collect.lower(*self._example).compile()
         return time.perf_counter() - start
 
-    def collect_shard(self, state_leaves: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        state, batch = self._collect(from_wire(self._state_def, state_leaves))
-        return to_wire(state), to_wire(batch)
+    def collect_update(self, leaves: list[np.ndarray], whole: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Take in the whole share (``whole``) or the ``to_actor`` leaves, run ``collect``; return the
+        ``from_actor`` leaves of the new states and the batch."""
+        start = time.perf_counter()
+        leaves = jax.device_put(leaves)
+        if whole:
+            self._leaves = leaves
+        else:
+            for index, leaf in zip(self._to_actor, leaves):
+                self._leaves[index] = leaf
+        state, batch = self._collect(jax.tree.unflatten(self._state_def, self._leaves))
+        self._leaves = jax.tree.leaves(state)
+        result = to_wire([self._leaves[i] for i in self._from_actor]), to_wire(batch)
+        self.calls, self.busy_seconds = self.calls + 1, self.busy_seconds + time.perf_counter() - start
+        return result
 
     def start(self, keys: np.ndarray) -> None:
         self.state = self._init(jnp.asarray(keys))
 
     def collect_with(self, params_leaves: list[np.ndarray], version: int) -> tuple[list[np.ndarray], int]:
+        start = time.perf_counter()
         self.state, batch = self._collect(self.state, from_wire(self._params_def, params_leaves))
-        return to_wire(batch), version
+        result = to_wire(batch), version
+        self.calls, self.busy_seconds = self.calls + 1, self.busy_seconds + time.perf_counter() - start
+        return result
 
 
 # ----------------------------------------------------------------------------- engine
@@ -260,6 +317,10 @@ class RayEngine:
         # sync: contiguous shares of the seeds, one per actor
         bounds = np.linspace(0, num_seeds, options.actors + 1).round().astype(int) if options.mode == "sync" else None
         self._shards = None if bounds is None else list(zip(bounds[:-1], bounds[1:]))
+        one_seed = jax.eval_shape(lambda key: algo.init(key, env, config), jax.random.PRNGKey(0))
+        self._flow = state_flow(algo, one_seed) if options.mode == "sync" else ([], [])
+        self._in_sync: list[bool] = []  # sync: actor i holds the learner's current state (else send it whole)
+        self._synced_state = None  # sync: the state this engine last returned (the actors hold its leaves)
         # async: requests in the order the learner will take them, the current parameter version
         self._pending: collections.deque[_Request] = collections.deque()
         self._version = 0
@@ -294,6 +355,9 @@ class RayEngine:
         if not self._workers:
             self.compile(state)
         self._chunk_restarts = 0
+        if self.options.mode == "sync" and state is not self._synced_state:
+            self._in_sync = [False] * len(self._workers)  # e.g. restored from a checkpoint: send it whole
+        self._synced_state = None  # until this chunk completes (a failed chunk may be retried from its start)
         rows, lags = [], []
         for _ in range(self.updates_per_chunk):
             if self.options.mode == "sync":
@@ -307,6 +371,7 @@ class RayEngine:
                 self._version += 1
                 self._params_ref = None  # publish the new version when it is first asked for
                 self._last_state = state
+        self._synced_state = state
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *rows)  # [seeds, updates], as the fused scan
         metrics = jax.device_get(self._summarize(stacked, state))
         if lags:
@@ -332,6 +397,10 @@ class RayEngine:
     def actor_pids(self) -> list[int]:
         """Process ids of the actors (e.g. to watch or to kill one)."""
         return self._ray().get([w.pid.remote() for w in self._workers])
+
+    def actor_work(self) -> list[tuple[int, float]]:
+        """Per actor: ``(calls served, seconds spent inside them)`` (a replaced actor starts from zero)."""
+        return self._ray().get([w.work.remote() for w in self._workers])
 
     # ------------------------------------------------------------------ Ray
     @staticmethod
@@ -360,13 +429,33 @@ class RayEngine:
         self._connect()
         self._workers = [self._new_worker(i) for i in range(self.options.actors)]
         self._incarnation = [0] * self.options.actors
+        self._in_sync = [False] * self.options.actors
+        self._await_placement(self._workers)
+
+    def _await_placement(self, workers: list[Any]) -> None:
+        """Wait until Ray has started every actor; refuse with one sentence if the cluster cannot hold them.
+
+        Ray queues an actor whose resources no node has free and never says so: without this the run
+        would wait forever (e.g. ``--actor-gpus 1`` on a cluster without GPUs).
+        """
+        ray = self._ray()
+        refs = [w.pid.remote() for w in workers]
+        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.options.placement_timeout_s)
+        if waiting:
+            free = {k: round(v, 2) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+            self.close()
+            raise UsageError(
+                f"Ray started {len(ready)} of {len(refs)} actors within {self.options.placement_timeout_s:g} s because "
+                f"each asks for {self.options.actor_cpus:g} CPU and {self.options.actor_gpus:g} GPU while the cluster "
+                f"has {free or 'nothing'} free; pass fewer --actors, a smaller --actor-cpus or --actor-gpus, or add nodes.")
+        ray.get(ready)  # an actor that failed to start raises its error here
 
     def _new_worker(self, index: int):
         ray = self._ray()
         remote = ray.remote(num_cpus=self.options.actor_cpus, num_gpus=self.options.actor_gpus, max_restarts=0)(CollectWorker)
         seeds = self.num_seeds if self._shards is None else int(self._shards[index][1] - self._shards[index][0])
         return remote.remote(self.algo.__name__, self.env_id, self.env_overrides, self.config, seeds,
-                             self.options.mode, _compile_settings(), self.num_seeds)
+                             self.options.mode, _compile_settings(), self.num_seeds, self._flow)
 
     def _start_actor(self, index: int):
         """Async: the actor's own environments, on a random stream of its own (per actor and incarnation)."""
@@ -388,7 +477,10 @@ class RayEngine:
         print(f"ray engine: actor {index} died ({type(error).__name__}); starting a replacement.", file=sys.stderr)
         self.actor_restarts += 1
         self._incarnation[index] += 1
+        if self._in_sync:
+            self._in_sync[index] = False
         self._workers[index] = self._new_worker(index)
+        self._await_placement([self._workers[index]])
         ray.get(self._workers[index].compile.remote())
         if self.options.mode == "async":
             ray.get(self._start_actor(index))
@@ -409,11 +501,25 @@ class RayEngine:
 
     # ------------------------------------------------------------------ sync
     def _sync_collect(self, state):
-        """Every actor advances its share of the seeds by one ``collect``; returns the joined state and batch."""
-        ray = self._ray()
-        leaves = to_wire(state)
-        shares = [ray.put([leaf[lo:hi] for leaf in leaves]) for lo, hi in self._shards]  # published once
-        refs = [w.collect_shard.remote(share) for w, share in zip(self._workers, shares)]
+        """Every actor advances its share of the seeds by one ``collect``; returns the joined state and batch.
+
+        Only the leaves that changed cross the boundary (:func:`state_flow`); an actor that does not
+        hold the learner's current state (new, replaced, or the runner handed in another state) gets
+        its whole share first. The arithmetic is unchanged, so the run stays bit-identical to fused.
+        """
+        to_actor, from_actor = self._flow
+        leaves = jax.tree.leaves(state)
+        wire: dict[bool, list[np.ndarray]] = {}  # on host once per update: the changed leaves, or all of them
+
+        def request(i: int):
+            whole = not self._in_sync[i]
+            if whole not in wire:
+                wire[whole] = to_wire(leaves if whole else [leaves[j] for j in to_actor])
+            lo, hi = self._shards[i]
+            sent = wire[whole] if len(self._shards) == 1 else [leaf[lo:hi] for leaf in wire[whole]]
+            return self._workers[i].collect_update.remote(sent, whole)
+
+        refs = [request(i) for i in range(len(self._workers))]
         results = []
         for i, ref in enumerate(refs):
             while True:
@@ -424,11 +530,14 @@ class RayEngine:
                     if not self._actor_died(error):
                         raise
                     self._replace(i, error)
-                    ref = self._workers[i].collect_shard.remote(shares[i])
+                    ref = request(i)  # the replacement gets the whole share: an exact replay
+            self._in_sync[i] = True
         join = (lambda parts: parts[0]) if len(results) == 1 else (lambda parts: np.concatenate(parts, axis=0))
-        state_leaves = [join(parts) for parts in zip(*(r[0] for r in results))]
+        new_leaves = list(leaves)
+        for index, parts in zip(from_actor, zip(*(r[0] for r in results))):
+            new_leaves[index] = join(parts)
         batch_leaves = [join(parts) for parts in zip(*(r[1] for r in results))]
-        state = from_wire(jax.tree.structure(state), state_leaves)
+        state = jax.tree.unflatten(jax.tree.structure(state), new_leaves)
         return state, from_wire(self._batch_def(state), batch_leaves)
 
     def _batch_def(self, state):
