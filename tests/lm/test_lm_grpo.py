@@ -5,6 +5,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from longhorizon.core.kl import kl_k1, kl_k2, kl_k3
@@ -182,3 +183,33 @@ def test_grpo_learns_a_trivial_preference(params):
     problems = make_problems("chain", 1, 8, seed=0)
     rewards = [trainer.step(problems)["reward"] for _ in range(30)]
     assert np.mean(rewards[:3]) < 0.35 and np.mean(rewards[-5:]) > 0.6, rewards
+
+
+@pytest.mark.parametrize("dynamic_sampling", [False, True])
+def test_update_with_shared_prompts_equals_per_row_update(params, dynamic_sampling):
+    """The same rollout learned from in the shared-prompt layout and in the per-row layout gives the
+    same loss and the same parameters (float summation order aside), dropped groups included."""
+    cfg = GRPOConfig(num_generations=4, max_prompt_length=16, max_completion_length=6, beta=0.04, batch_multiple=8,
+                     dynamic_sampling=dynamic_sampling, learning_rate=1e-2)
+    problems = make_problems("chain", 1, 3, seed=0, cfg=TaskConfig(names="sequential"))
+    trainer = GRPOTrainer(MCFG, params, TOK, cfg, seed=0, reward_fn=lambda p, t: float(len(t) % 2))
+    ro = trainer.rollout(problems)
+    assert ro["group_size"] == 4 and len(ro["rows"]) == 12
+    adv, mask = trainer.advantages(ro), ro["valid"].astype(np.float32)
+    keep = ~all_equal_groups(ro["rewards"], ro["group_ids"]) if dynamic_sampling else np.ones(12, bool)
+    assert keep.any() and (keep.all() != dynamic_sampling or keep.all())
+    shared = trainer._train_batch(ro, adv, mask, keep)
+    per_row = trainer._train_batch({**ro, "group_size": 0}, adv, mask, keep)
+    assert "prompt" in shared and "tokens" in per_row
+    assert shared["prompt"].shape[0] * 4 == shared["completion"].shape[0]
+    opt = optax.sgd(1.0)  # parameters move by the gradient itself: compares gradients, not Adam's signs
+    results = []
+    for batch in (shared, per_row):
+        p = jax.tree_util.tree_map(jnp.array, params)
+        results.append(update(p, opt.init(p), batch, model_cfg=MCFG, cfg=cfg, optimizer=opt))
+    (p1, _, m1), (p2, _, m2) = results
+    assert float(m1["loss"]) == pytest.approx(float(m2["loss"]), rel=1e-5, abs=1e-7)
+    assert float(m1["kl"]) == pytest.approx(float(m2["kl"]), abs=1e-6)
+    assert float(m1["grad_norm"]) > 1e-3
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2)):
+        np.testing.assert_allclose(a, b, atol=1e-5)

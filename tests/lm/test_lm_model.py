@@ -116,3 +116,47 @@ def test_top_p_sampling_never_draws_outside_nucleus(model):
     allowed = np.isfinite(np.asarray(top_p_filter(logits, 0.3)))
     first = np.asarray(g.tokens)[:, 0]
     assert allowed[np.arange(16), first].all()
+
+
+def test_shared_prompt_logprobs_equal_per_row_logprobs_and_gradients(model):
+    """Groups that share a prompt (run once) give the log-probs, entropies and gradients of the rows
+    run separately with the prompt repeated; padded prompts and completions ending early included."""
+    from longhorizon.lm.model import shared_prompt_logprobs
+
+    cfg, params = model
+    s = 3
+    prompt, pvalid = TOK.encode_prompts(PROMPTS[:3], 12)  # left-padded by different amounts
+    comp, cvalid = TOK.encode_completions(["b=3;", "", "x", "1;2", "r=", "c;", "q=9", "zz;", "7"], 5)
+    rows_prompt, rows_pvalid = jnp.repeat(prompt, s, 0), jnp.repeat(pvalid, s, 0)
+    tokens, valid = jnp.concatenate([rows_prompt, comp], 1), jnp.concatenate([rows_pvalid, cvalid], 1)
+    mask = np.asarray(cvalid)
+    assert not mask.all() and mask.any()
+
+    def per_row(p):
+        lp, ent = token_logprobs(p, cfg, tokens, valid, 2.0)
+        return lp[:, prompt.shape[1] - 1 :], ent[:, prompt.shape[1] - 1 :]
+
+    def shared(p):
+        return shared_prompt_logprobs(p, cfg, prompt, pvalid, comp, cvalid, 2.0)
+
+    for a, b in zip(shared(params), per_row(params)):
+        np.testing.assert_allclose(np.where(mask, a, 0.0), np.where(mask, b, 0.0), atol=2e-6)
+    grads = [jax.grad(lambda p, f=f: jnp.sum(jnp.where(mask, f(p)[0], 0.0)))(params) for f in (shared, per_row)]
+    for a, b in zip(*(jax.tree.leaves(g) for g in grads)):
+        np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-4)
+
+
+def test_grouped_generation_equals_repeated_prompts(model):
+    """Prefilling each prompt once for a group of S rows samples what S copies of the prompt would."""
+    cfg, params = model
+    s = 4
+    p, pv = TOK.encode_prompts(PROMPTS)
+    key = jax.random.PRNGKey(1)
+    grouped = generate(params, p, pv, key, cfg=cfg, max_new_tokens=N_NEW, temperature=1.0, group_size=s)
+    repeated = generate(params, jnp.repeat(p, s, 0), jnp.repeat(pv, s, 0), key, cfg=cfg, max_new_tokens=N_NEW,
+                        temperature=1.0)
+    assert grouped.tokens.shape == (len(PROMPTS) * s, N_NEW)
+    np.testing.assert_array_equal(np.asarray(grouped.tokens), np.asarray(repeated.tokens))
+    np.testing.assert_array_equal(np.asarray(grouped.valid), np.asarray(repeated.valid))
+    np.testing.assert_allclose(np.asarray(grouped.logprobs), np.asarray(repeated.logprobs), atol=2e-6)
+    assert len({tuple(r) for r in np.asarray(grouped.tokens)[:s]}) > 1  # the rows of a group differ

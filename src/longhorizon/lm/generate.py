@@ -19,7 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from longhorizon.lm.model import KVCache, ModelConfig, Transformer, positions_from_valid
+from longhorizon.lm.model import ModelConfig, Transformer, positions_from_valid, prefill_shared
 from longhorizon.lm.tokenizer import EOS, PAD
 
 
@@ -60,7 +60,7 @@ def sample_token(key, logits, temperature: float, top_p: float):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_p", "eos_id", "pad_id")
+    jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_p", "eos_id", "pad_id", "group_size")
 )
 def generate(
     params,
@@ -74,16 +74,18 @@ def generate(
     top_p: float = 1.0,
     eos_id: int = EOS,
     pad_id: int = PAD,
+    group_size: int = 1,
 ) -> Generation:
-    """Sample up to ``max_new_tokens`` after each left-padded prompt (every row needs >= 1 valid token)."""
+    """Sample up to ``max_new_tokens`` after each left-padded prompt (every row needs >= 1 valid token).
+
+    With ``group_size = S`` each of the ``G`` prompts is prefilled once and continued by ``S`` rows
+    (a GRPO group): the result has ``G * S`` rows, rows ``g*S .. g*S+S-1`` continuing prompt ``g``.
+    """
     model = Transformer(cfg)
-    b, p = prompt.shape
+    p = prompt.shape[1]
     n = max_new_tokens
-    cache = KVCache.zeros(cfg, b, p + n)
-    kv_valid = jnp.concatenate([prompt_valid.astype(bool), jnp.zeros((b, n), bool)], axis=1)
-    positions = positions_from_valid(prompt_valid)
-    logits, cache = model.apply({"params": params}, prompt, positions, kv_valid, cache, 0)
-    next_pos = positions[:, -1] + 1
+    logits, cache, kv_valid, next_pos = prefill_shared(params, cfg, prompt, prompt_valid, group_size, p + n)
+    b = logits.shape[0]
 
     def cond(carry):
         t, done = carry[0], carry[4]
@@ -107,7 +109,7 @@ def generate(
 
     carry = (
         jnp.int32(0),
-        logits[:, -1],
+        logits,
         cache,
         kv_valid,
         jnp.zeros((b,), bool),

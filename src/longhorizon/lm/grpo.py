@@ -45,7 +45,7 @@ import optax
 from longhorizon.core.kl import kl_k3
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.lm.generate import generate
-from longhorizon.lm.model import ModelConfig, token_logprobs
+from longhorizon.lm.model import ModelConfig, shared_prompt_logprobs, token_logprobs
 from longhorizon.lm.tasks import Problem, score, segment_ids, segment_rewards
 from longhorizon.lm.tokenizer import EOS, PAD, Tokenizer
 
@@ -77,6 +77,9 @@ class GRPOConfig:
     dynamic_sampling: bool = False
     advantage: str = "sequence"  # "segment": SLCA per-statement advantages
     batch_multiple: int = 16  # rollout batches are padded up to a multiple of this (stable shapes)
+    # Run each prompt once per group (generation's prefill and the update's prompt positions) when
+    # every group has the same size: the same function, at 1/num_generations of the prompt's cost.
+    share_prompts: bool = True
 
     def __post_init__(self):
         if self.num_generations < 2:
@@ -174,11 +177,22 @@ def reduce_loss(token_loss, mask, loss_type: str, *, max_completion_length: int,
     raise UsageError(f"loss_type={loss_type!r} is unknown; use one of {LOSS_TYPES}.")
 
 
-def grpo_loss(params, batch, total_tokens, *, model_cfg: ModelConfig, cfg: GRPOConfig, n_micro: int):
-    """Loss of one micro-batch; ``batch`` holds tokens, valid, mask, old_logp, ref_logp, advantages."""
+def completion_logprobs_of(params, batch, model_cfg: ModelConfig, temperature: float):
+    """Teacher-forced ``(logp, entropy) [B, N]`` of a batch's completions, in either layout:
+    ``prompt, prompt_valid [G, P]`` + ``completion, completion_valid [G*S, N]`` (groups share their
+    prompt), or ``tokens, valid [B, P+N]`` (each row carries its prompt)."""
+    if "prompt" in batch:
+        return shared_prompt_logprobs(params, model_cfg, batch["prompt"], batch["prompt_valid"], batch["completion"],
+                                      batch["completion_valid"], temperature)
     p = batch["tokens"].shape[1] - batch["mask"].shape[1]
-    logp, entropy = token_logprobs(params, model_cfg, batch["tokens"], batch["valid"], cfg.temperature)
-    logp, entropy = logp[:, p - 1 :], entropy[:, p - 1 :]
+    logp, entropy = token_logprobs(params, model_cfg, batch["tokens"], batch["valid"], temperature)
+    return logp[:, p - 1 :], entropy[:, p - 1 :]
+
+
+def grpo_loss(params, batch, total_tokens, *, model_cfg: ModelConfig, cfg: GRPOConfig, n_micro: int):
+    """Loss of one micro-batch: its completions' tokens (either layout, see :func:`completion_logprobs_of`),
+    mask, old_logp, ref_logp, advantages."""
+    logp, entropy = completion_logprobs_of(params, batch, model_cfg, cfg.temperature)
     mask = batch["mask"]
     tok, ratio, kl = per_token_loss(
         logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
@@ -224,10 +238,9 @@ def update(params, opt_state, batch, *, model_cfg: ModelConfig, cfg: GRPOConfig,
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "temperature"))
-def completion_logprobs(params, tokens, valid, *, model_cfg: ModelConfig, temperature: float):
-    """Teacher-forced log-probs of the last ``N`` columns (the completion), used for the reference model."""
-    logp, _ = token_logprobs(params, model_cfg, tokens, valid, temperature)
-    return logp
+def completion_logprobs(params, batch, *, model_cfg: ModelConfig, temperature: float):
+    """Teacher-forced log-probs ``[B, N]`` of a batch's completions, used for the reference model."""
+    return completion_logprobs_of(params, batch, model_cfg, temperature)[0]
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -283,13 +296,16 @@ class GRPOTrainer:
         rows = [(q, p) for q, (p, g) in enumerate(zip(problems, sizes)) for _ in range(g)]
         if not rows:
             raise UsageError("a rollout needs at least one problem with a positive group size.")
-        b = _round_up(len(rows), cfg.batch_multiple)
-        prompts = [p.prompt for _, p in rows] + [""] * (b - len(rows))
-        ptok, pvalid = tok.encode_prompts(prompts, cfg.max_prompt_length)
+        # Equal groups share their prompt: prefilled once, continued by every row of the group.
+        group_size = sizes[0] if cfg.share_prompts and len(set(sizes)) == 1 and sizes[0] > 1 else 1
+        units = problems if group_size > 1 else [p for _, p in rows]
+        b = _round_up(len(units), max(1, cfg.batch_multiple // group_size))
+        ptok, pvalid = tok.encode_prompts([p.prompt for p in units] + [""] * (b - len(units)), cfg.max_prompt_length)
         self.key, sub = jax.random.split(self.key)
         gen = generate(self.params, ptok, pvalid, sub, cfg=self.model_cfg, max_new_tokens=cfg.max_completion_length,
-                       temperature=cfg.temperature, top_p=cfg.top_p)
+                       temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size)
         ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
+        ptok, pvalid = (np.repeat(x, group_size, axis=0) if group_size > 1 else x for x in (ptok, pvalid))
         texts = tok.decode_batch(ctok)
         rewards = np.array([self.reward_fn(p, t) for (_, p), t in zip(rows, texts)], np.float64)
         n_real = len(rows)
@@ -301,6 +317,7 @@ class GRPOTrainer:
             "prompt_tokens": ptok[:n_real], "prompt_valid": pvalid[:n_real],
             "tokens": ctok, "valid": cvalid, "logprobs": clp,
             "truncated": ~((ctok == EOS) & cvalid).any(axis=1),
+            "group_size": group_size if group_size > 1 else 0,  # > 0: rows g*S .. g*S+S-1 are group g
         }
 
     def advantages(self, ro) -> np.ndarray:
@@ -353,11 +370,10 @@ class GRPOTrainer:
         if keep.any():
             batch = self._train_batch(ro, adv, mask, keep)
             n_opt = cfg.steps_per_generation
-            per = batch["tokens"].shape[0] // n_opt
             kept_tokens = int(ro["valid"][keep].sum() + ro["prompt_valid"][keep].sum())
             for _ in range(cfg.num_iterations):
                 for s in range(n_opt):
-                    mb = {k: v[s * per : (s + 1) * per] for k, v in batch.items()}
+                    mb = {k: v[s * (len(v) // n_opt) : (s + 1) * (len(v) // n_opt)] for k, v in batch.items()}
                     self.params, self.opt_state, m = update(
                         self.params, self.opt_state, mb, model_cfg=self.model_cfg, cfg=cfg, optimizer=self.optimizer
                     )
@@ -380,24 +396,40 @@ class GRPOTrainer:
 
     def _train_batch(self, ro, adv, mask, keep):
         cfg = self.cfg
-        idx = np.flatnonzero(keep)
-        b = _round_up(len(idx), cfg.batch_multiple * cfg.steps_per_generation * cfg.gradient_accumulation_steps)
-        # Shuffle once per generation batch (TRL shuffles before splitting into steps).
-        idx = idx[np.random.default_rng(self.counters["optimizer_steps"]).permutation(len(idx))]
-        pad = b - len(idx)
+        group_size = ro.get("group_size", 0)
+        steps = cfg.steps_per_generation * cfg.gradient_accumulation_steps
+        # Shuffle once per generation batch (TRL shuffles rows before splitting into steps; groups that
+        # share their prompt are shuffled as wholes).
+        rng = np.random.default_rng(self.counters["optimizer_steps"])
+        if group_size:
+            groups = np.unique(ro["group_ids"][keep])  # dynamic sampling keeps or drops whole groups
+            groups = groups[rng.permutation(len(groups))]
+            idx = (groups[:, None] * group_size + np.arange(group_size)).reshape(-1)
+            n_groups = _round_up(len(groups), max(1, cfg.batch_multiple // group_size) * steps)
+            pad = n_groups * group_size - len(idx)
+        else:
+            idx = np.flatnonzero(keep)
+            idx = idx[rng.permutation(len(idx))]
+            pad = _round_up(len(idx), cfg.batch_multiple * steps) - len(idx)
 
-        def take(x, fill=0):
-            x = x[idx]
-            return np.concatenate([x, np.full((pad,) + x.shape[1:], fill, x.dtype)]) if pad else x
+        def take(x, fill=0, rows=None):
+            x = x[idx if rows is None else rows]
+            n = pad if rows is None else pad // group_size
+            return np.concatenate([x, np.full((n,) + x.shape[1:], fill, x.dtype)]) if n else x
 
-        tokens = np.concatenate([take(ro["prompt_tokens"], PAD), take(ro["tokens"], PAD)], axis=1)
-        valid = np.concatenate([take(ro["prompt_valid"], False), take(ro["valid"], False)], axis=1)
-        valid[len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
         old_logp = take(ro["logprobs"])
-        batch = {"tokens": tokens, "valid": valid, "mask": take(mask), "old_logp": old_logp,
-                 "advantages": take(adv), "ref_logp": old_logp}
+        batch = {"mask": take(mask), "old_logp": old_logp, "advantages": take(adv), "ref_logp": old_logp}
+        if group_size:
+            first = groups * group_size  # each group's prompt, from its first row
+            batch.update(prompt=take(ro["prompt_tokens"], PAD, first), prompt_valid=take(ro["prompt_valid"], False, first),
+                         completion=take(ro["tokens"], PAD), completion_valid=take(ro["valid"], False))
+            batch["prompt_valid"][len(groups):, -1] = True  # padding groups: one valid token, zero loss mask
+        else:
+            batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], PAD), take(ro["tokens"], PAD)], axis=1)
+            batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(ro["valid"], False)], axis=1)
+            batch["valid"][len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
         if cfg.beta != 0.0:
-            ref = completion_logprobs(self.ref_params, tokens, valid, model_cfg=self.model_cfg, temperature=cfg.temperature)
-            batch["ref_logp"] = np.asarray(ref)[:, cfg.max_prompt_length - 1 :]
-            self.counters["ref_tokens"] += int(valid[: len(idx)].sum())
+            batch["ref_logp"] = np.asarray(completion_logprobs(self.ref_params, batch, model_cfg=self.model_cfg,
+                                                               temperature=cfg.temperature))
+            self.counters["ref_tokens"] += int(ro["valid"][idx].sum() + ro["prompt_valid"][idx].sum())
         return {k: jnp.asarray(v) for k, v in batch.items()}

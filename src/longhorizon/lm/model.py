@@ -69,7 +69,7 @@ class ModelConfig:
 
 
 class KVCache(NamedTuple):
-    """Keys and values of every layer: ``[n_layers, batch, slots, heads, head_dim]`` each."""
+    """Keys and values: one ``[batch, slots, heads, head_dim]`` array per layer each."""
 
     k: jax.Array
     v: jax.Array
@@ -178,10 +178,54 @@ def token_logprobs(params, cfg: ModelConfig, tokens: jax.Array, valid: jax.Array
     Logits are divided by ``temperature`` first (the distribution the sampler drew from, before
     top-p truncation), as TRL does. Returns ``(logp [B, T-1], entropy [B, T-1])``.
     """
-    logits = forward(params, cfg, tokens, valid)[:, :-1]
+    return _logp_entropy(forward(params, cfg, tokens, valid)[:, :-1], tokens[:, 1:], temperature)
+
+
+def _logp_entropy(logits: jax.Array, targets: jax.Array, temperature: float):
+    """``log softmax(logits / temperature)[target]`` and the entropy of that distribution."""
     if temperature > 0:
         logits = logits / temperature
     logz = jax.nn.log_softmax(logits, axis=-1)
-    logp = jnp.take_along_axis(logz, tokens[:, 1:, None], axis=-1)[..., 0]
+    logp = jnp.take_along_axis(logz, targets[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logz) * logz, axis=-1)
     return logp, entropy
+
+
+def prefill_shared(params, cfg: ModelConfig, prompt: jax.Array, prompt_valid: jax.Array, group_size: int, slots: int):
+    """Run each of ``G`` left-padded prompts once and hand its state to ``group_size`` rows.
+
+    Returns ``(last_logits [G*S, V], cache, kv_valid [G*S, slots], next_position [G*S])``: the cache
+    holds the prompts' keys and values in the first ``P`` of ``slots`` slots, repeated so that rows
+    ``g*S .. g*S+S-1`` continue prompt ``g``. Under a gradient the repeat sums the rows' gradients
+    back into their prompt, so this is the same function as running every row's prompt separately,
+    at ``1/S`` of the prompt's cost.
+    """
+    g, p = prompt.shape
+    positions = positions_from_valid(prompt_valid)
+    kv_valid = jnp.concatenate([prompt_valid.astype(bool), jnp.zeros((g, slots - p), bool)], axis=1)
+    logits, cache = Transformer(cfg).apply({"params": params}, prompt, positions, kv_valid, KVCache.zeros(cfg, g, slots), 0)
+
+    def rows(x, axis=0):
+        return x if group_size == 1 else jnp.repeat(x, group_size, axis=axis)
+
+    return rows(logits[:, -1]), KVCache(rows(cache.k, 1), rows(cache.v, 1)), rows(kv_valid), rows(positions[:, -1] + 1)
+
+
+def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, completion, completion_valid,
+                           temperature: float = 1.0):
+    """Teacher-forced log-probs and entropies of ``completion [G*S, N]`` after ``prompt [G, P]``.
+
+    Rows ``g*S .. g*S+S-1`` continue prompt ``g`` (a GRPO group). Equal to :func:`token_logprobs` on
+    the concatenated ``[prompt_g, completion_row]`` rows restricted to the completion (up to float
+    summation order), but the prompt's positions are computed once per group instead of once per
+    row: with 36 prompt and 26 completion tokens and groups of 8, half the tokens of the update.
+    Returns ``(logp [G*S, N], entropy [G*S, N])``; entry ``j`` scores ``completion[:, j]``.
+    """
+    g, p = prompt.shape
+    rows, n = completion.shape
+    last, cache, kv_valid, start = prefill_shared(params, cfg, prompt, prompt_valid, rows // g, p + n)
+    kv_valid = kv_valid.at[:, p:].set(completion_valid.astype(bool))
+    positions = start[:, None] + jnp.arange(n)[None, :]
+    logits, _ = Transformer(cfg).apply({"params": params}, completion, positions, kv_valid, cache, p)
+    logits = jnp.concatenate([last[:, None], logits[:, :-1]], axis=1)
+    return _logp_entropy(logits, completion, temperature)
