@@ -13,6 +13,8 @@ from longhorizon.errors import UsageError
 # name -> (module, one-line claim); each module exposes run(out_dir: str, quick: bool) -> dict
 REPROS = {
     "h1": ("longhorizon.repro.h1", "a horizon curriculum (h=1 -> 5) beats fixed-horizon RL on long chained problems"),
+    "h1-chain-base": ("longhorizon.repro.h1_chain_base",
+                      "the same, from a base that was also shown h=2 chains (a labelled deviation): does RL reach h>=3?"),
     "sgpo": ("longhorizon.repro.sgpo", "per-query group sizes from a success-rate profile match GRPO with fewer tokens"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),

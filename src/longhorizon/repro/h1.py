@@ -61,6 +61,11 @@ QUICK = H1Setup(seeds=1, rl_steps=10, prompts_per_step=4, eval_per_horizon=16)  
 # cores: about 0.45 CPU-s per SFT step and 1.2 CPU-s per RL step, i.e. roughly 1.5 CPU-hours in all;
 # meant for a GPU (see docs/results/h1/README.md for the command).
 LARGE = H1Setup(d_model=128, n_layers=4, n_heads=4, sft_steps=3000, rl_steps=200)
+# A labelled deviation (`longhorizon repro h1-chain-base`): a quarter of the base's SFT data are
+# supervised h=2 chains, so the base composes once (h=2 ~100%) but not twice (h=3 ~2% sampled);
+# it tests whether RL and the curriculum bootstrap h=3.. from there, which the protocol's base
+# (3% at h=2) cannot.
+CHAIN_BASE = H1Setup(sft_chain_fraction=0.25, sft_steps=2000)
 
 
 def task_config():
@@ -182,7 +187,8 @@ def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict
     t0 = time.perf_counter()
     results: dict[str, list[dict]] = {"base": [], **{a: [] for a in ARMS}}
     curves: dict[str, list] = {a: [] for a in ARMS}
-    print("supervised base on packed single problems (shared by every RL seed)")
+    print("supervised base on packed single problems" + (f" and {setup.sft_chain_fraction:.0%} h=2 chains (a deviation)"
+          if setup.sft_chain_fraction else "") + " (shared by every RL seed)")
     params, model_cfg, tokenizer = cached_base(setup)
     for seed in range(setup.seeds):
         held = make_problems("chain", setup.eval_horizons, setup.eval_per_horizon * len(setup.eval_horizons),
@@ -329,9 +335,17 @@ def write_report(out: Path, summary: dict, setup: H1Setup, quick: bool) -> None:
     fig.tight_layout()
     fig.savefig(out / "accuracy_by_horizon.png", dpi=110)
     plt.close(fig)
-    lines = ["# h1: horizon curriculum vs fixed-horizon RL", "",
-             f"Command: `longhorizon repro h1{' --quick' if quick else ''}` "
-             f"({setup.seeds} seed(s), wall {summary.get('wall_s', 0):.0f} s).", "",
+    deviation = setup.sft_chain_fraction > 0
+    name = "h1-chain-base" if deviation else "h1"
+    lines = [f"# {name}: horizon curriculum vs fixed-horizon RL", "",
+             f"Command: `longhorizon repro {name}{' --quick' if quick else ''}` "
+             f"({setup.seeds} seed(s), wall {summary.get('wall_s', 0):.0f} s).", ""]
+    if deviation:
+        lines += [f"**Deviation from the h1 protocol:** {setup.sft_chain_fraction:.0%} of the base's supervised "
+                  "data are h=2 chains (the protocol's base sees single problems only). The base therefore starts "
+                  "with h=2 solved, and the arms test whether RL bootstraps h>=3 from there. The protocol's own "
+                  "run is in docs/results/h1/.", ""]
+    lines += [
              "Accuracy of the final answer on held-out chains (mean ± std over seeds, greedy decoding):", "",
              "| arm | " + " | ".join(f"h={h}" for h in hs) + " | mean h≥4 |",
              "|---|" + "---|" * (len(hs) + 1)]
