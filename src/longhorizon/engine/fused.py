@@ -40,6 +40,22 @@ def over_seeds(fn, num_seeds: int):
     return single
 
 
+def init_over_seeds(init, num_seeds: int):
+    """``init`` (one key -> one state) over a leading axis of seed keys, one seed after another.
+
+    Not vmapped, on purpose: initialisers such as the orthogonal one run a QR decomposition, and
+    XLA's CPU backend splits a batched QR over the same thread pool that runs a program's
+    independent operations. With 2 cores, two batched QRs can each hold one of the pool's two
+    threads while waiting for work queued behind the other, and the program never finishes
+    (reproduced with jaxlib 0.10.2: a 4-seed PPO init hung within 20 calls; it was the "hang
+    between cells" of the Ray overhead benchmark). Sequential seeds never batch a QR and cost
+    nothing that matters at initialisation.
+    """
+    if num_seeds == 1:
+        return over_seeds(init, 1)
+    return lambda keys: jax.lax.map(init, keys)
+
+
 def make_update(algo: ModuleType):
     """One collect -> learn step, returning learn's metrics plus episode statistics."""
 
@@ -72,7 +88,7 @@ class FusedEngine:
 
         # No buffer donation: the previous state must survive an interrupted chunk so Ctrl-C can save it.
         self._chunk = jax.jit(over_seeds(run_chunk, num_seeds))
-        self._init = jax.jit(over_seeds(lambda k: algo.init(k, env, config), num_seeds))
+        self._init = jax.jit(init_over_seeds(lambda k: algo.init(k, env, config), num_seeds))
         self._compiled = None
         self.compile_seconds = 0.0
 

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.core.nets import tree_all_finite
-from longhorizon.engine.fused import chunk_statistics, over_seeds
+from longhorizon.engine.fused import chunk_statistics, init_over_seeds, over_seeds
 from longhorizon.errors import UsageError
 
 MODES = ("sync", "async")
@@ -214,7 +214,7 @@ class CollectWorker:
         self._to_actor, self._from_actor = flow  # sync: which state leaves come in and go back (state_flow)
         self._leaves: list[Any] | None = None  # sync: this actor's copy of its share of the states
         self.calls, self.busy_seconds = 0, 0.0  # work done here, for utilisation and the overhead benchmark
-        self._init = jax.jit(jax.vmap(lambda key: algo.init(key, env, config)))
+        self._init = jax.jit(init_over_seeds(lambda key: algo.init(key, env, config), num_seeds))
         self._state_shape = jax.eval_shape(self._init, jax.eval_shape(lambda: seed_keys(0, num_seeds)))
         self._state_def = jax.tree.structure(self._state_shape)
         if mode == "sync":
@@ -294,7 +294,7 @@ class RayEngine:
         self.actor_restarts = 0
         self.wait_seconds = 0.0  # time the learner spent waiting for actors' results
         self._chunk_restarts = 0
-        self._init = jax.jit(over_seeds(lambda key: algo.init(key, env, config), num_seeds))
+        self._init = jax.jit(init_over_seeds(lambda key: algo.init(key, env, config), num_seeds))
 
         def learn(state, batch):  # the fused engine's update, less collect
             state, metrics = algo.learn(state, batch)
