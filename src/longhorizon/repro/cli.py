@@ -16,6 +16,8 @@ REPROS = {
     "h1-chain-base": ("longhorizon.repro.h1_chain_base",
                       "the same, from a base that was also shown h=2 chains (a labelled deviation): does RL reach h>=3?"),
     "sgpo": ("longhorizon.repro.sgpo", "per-query group sizes from a success-rate profile match GRPO with fewer tokens"),
+    "sgpo-chain-base": ("longhorizon.repro.sgpo_chain_base",
+                        "the same, from the base that also saw h=2 chains (a labelled deviation), so GRPO can improve"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
