@@ -69,7 +69,7 @@ class ModelConfig:
 
 
 class KVCache(NamedTuple):
-    """Keys and values: one ``[batch, slots, heads, head_dim]`` array per layer each."""
+    """Keys and values of every layer: ``[n_layers, batch, slots, heads, head_dim]`` each."""
 
     k: jax.Array
     v: jax.Array

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.repro.h1 import CHAIN_BASE as H1_CHAIN_BASE
 from longhorizon.repro.h1 import H1Setup, cached_base, task_config
 
 
@@ -56,7 +57,7 @@ QUICK = SGPOSetup(seeds=1, pool_size=32, steps=6, prompts_per_step=4,
                   eval_every=3, eval_per_horizon=16)
 # A labelled deviation (`longhorizon repro sgpo-chain-base`): the base of `h1.CHAIN_BASE`, which
 # solves h=2, so that fixed-group GRPO has something to learn (h=3) and matching it means something.
-CHAIN_BASE = SGPOSetup(base=H1Setup(seeds=1, sft_chain_fraction=0.25, sft_steps=2000))
+CHAIN_BASE = SGPOSetup(base=dataclasses.replace(H1_CHAIN_BASE, seeds=1))
 
 
 def _tokens(counters: dict) -> int:
