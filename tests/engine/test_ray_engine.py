@@ -214,9 +214,9 @@ def test_passthrough_reads_the_traced_program():
     import jax.numpy as jnp
 
     state = (jnp.zeros(2), jnp.ones(3), jnp.zeros(()))
-    kept, read = ray_engine._passthrough(lambda s: ((s[0], s[1] + 1, s[2]), s[0] * 2), state)
+    kept, read, _ = ray_engine._passthrough(lambda s: ((s[0], s[1] + 1, s[2]), s[0] * 2), state)
     assert kept == [True, False, True] and read == [True, True, False]
-    kept, read = ray_engine._passthrough(lambda s: ((s[1], s[0], s[2]),), (jnp.zeros(2), jnp.ones(2), jnp.zeros(())))
+    kept, read, _ = ray_engine._passthrough(lambda s: ((s[1], s[0], s[2]),), (jnp.zeros(2), jnp.ones(2), jnp.zeros(())))
     assert kept == [False, False, True] and read == [True, True, False]  # swapped leaves count as read
 
 

@@ -9,10 +9,10 @@ as in Podracer's Sebulba split and SRL's actor/learner streams:
   the boundary (:func:`state_flow`, read once from the traced programs): each update the learner
   sends the leaves ``learn`` changed that ``collect`` reads (the parameters, the key), and the actor
   returns the batch and the leaves ``collect`` changed (the environments, the key). An actor gets
-  the whole share when it starts, after a replacement, and when the runner hands in another state. The arithmetic is the fused
-  engine's, so parameters and learning curves are bit-identical to ``--engine fused`` for the same
-  seeds and config (on the same kind of device). Work is split by whole seeds: ``--actors`` may not
-  exceed ``--seeds``.
+  the whole share when it starts, after a replacement, and when the runner hands in another state.
+  The arithmetic is the fused engine's, so parameters and learning curves are bit-identical to
+  ``--engine fused`` for the same seeds and config (on the same kind of device). Work is split by
+  whole seeds: ``--actors`` may not exceed ``--seeds``.
 * ``async``: every actor keeps its own copies of the environments (its own random stream) and runs
   ``collect`` with the parameters of a given version, without waiting for the learner. Parameters
   are published once per version into Ray's object store and passed by reference; each batch carries
@@ -144,17 +144,19 @@ def from_wire(treedef: Any, leaves: list[np.ndarray]) -> Any:
     return jax.tree.unflatten(treedef, leaves)
 
 
-def _passthrough(fn, *example) -> tuple[list[bool], list[bool]]:
+def _passthrough(fn, *example) -> tuple[list[bool], list[bool], Any]:
     """For each leaf of ``fn``'s first argument (which ``fn`` returns first, in the same structure):
-    ``(returned unchanged in place, read)``, from the traced program. Conservative: a leaf counts as
-    read if any operation takes it or it is returned anywhere but in its own place."""
-    jaxpr = jax.make_jaxpr(fn)(*example).jaxpr
+    ``(returned unchanged in place, read)``, from the traced program, and the shape of ``fn``'s
+    result. Conservative: a leaf counts as read if any operation takes it or it is returned anywhere
+    but in its own place."""
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example)
+    jaxpr = closed.jaxpr
     n = len(jax.tree.leaves(example[0]))
     inputs = jaxpr.invars[:n]
     kept = [out is inp for out, inp in zip(jaxpr.outvars[:n], inputs)]
     used = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
     read = [id(v) in used or any(out is v and j != i for j, out in enumerate(jaxpr.outvars)) for i, v in enumerate(inputs)]
-    return kept, read
+    return kept, read, out_shape
 
 
 def state_flow(algo: ModuleType, state_shape: Any) -> tuple[list[int], list[int]]:
@@ -165,9 +167,8 @@ def state_flow(algo: ModuleType, state_shape: Any) -> tuple[list[int], list[int]
     same on both sides by construction: ``collect`` returns it untouched, or neither side reads the
     other's copy. ``state_shape`` is one seed's state (no seed axis); vmapping keeps the answer.
     """
-    batch_shape = jax.eval_shape(algo.collect, state_shape)[1]
-    collect_keeps, collect_reads = _passthrough(algo.collect, state_shape)
-    learn_keeps, _ = _passthrough(algo.learn, state_shape, batch_shape)
+    collect_keeps, collect_reads, (_, batch_shape) = _passthrough(algo.collect, state_shape)
+    learn_keeps, _, _ = _passthrough(algo.learn, state_shape, batch_shape)
     to_actor = [i for i, (keep, read) in enumerate(zip(learn_keeps, collect_reads)) if read and not keep]
     from_actor = [i for i, keep in enumerate(collect_keeps) if not keep]
     return to_actor, from_actor
@@ -234,6 +235,11 @@ class CollectWorker:
         """``(calls served, seconds spent inside them)``: what one call's work costs, without Ray's share."""
         return self.calls, self.busy_seconds
 
+    def _served(self, start: float, result):
+        """Count one call that began at ``start`` (``time.perf_counter``); returns its result."""
+        self.calls, self.busy_seconds = self.calls + 1, self.busy_seconds + time.perf_counter() - start
+        return result
+
     def compile(self) -> float:
         start = time.perf_counter()
         self._collect = self._collect.lower(*self._example).compile()
@@ -251,9 +257,7 @@ class CollectWorker:
                 self._leaves[index] = leaf
         state, batch = self._collect(jax.tree.unflatten(self._state_def, self._leaves))
         self._leaves = jax.tree.leaves(state)
-        result = to_wire([self._leaves[i] for i in self._from_actor]), to_wire(batch)
-        self.calls, self.busy_seconds = self.calls + 1, self.busy_seconds + time.perf_counter() - start
-        return result
+        return self._served(start, (to_wire([self._leaves[i] for i in self._from_actor]), to_wire(batch)))
 
     def start(self, keys: np.ndarray) -> None:
         self.state = self._init(jnp.asarray(keys))
@@ -261,9 +265,7 @@ class CollectWorker:
     def collect_with(self, params_leaves: list[np.ndarray], version: int) -> tuple[list[np.ndarray], int]:
         start = time.perf_counter()
         self.state, batch = self._collect(self.state, from_wire(self._params_def, params_leaves))
-        result = to_wire(batch), version
-        self.calls, self.busy_seconds = self.calls + 1, self.busy_seconds + time.perf_counter() - start
-        return result
+        return self._served(start, (to_wire(batch), version))
 
 
 # ----------------------------------------------------------------------------- engine
@@ -477,8 +479,7 @@ class RayEngine:
         print(f"ray engine: actor {index} died ({type(error).__name__}); starting a replacement.", file=sys.stderr)
         self.actor_restarts += 1
         self._incarnation[index] += 1
-        if self._in_sync:
-            self._in_sync[index] = False
+        self._in_sync[index] = False
         self._workers[index] = self._new_worker(index)
         self._await_placement([self._workers[index]])
         ray.get(self._workers[index].compile.remote())
@@ -537,7 +538,7 @@ class RayEngine:
         for index, parts in zip(from_actor, zip(*(r[0] for r in results))):
             new_leaves[index] = join(parts)
         batch_leaves = [join(parts) for parts in zip(*(r[1] for r in results))]
-        state = jax.tree.unflatten(jax.tree.structure(state), new_leaves)
+        state = from_wire(jax.tree.structure(state), new_leaves)
         return state, from_wire(self._batch_def(state), batch_leaves)
 
     def _batch_def(self, state):
