@@ -1,15 +1,15 @@
 """Overhead of the Ray engine against the fused engine at equal total work.
 
 For each work size (about 10, 100 and 1000 ms of fused work per update per seed, set through PPO's
-``num_steps`` after a calibration run; ``--work-ms`` takes any list) and each actor count N in 1, 2, 4: N seeds of PPO on
-CartPole-v1, trained for the same number of updates by the fused engine (one program, seeds vmapped)
+``num_steps`` after a calibration run; ``--work-ms`` takes any list) and each actor count N in 1, 2,
+4: N seeds of PPO on CartPole-v1, trained for the same number of updates by the fused engine (one program, seeds vmapped)
 and by the Ray engine in ``sync`` mode (one seed per actor, so one actor call is one seed's
 ``collect``; ``learn`` for all seeds on the learner). The two engines do the same arithmetic
 (bit-identical results), so the difference in wall time is the Ray engine's cost: dispatch,
 (de)serialisation, the object store, process placement on the cores. Each row also reports the work
 inside one actor call as the actor measures it (``collect`` plus converting its inputs and outputs;
-PPO's ``learn`` is the larger part of an update, so an actor call holds about a third of the update). Repeats are interleaved
-(fused, ray, ray, fused, ...) and the 1-minute load average is recorded beside each measurement.
+PPO's ``learn`` is the larger part of an update, so an actor call holds about a quarter of it).
+Repeats are interleaved (fused, ray, ray, fused, ...) and the 1-minute load average is recorded beside each measurement.
 
 A second table times the parameter broadcast: ``ray.put`` of P megabytes plus N actors reading it.
 
