@@ -94,11 +94,56 @@ def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
     return out.astype(x.dtype)
 
 
+def _masked_softmax(scores: jax.Array, mask: jax.Array, dtype) -> jax.Array:
+    """Softmax over the last axis of float32 ``scores`` where ``mask`` holds (a fully masked row is uniform, never NaN)."""
+    return jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(dtype)
+
+
+def dense_attention(q, k, v, mask):
+    """``softmax(q k^T / sqrt(d), masked) v`` for ``q [B, T, H, D]``, ``k, v [B, S, H, D]``, ``mask [B, T, S]``."""
+    scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
+    return jnp.einsum("bhts,bshd->bthd", _masked_softmax(scores, mask[:, None], v.dtype), v)
+
+
+def shared_prefix_attention(groups: int, group_size: int, prompt_valid, completion_valid):
+    """Attention for one flat stream ``[G prompts of P tokens | G*S completions of N tokens]``.
+
+    Prompt ``g``'s tokens attend causally to its valid tokens; each of its ``S`` completions
+    attends to the whole prompt ``g`` (its keys and values are computed once, never repeated per
+    row) and causally to its own valid tokens. This is the attention of the ``G*S`` concatenated
+    rows ``[prompt_g, completion]``, restricted to distinct work.
+    """
+    g, s = groups, group_size
+    p, n = prompt_valid.shape[1], completion_valid.shape[1]
+    prompt_mask = jnp.tril(jnp.ones((p, p), bool))[None] & prompt_valid[:, None, :].astype(bool)  # [G, P, P]
+    own_mask = jnp.tril(jnp.ones((n, n), bool))[None, None] & completion_valid.reshape(g, s, 1, n).astype(bool)
+    to_prompt_mask = jnp.broadcast_to(prompt_valid.reshape(g, 1, 1, p).astype(bool), (g, s, n, p))
+    completion_mask = jnp.concatenate([to_prompt_mask, own_mask], axis=-1)[:, :, None]  # [G, S, 1, N, P+N]
+
+    def attend(q, k, v):
+        h, d = q.shape[2], q.shape[3]
+        split = g * p
+        qp, kp, vp = (x[0, :split].reshape(g, p, h, d) for x in (q, k, v))
+        qc, kc, vc = (x[0, split:].reshape(g, s, n, h, d) for x in (q, k, v))
+        scale = 1.0 / math.sqrt(d)
+        prompt_out = dense_attention(qp, kp, vp, prompt_mask)
+        scores = jnp.concatenate(
+            [jnp.einsum("gsqhd,gkhd->gshqk", qc, kp), jnp.einsum("gsqhd,gskhd->gshqk", qc, kc)], axis=-1
+        ).astype(jnp.float32) * scale
+        weights = _masked_softmax(scores, completion_mask, v.dtype)
+        completion_out = jnp.einsum("gshqk,gkhd->gsqhd", weights[..., :p], vp) + jnp.einsum(
+            "gshqk,gskhd->gsqhd", weights[..., p:], vc
+        )
+        return jnp.concatenate([prompt_out.reshape(1, g * p, h, d), completion_out.reshape(1, g * s * n, h, d)], axis=1)
+
+    return attend
+
+
 class Block(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, kv, index):
+    def __call__(self, x, positions, mask, kv, index, attend=None):
         cfg = self.cfg
         h = nn.LayerNorm(dtype=cfg.dtype, name="ln_attn")(x)
         qkv = nn.DenseGeneral((3, cfg.n_heads, cfg.head_dim), dtype=cfg.dtype, name="qkv")(h)
@@ -111,10 +156,7 @@ class Block(nn.Module):
             cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
             cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
             k, v = cache_k[layer], cache_v[layer]
-        scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(cfg.head_dim)
-        scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
-        weights = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
-        attn = jnp.einsum("bhts,bshd->bthd", weights, v)
+        attn = dense_attention(q, k, v, mask) if attend is None else attend(q, k, v)
         x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), dtype=cfg.dtype, name="out")(attn)
         h = nn.LayerNorm(dtype=cfg.dtype, name="ln_mlp")(x)
         h = nn.Dense(cfg.ff_dim, dtype=cfg.dtype, name="up")(h)
@@ -126,9 +168,12 @@ class Transformer(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0):
+    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None):
         """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
 
+        ``attend(q, k, v) -> [B, T, H, D]`` replaces the masked dense attention (``kv_valid`` and
+        ``cache`` are then unused): it lets one call run token streams that attend in other
+        patterns, such as :func:`shared_prompt_logprobs`'s prompts and their groups' completions.
         Returns ``(logits [B, T, V] float32, new_cache or None)``.
         """
         cfg = self.cfg
@@ -139,14 +184,17 @@ class Transformer(nn.Module):
                 jnp.minimum(positions, cfg.max_len - 1)
             )
         t = tokens.shape[1]
-        if cache is None:
+        if attend is not None:
+            mask = None
+        elif cache is None:
             q_slots, k_slots = jnp.arange(t), jnp.arange(t)
         else:
             q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
-        mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
+        if attend is None:
+            mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
-            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index)
+            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend)
         x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x)
         logits = embed.attend(x).astype(jnp.float32)
         return logits, None if kv is None else KVCache(*kv)
@@ -217,15 +265,22 @@ def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, compl
 
     Rows ``g*S .. g*S+S-1`` continue prompt ``g`` (a GRPO group). Equal to :func:`token_logprobs` on
     the concatenated ``[prompt_g, completion_row]`` rows restricted to the completion (up to float
-    summation order), but the prompt's positions are computed once per group instead of once per
-    row: with 36 prompt and 26 completion tokens and groups of 8, half the tokens of the update.
+    summation order), but each prompt is computed once per group instead of once per row: the
+    prompts and completions run as one flat token stream through the dense layers, and
+    :func:`shared_prefix_attention` lets every completion read its group's prompt keys directly
+    (no per-row copy of them, so none to sum back under the gradient). With 36 prompt and 26
+    completion tokens and groups of 8, half the tokens of the update.
     Returns ``(logp [G*S, N], entropy [G*S, N])``; entry ``j`` scores ``completion[:, j]``.
     """
     g, p = prompt.shape
     rows, n = completion.shape
-    last, cache, kv_valid, start = prefill_shared(params, cfg, prompt, prompt_valid, rows // g, p + n)
-    kv_valid = kv_valid.at[:, p:].set(completion_valid.astype(bool))
-    positions = start[:, None] + jnp.arange(n)[None, :]
-    logits, _ = Transformer(cfg).apply({"params": params}, completion, positions, kv_valid, cache, p)
-    logits = jnp.concatenate([last[:, None], logits[:, :-1]], axis=1)
+    s = rows // g
+    prompt_positions = positions_from_valid(prompt_valid)
+    completion_positions = jnp.repeat(prompt_positions[:, -1] + 1, s)[:, None] + jnp.arange(n)[None, :]
+    tokens = jnp.concatenate([prompt.reshape(1, -1), completion.reshape(1, -1)], axis=1)
+    positions = jnp.concatenate([prompt_positions.reshape(1, -1), completion_positions.reshape(1, -1)], axis=1)
+    attend = shared_prefix_attention(g, s, prompt_valid, completion_valid)
+    logits, _ = Transformer(cfg).apply({"params": params}, tokens, positions, None, attend=attend)
+    last = jnp.repeat(logits[0, : g * p].reshape(g, p, -1)[:, -1], s, axis=0)
+    logits = jnp.concatenate([last[:, None], logits[0, g * p:].reshape(rows, n, -1)[:, :-1]], axis=1)
     return _logp_entropy(logits, completion, temperature)
