@@ -1,8 +1,9 @@
 """Batched sampling under jit with a KV cache.
 
-``generate`` prefills the (left-padded) prompts into a cache of ``P + max_new_tokens`` slots,
-then decodes one token per step inside a ``lax.while_loop`` that stops as soon as every
-sequence has emitted EOS. A finished sequence emits PAD with ``valid = False`` from then on.
+``generate`` prefills each (left-padded) prompt once into a cache of its own, then decodes one
+token per step inside a ``lax.while_loop`` that stops as soon as every sequence has emitted EOS;
+a group's rows read their prompt's single cached copy and keep a cache of ``max_new_tokens``
+slots for their own tokens. A finished sequence emits PAD with ``valid = False`` from then on.
 
 Per-token log-probabilities are exact: ``log softmax(logits / temperature)[token]`` of the
 distribution the token was drawn from *before* top-p truncation (TRL's convention, so that
@@ -19,7 +20,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from longhorizon.lm.model import ModelConfig, Transformer, positions_from_valid, prefill_shared
+from longhorizon.lm.model import (
+    KVCache,
+    ModelConfig,
+    Transformer,
+    cached_prefix_attention,
+    positions_from_valid,
+    prefill_prompts,
+)
 from longhorizon.lm.tokenizer import EOS, PAD
 
 
@@ -82,10 +90,11 @@ def generate(
     (a GRPO group): the result has ``G * S`` rows, rows ``g*S .. g*S+S-1`` continuing prompt ``g``.
     """
     model = Transformer(cfg)
-    p = prompt.shape[1]
     n = max_new_tokens
-    logits, cache, kv_valid, next_pos = prefill_shared(params, cfg, prompt, prompt_valid, group_size, p + n)
+    logits, prompt_cache, next_pos = prefill_prompts(params, cfg, prompt, prompt_valid)
+    logits, next_pos = jnp.repeat(logits, group_size, axis=0), jnp.repeat(next_pos, group_size)
     b = logits.shape[0]
+    cache = KVCache.zeros(cfg, b, n)  # the rows' own tokens; the prompts' keys stay in prompt_cache
 
     def cond(carry):
         t, done = carry[0], carry[4]
@@ -101,9 +110,10 @@ def generate(
         out_lp = out_lp.at[:, t].set(jnp.where(valid, logp, 0.0))
         out_valid = out_valid.at[:, t].set(valid)
         done = done | (token == eos_id)
-        kv_valid = kv_valid.at[:, p + t].set(valid)
+        kv_valid = kv_valid.at[:, t].set(valid)
+        attend = cached_prefix_attention(prompt_cache, prompt_valid, kv_valid, group_size)
         new_logits, cache = model.apply(
-            {"params": params}, token[:, None], (next_pos + t)[:, None], kv_valid, cache, p + t
+            {"params": params}, token[:, None], (next_pos + t)[:, None], None, cache, t, attend=attend
         )
         return (t + 1, new_logits[:, -1], cache, kv_valid, done, out_tok, out_lp, out_valid, key)
 
@@ -111,7 +121,7 @@ def generate(
         jnp.int32(0),
         logits,
         cache,
-        kv_valid,
+        jnp.zeros((b, n), bool),
         jnp.zeros((b,), bool),
         jnp.full((b, n), pad_id, jnp.int32),
         jnp.zeros((b, n), jnp.float32),

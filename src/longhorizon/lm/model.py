@@ -105,6 +105,24 @@ def dense_attention(q, k, v, mask):
     return jnp.einsum("bhts,bshd->bthd", _masked_softmax(scores, mask[:, None], v.dtype), v)
 
 
+def prefix_attention(q, prefix_k, prefix_v, own_k, own_v, mask):
+    """Attention of grouped rows to their group's shared prefix and to their own keys.
+
+    ``q [G, S, T, H, D]``; ``prefix_k, prefix_v [G, P, H, D]`` (one copy per group, read by its
+    ``S`` rows); ``own_k, own_v [G, S, K, H, D]``; ``mask [G, S, 1, T, P + K]`` (prefix keys
+    first). One softmax over both key sets: the attention of the concatenated rows
+    ``[prefix_g, own]`` without a per-row copy of the prefix.
+    """
+    p = prefix_k.shape[1]
+    scores = jnp.concatenate(
+        [jnp.einsum("gsqhd,gkhd->gshqk", q, prefix_k), jnp.einsum("gsqhd,gskhd->gshqk", q, own_k)], axis=-1
+    ).astype(jnp.float32) / math.sqrt(q.shape[-1])
+    weights = _masked_softmax(scores, mask, own_v.dtype)
+    return jnp.einsum("gshqk,gkhd->gsqhd", weights[..., :p], prefix_v) + jnp.einsum(
+        "gshqk,gskhd->gsqhd", weights[..., p:], own_v
+    )
+
+
 def shared_prefix_attention(groups: int, group_size: int, prompt_valid, completion_valid):
     """Attention for one flat stream ``[G prompts of P tokens | G*S completions of N tokens]``.
 
@@ -120,21 +138,32 @@ def shared_prefix_attention(groups: int, group_size: int, prompt_valid, completi
     to_prompt_mask = jnp.broadcast_to(prompt_valid.reshape(g, 1, 1, p).astype(bool), (g, s, n, p))
     completion_mask = jnp.concatenate([to_prompt_mask, own_mask], axis=-1)[:, :, None]  # [G, S, 1, N, P+N]
 
-    def attend(q, k, v):
+    def attend(q, k, v, layer):
         h, d = q.shape[2], q.shape[3]
         split = g * p
         qp, kp, vp = (x[0, :split].reshape(g, p, h, d) for x in (q, k, v))
         qc, kc, vc = (x[0, split:].reshape(g, s, n, h, d) for x in (q, k, v))
-        scale = 1.0 / math.sqrt(d)
         prompt_out = dense_attention(qp, kp, vp, prompt_mask)
-        scores = jnp.concatenate(
-            [jnp.einsum("gsqhd,gkhd->gshqk", qc, kp), jnp.einsum("gsqhd,gskhd->gshqk", qc, kc)], axis=-1
-        ).astype(jnp.float32) * scale
-        weights = _masked_softmax(scores, completion_mask, v.dtype)
-        completion_out = jnp.einsum("gshqk,gkhd->gsqhd", weights[..., :p], vp) + jnp.einsum(
-            "gshqk,gskhd->gsqhd", weights[..., p:], vc
-        )
+        completion_out = prefix_attention(qc, kp, vp, kc, vc, completion_mask)
         return jnp.concatenate([prompt_out.reshape(1, g * p, h, d), completion_out.reshape(1, g * s * n, h, d)], axis=1)
+
+    return attend
+
+
+def cached_prefix_attention(prefix: KVCache, prefix_valid, own_valid, group_size: int):
+    """Decoding attention: rows ``g*S .. g*S+S-1`` read prompt ``g``'s cached keys (``prefix``,
+    ``[L, G, P, H, D]``, stored once per group) and their own cache (valid slots ``own_valid [G*S, K]``)."""
+    g, p = prefix_valid.shape
+    s, k_slots = group_size, own_valid.shape[1]
+    to_prefix = jnp.broadcast_to(prefix_valid.reshape(g, 1, 1, 1, p).astype(bool), (g, s, 1, 1, p))
+    mask = jnp.concatenate([to_prefix, own_valid.reshape(g, s, 1, 1, k_slots).astype(bool)], axis=-1)
+
+    def attend(q, k, v, layer):
+        b, t, h, d = q.shape
+        own = (x.reshape(g, s, k_slots, h, d) for x in (k, v))
+        out = prefix_attention(q.reshape(g, s, t, h, d), prefix.k[layer], prefix.v[layer], *own,
+                               jnp.broadcast_to(mask, (g, s, 1, t, p + k_slots)))
+        return out.reshape(b, t, h, d)
 
     return attend
 
@@ -143,7 +172,7 @@ class Block(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, kv, index, attend=None):
+    def __call__(self, x, positions, mask, kv, index, attend=None, layer=0):
         cfg = self.cfg
         h = nn.LayerNorm(dtype=cfg.dtype, name="ln_attn")(x)
         qkv = nn.DenseGeneral((3, cfg.n_heads, cfg.head_dim), dtype=cfg.dtype, name="qkv")(h)
@@ -156,7 +185,7 @@ class Block(nn.Module):
             cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
             cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
             k, v = cache_k[layer], cache_v[layer]
-        attn = dense_attention(q, k, v, mask) if attend is None else attend(q, k, v)
+        attn = dense_attention(q, k, v, mask) if attend is None else attend(q, k, v, layer)
         x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), dtype=cfg.dtype, name="out")(attn)
         h = nn.LayerNorm(dtype=cfg.dtype, name="ln_mlp")(x)
         h = nn.Dense(cfg.ff_dim, dtype=cfg.dtype, name="up")(h)
@@ -171,9 +200,10 @@ class Transformer(nn.Module):
     def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None):
         """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
 
-        ``attend(q, k, v) -> [B, T, H, D]`` replaces the masked dense attention (``kv_valid`` and
-        ``cache`` are then unused): it lets one call run token streams that attend in other
-        patterns, such as :func:`shared_prompt_logprobs`'s prompts and their groups' completions.
+        ``attend(q, k, v, layer) -> [B, T, H, D]`` replaces the masked dense attention (``kv_valid``
+        is then unused; with a cache, ``k, v`` are the layer's whole updated cache): it lets one
+        call run token streams that attend in other patterns, such as a GRPO group's completions
+        reading their shared prompt (:func:`shared_prefix_attention`, :func:`cached_prefix_attention`).
         Returns ``(logits [B, T, V] float32, new_cache or None)``.
         """
         cfg = self.cfg
@@ -194,7 +224,7 @@ class Transformer(nn.Module):
             mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
-            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend)
+            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
         x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x)
         logits = embed.attend(x).astype(jnp.float32)
         return logits, None if kv is None else KVCache(*kv)
@@ -239,24 +269,18 @@ def _logp_entropy(logits: jax.Array, targets: jax.Array, temperature: float):
     return logp, entropy
 
 
-def prefill_shared(params, cfg: ModelConfig, prompt: jax.Array, prompt_valid: jax.Array, group_size: int, slots: int):
-    """Run each of ``G`` left-padded prompts once and hand its state to ``group_size`` rows.
+def prefill_prompts(params, cfg: ModelConfig, prompt: jax.Array, prompt_valid: jax.Array):
+    """Run ``G`` left-padded prompts once: ``(last_logits [G, V], cache [L, G, P, H, D], next_position [G])``.
 
-    Returns ``(last_logits [G*S, V], cache, kv_valid [G*S, slots], next_position [G*S])``: the cache
-    holds the prompts' keys and values in the first ``P`` of ``slots`` slots, repeated so that rows
-    ``g*S .. g*S+S-1`` continue prompt ``g``. Under a gradient the repeat sums the rows' gradients
-    back into their prompt, so this is the same function as running every row's prompt separately,
-    at ``1/S`` of the prompt's cost.
+    A GRPO group's rows then continue their prompt by reading this one copy of its keys and values
+    (:func:`cached_prefix_attention`), so the prompt costs ``1/S`` of running it per row.
     """
     g, p = prompt.shape
     positions = positions_from_valid(prompt_valid)
-    kv_valid = jnp.concatenate([prompt_valid.astype(bool), jnp.zeros((g, slots - p), bool)], axis=1)
-    logits, cache = Transformer(cfg).apply({"params": params}, prompt, positions, kv_valid, KVCache.zeros(cfg, g, slots), 0)
-
-    def rows(x, axis=0):
-        return x if group_size == 1 else jnp.repeat(x, group_size, axis=axis)
-
-    return rows(logits[:, -1]), KVCache(rows(cache.k, 1), rows(cache.v, 1)), rows(kv_valid), rows(positions[:, -1] + 1)
+    logits, cache = Transformer(cfg).apply(
+        {"params": params}, prompt, positions, prompt_valid.astype(bool), KVCache.zeros(cfg, g, p), 0
+    )
+    return logits[:, -1], cache, positions[:, -1] + 1
 
 
 def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, completion, completion_valid,
