@@ -6,6 +6,10 @@ One forward function serves three uses:
 * prefill: the prompt written into an empty cache at slot 0;
 * decoding: one new token per call written at slot ``index``.
 
+A GRPO group's rows share their prompt: an ``attend`` function (``Transformer.__call__``) lets
+them read one copy of the prompt's keys and values, in the update
+(:func:`shared_prompt_logprobs`) and in decoding (:func:`cached_prefix_attention`).
+
 Sequences in a batch are aligned by *slot* (column). Prompts are left-padded, so padding
 slots are masked out as keys through ``kv_valid`` and positions (for rotary or learned
 position embeddings) count only valid tokens: ``position = cumsum(valid) - 1``. A padded and

@@ -3,9 +3,11 @@
 Claim checked: sGPO reaches the final accuracy of fixed-group GRPO with measurably fewer
 training tokens, the profiling pass included.
 
-Protocol (toy scale, 2 CPU cores): the supervised base of :mod:`longhorizon.repro.h1`; a fixed
-pool of chained-arithmetic queries of horizons 1..3 (a mix of easy and hard queries for that
-base); held-out chains of the same horizons.
+Protocol (toy scale, 2 CPU cores): a supervised base trained like :mod:`longhorizon.repro.h1`'s
+but for fewer steps (``SGPOSetup.base``), so that it solves single problems only part of the time
+and fixed-group GRPO has something to learn; a fixed pool of chained-arithmetic queries of the
+setup's horizons (h=1 by default: success rates that vary from query to query under that base);
+held-out chains of the same horizons.
 
 * GRPO: ``num_generations = 8`` for every query, ``prompts_per_step`` queries per step, random
   order over the pool, ``steps`` steps.
@@ -17,7 +19,13 @@ base); held-out chains of the same horizons.
 Tokens are counted as the policy processes them: every prompt and completion token of every
 sampled sequence (profiling included) plus every token of every sequence in a gradient update.
 The ratio reported is GRPO's tokens over the tokens sGPO needed to first reach GRPO's final
-held-out accuracy (evaluated every ``eval_every`` steps).
+held-out accuracy minus ``tolerance`` (evaluated every ``eval_every`` steps).
+
+Verdict: the claim is judged only when GRPO's final accuracy exceeds the base's by more than
+``min_improvement`` in every seed (otherwise "matching GRPO" is trivial and the verdict is
+inconclusive); it holds when, in every seed, sGPO reaches GRPO's final accuracy (within
+``tolerance``) at some evaluation, is still within ``tolerance`` of it at the end, and the token
+ratio is above 1.
 """
 
 from __future__ import annotations
@@ -31,33 +39,45 @@ import numpy as np
 from longhorizon.repro.h1 import CHAIN_BASE as H1_CHAIN_BASE
 from longhorizon.repro.h1 import H1Setup, cached_base, task_config
 
+BASE_SFT_STEPS = 700
+
+
+# The base: h1's supervised recipe stopped early (`sft_steps`), so single problems are solved only
+# part of the time (the 1,200-step base of h1 solves h=1 always and h=2 almost never, which left
+# fixed-group GRPO nothing to learn: docs/results/sgpo/strong-base/).
+WEAK_BASE = H1Setup(seeds=1, sft_steps=BASE_SFT_STEPS)
+
 
 @dataclasses.dataclass(frozen=True)
 class SGPOSetup:
-    seeds: int = 2
-    base: H1Setup = H1Setup(seeds=1)
+    seeds: int = 3
+    base: H1Setup = WEAK_BASE
     pool_size: int = 256
-    horizons: tuple[int, ...] = (1, 2, 3)
+    horizons: tuple[int, ...] = (1,)
     num_generations: int = 8
     prompts_per_step: int = 8
-    steps: int = 40
+    steps: int = 200
     profile_samples: int = 8
     min_group: int = 2
     max_group: int = 16
     unsolved_keep: float = 0.25
-    learning_rate: float = 1e-4
+    learning_rate: float = 2e-4
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
-    eval_every: int = 5
-    eval_per_horizon: int = 64
-    tolerance: float = 0.01  # sGPO "matches" GRPO when within this accuracy
+    eval_every: int = 20
+    eval_per_horizon: int = 512  # greedy accuracy's standard error about 0.02 at p = 0.5
+    tolerance: float = 0.02  # sGPO "reaches" GRPO's final accuracy when within this (about one standard error)
+    min_improvement: float = 0.05  # GRPO must beat the base by more than this for the comparison to mean anything
 
 
 QUICK = SGPOSetup(seeds=1, pool_size=32, steps=6, prompts_per_step=4,
                   eval_every=3, eval_per_horizon=16)
+# The earlier default (docs/results/sgpo/strong-base/, inconclusive): h1's 1,200-step base, pool h=1..3.
+STRONG_BASE = SGPOSetup(seeds=2, base=H1Setup(seeds=1), horizons=(1, 2, 3), steps=40, learning_rate=1e-4,
+                        eval_every=5, eval_per_horizon=64, tolerance=0.01, min_improvement=0.02)
 # A labelled deviation (`longhorizon repro sgpo-chain-base`): the base of `h1.CHAIN_BASE`, which
-# solves h=2, so that fixed-group GRPO has something to learn (h=3) and matching it means something.
-CHAIN_BASE = SGPOSetup(base=dataclasses.replace(H1_CHAIN_BASE, seeds=1))
+# solves h=2, so that fixed-group GRPO has something to learn (h=3); otherwise the earlier setup.
+CHAIN_BASE = dataclasses.replace(STRONG_BASE, base=dataclasses.replace(H1_CHAIN_BASE, seeds=1))
 
 
 def _tokens(counters: dict) -> int:
