@@ -24,3 +24,33 @@ def test_sgpo_chain_base_runs_from_the_chain_base(monkeypatch, tmp_path):
     assert main(["repro", "sgpo-chain-base", "--out", str(tmp_path / "r")]) == 0
     assert seen["setup"].base.sft_chain_fraction == h1.CHAIN_BASE.sft_chain_fraction
     assert seen["setup"].base.sft_steps == h1.CHAIN_BASE.sft_steps  # the same cached base as h1-chain-base
+
+
+def test_sgpo_defaults_use_a_base_grpo_can_improve():
+    from longhorizon.repro import sgpo
+
+    s = sgpo.SGPOSetup()
+    assert s.base.sft_steps < h1.H1Setup().sft_steps and s.base.sft_chain_fraction == 0.0  # h1's recipe, stopped early
+    assert s.seeds >= 2 and s.min_improvement > s.tolerance
+    assert sgpo.CHAIN_BASE.horizons == (1, 2, 3) and sgpo.CHAIN_BASE.steps == 40  # the deviation keeps its recorded setup
+
+
+def _curve(accs, tokens_per_eval):
+    return [{"step": 10 * i, "tokens": tokens_per_eval * i, "accuracy": a} for i, a in enumerate(accs)]
+
+
+def test_sgpo_verdict_needs_grpo_to_improve_and_sgpo_to_stay_matched():
+    from longhorizon.repro import sgpo
+
+    setup = sgpo.SGPOSetup(seeds=1)
+    grpo = _curve([0.30, 0.35, 0.40, 0.45], 100)
+    verdict = lambda g, s: sgpo.summarise([{"comparison": sgpo.compare(g, s, setup.tolerance)}], setup)  # noqa: E731
+    held = verdict(grpo, _curve([0.30, 0.44, 0.45, 0.46], 50))
+    assert held["claim_held"] and held["comparisons"][0]["token_ratio"] == 300 / 50 and "HELD" in held["verdict"]
+    # a transient peak that falls back below GRPO's final accuracy does not count
+    assert not verdict(grpo, _curve([0.30, 0.44, 0.38, 0.36], 50))["claim_held"]
+    # never reached
+    assert verdict(grpo, _curve([0.30, 0.32, 0.33, 0.34], 50))["comparisons"][0]["token_ratio"] is None
+    # GRPO within min_improvement of the base: inconclusive, whatever sGPO does
+    flat = verdict(_curve([0.30, 0.31, 0.32, 0.33], 100), _curve([0.30, 0.40, 0.40, 0.40], 50))
+    assert not flat["claim_held"] and "INCONCLUSIVE" in flat["verdict"]

@@ -39,13 +39,12 @@ import numpy as np
 from longhorizon.repro.h1 import CHAIN_BASE as H1_CHAIN_BASE
 from longhorizon.repro.h1 import H1Setup, cached_base, task_config
 
-BASE_SFT_STEPS = 700
 
-
-# The base: h1's supervised recipe stopped early (`sft_steps`), so single problems are solved only
-# part of the time (the 1,200-step base of h1 solves h=1 always and h=2 almost never, which left
-# fixed-group GRPO nothing to learn: docs/results/sgpo/strong-base/).
-WEAK_BASE = H1Setup(seeds=1, sft_steps=BASE_SFT_STEPS)
+# The base: h1's supervised recipe stopped early, so single problems are solved only part of the
+# time (measured, greedy / sampled h=1 accuracy: 700 steps 0.13-0.17 / 0.07-0.09, 900 steps
+# 0.29-0.34 / 0.17-0.23, 1000 steps 0.85-0.87 / 0.67-0.72). h1's 1,200-step base solves h=1 always
+# and h=2 almost never, which left fixed-group GRPO nothing to learn (docs/results/sgpo/strong-base/).
+WEAK_BASE = H1Setup(seeds=1, sft_steps=900)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +55,7 @@ class SGPOSetup:
     horizons: tuple[int, ...] = (1,)
     num_generations: int = 8
     prompts_per_step: int = 8
-    steps: int = 200
+    steps: int = 600
     profile_samples: int = 8
     min_group: int = 2
     max_group: int = 16
@@ -64,7 +63,7 @@ class SGPOSetup:
     learning_rate: float = 2e-4
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
-    eval_every: int = 20
+    eval_every: int = 50
     eval_per_horizon: int = 512  # greedy accuracy's standard error about 0.02 at p = 0.5
     tolerance: float = 0.02  # sGPO "reaches" GRPO's final accuracy when within this (about one standard error)
     min_improvement: float = 0.05  # GRPO must beat the base by more than this for the comparison to mean anything
@@ -163,8 +162,10 @@ def compare(grpo_curve, sgpo_curve, tolerance: float) -> dict:
         "grpo_final_accuracy": target, "grpo_tokens": grpo_tokens,
         "sgpo_final_accuracy": sgpo_curve[-1]["accuracy"], "sgpo_final_tokens": sgpo_curve[-1]["tokens"],
         "base_accuracy": grpo_curve[0]["accuracy"],
+        "sgpo_best_accuracy": max(c["accuracy"] for c in sgpo_curve),
         "sgpo_tokens_to_match": hit["tokens"] if hit else None,
         "token_ratio": grpo_tokens / hit["tokens"] if hit else None,
+        "sgpo_final_within_tolerance": sgpo_curve[-1]["accuracy"] >= target - tolerance,
     }
 
 
@@ -172,14 +173,19 @@ def summarise(runs, setup: SGPOSetup) -> dict:
     comps = [r["comparison"] for r in runs]
     ratios = [c["token_ratio"] for c in comps if c["token_ratio"] is not None]
     matched = len(ratios) == len(comps)
-    improved = all(c["grpo_final_accuracy"] > c["base_accuracy"] + 0.02 for c in comps)
-    held = improved and matched and bool(ratios) and min(ratios) > 1.0
+    kept = all(c["sgpo_final_within_tolerance"] for c in comps)
+    improved = all(c["grpo_final_accuracy"] > c["base_accuracy"] + setup.min_improvement for c in comps)
+    held = improved and matched and kept and bool(ratios) and min(ratios) > 1.0
     ratio_text = f"{np.mean(ratios):.2f} (min {min(ratios):.2f})" if ratios else "n/a"
     if not improved:
-        status = "INCONCLUSIVE: fixed-group GRPO did not improve on the base policy, so matching it is trivial"
+        status = (f"INCONCLUSIVE: fixed-group GRPO did not improve on the base policy by more than "
+                  f"{setup.min_improvement} in every seed, so matching it is trivial")
     else:
         status = "HELD" if held else "did NOT hold"
-    verdict = (f"sgpo: matched GRPO's final accuracy in {len(ratios)}/{len(comps)} seeds; "
+    verdict = (f"sgpo: GRPO improved on the base by more than {setup.min_improvement} in "
+               f"{sum(c['grpo_final_accuracy'] > c['base_accuracy'] + setup.min_improvement for c in comps)}/{len(comps)} seeds; "
+               f"sGPO reached GRPO's final accuracy (within {setup.tolerance}) in {len(ratios)}/{len(comps)} seeds "
+               f"and ended within it in {sum(c['sgpo_final_within_tolerance'] for c in comps)}/{len(comps)}; "
                f"token ratio GRPO/sGPO {ratio_text}; claim {status}")
     return {"comparisons": comps, "mean_token_ratio": float(np.mean(ratios)) if ratios else None,
             "claim_held": held, "grpo_improved_on_base": improved, "verdict": verdict}
@@ -208,22 +214,24 @@ def write_report(out: Path, runs, summary: dict, setup: SGPOSetup, quick: bool) 
              f"Command: `longhorizon repro {'sgpo-chain-base' if setup.base.sft_chain_fraction else 'sgpo'}"
              f"{' --quick' if quick else ''}` (wall {summary.get('wall_s', 0):.0f} s).", "",
              *([f"**Deviation:** the base also saw {setup.base.sft_chain_fraction:.0%} supervised h=2 chains "
-                "(`h1.CHAIN_BASE`), so it solves h=2 and GRPO has h=3 to learn; the protocol's run is in "
-                "docs/results/sgpo/.", ""] if setup.base.sft_chain_fraction else []),
-             "| seed | base acc | GRPO final acc | GRPO tokens | sGPO final acc | sGPO tokens to match | ratio | kept / pool | mean group |",
-             "|---|---|---|---|---|---|---|---|---|"]
+                "(`h1.CHAIN_BASE`), so it solves h=2 and GRPO has h=3 to learn; the same setup from h1's own base is in "
+                "docs/results/sgpo/strong-base/.", ""] if setup.base.sft_chain_fraction else []),
+             "| seed | base acc | GRPO final acc | GRPO tokens | sGPO final acc | sGPO tokens to match (profiling incl.) | sGPO tokens, all steps | profiling tokens | ratio | kept / pool | mean group |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(runs):
         c, s = r["comparison"], r["sgpo"]["stats"]
         ratio = f"{c['token_ratio']:.2f}" if c["token_ratio"] is not None else "n/a"
         to_match = f"{c['sgpo_tokens_to_match']:,}" if c["sgpo_tokens_to_match"] is not None else "not reached"
         lines.append(f"| {i} | {c['base_accuracy']:.3f} | {c['grpo_final_accuracy']:.3f} | {c['grpo_tokens']:,} | "
-                     f"{c['sgpo_final_accuracy']:.3f} | {to_match} | {ratio} | "
+                     f"{c['sgpo_final_accuracy']:.3f} | {to_match} | {c['sgpo_final_tokens']:,} | "
+                     f"{s.get('profiling_tokens', 0):,} | {ratio} | "
                      f"{s.get('kept')} / {s.get('queries')} | {s.get('mean_group', 0):.1f} |")
     lines += ["", "## Verdict", "", summary["verdict"], "", "## Setup", "", "```", repr(setup), "```", "",
               "## Reading the numbers", "",
-              "The profile (8 samples per query under the base) finds most h=1 queries solved 8/8 (dropped) and most",
-              "h=2..3 queries never solved (75% of those dropped), so sGPO trains on about a quarter of the pool with",
-              "large groups. Its token count includes the profiling pass. A ratio only means something when GRPO",
-              "itself improves on the base policy; here it did not (same RL step-size problem as in docs/results/h1),",
-              "so the match is vacuous and the claim is reported as inconclusive, not as held.", ""]
+              f"Accuracy is greedy final-answer accuracy on {setup.eval_per_horizon} held-out chains per horizon "
+              f"(horizons {list(setup.horizons)}), the same problems for the base, GRPO and sGPO of a seed, evaluated "
+              f"every {setup.eval_every} steps. sGPO 'reaches' GRPO when its accuracy is at least GRPO's final accuracy "
+              f"minus {setup.tolerance}; the ratio is GRPO's tokens over sGPO's tokens at the first such evaluation, "
+              "sGPO's profiling pass (8 samples of every pool query) included. The comparison is judged only if GRPO "
+              f"beat the base by more than {setup.min_improvement} in every seed.", ""]
     (out / "README.md").write_text("\n".join(lines))
