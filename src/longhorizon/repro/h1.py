@@ -49,6 +49,11 @@ class H1Setup:
     prompts_per_step: int = 8
     num_generations: int = 8
     learning_rate: float = 2e-4
+    beta: float = 0.0  # KL anchor to the base policy (k3 estimator), as in GRPOConfig
+    # None: the curriculum's stages are equal shares of rl_steps (the protocol). A number: a stage
+    # ends once the mean training reward of its last 5 steps reaches it (fresh problems every step,
+    # so this is sampled accuracy on unseen chains); stages are then unbounded except by rl_steps.
+    advance_at: float | None = None
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
     train_horizons: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -151,6 +156,7 @@ def _arm_horizons(arm: str, step: int, setup: H1Setup) -> list[int]:
 
 
 def run_arm(arm: str, params, model_cfg, tokenizer, setup: H1Setup, seed: int, held, lengths):
+    from longhorizon.lm.curricula import HorizonCurriculum
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
     from longhorizon.lm.tasks import ProblemStream, max_lengths
@@ -158,14 +164,21 @@ def run_arm(arm: str, params, model_cfg, tokenizer, setup: H1Setup, seed: int, h
     tcfg = task_config()
     plen, clen = lengths
     cfg = GRPOConfig(num_generations=setup.num_generations, loss_type=setup.loss_type, scale_rewards=setup.scale_rewards,
-                     learning_rate=setup.learning_rate, max_prompt_length=plen,
+                     learning_rate=setup.learning_rate, beta=setup.beta, max_prompt_length=plen,
                      max_completion_length=max_lengths("chain", max(setup.train_horizons), tcfg)[1] + 1)
     trainer = GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed)
     stream = ProblemStream("chain", tcfg, seed * 7919 + list(ARMS).index(arm))
-    curve = []
+    gated = arm == "curriculum" and setup.advance_at is not None
+    curriculum = HorizonCurriculum(stages=setup.train_horizons, steps_per_stage=setup.rl_steps,
+                                   threshold=setup.advance_at, min_steps_per_stage=5) if gated else None
+    curve, stage_rewards = [], []
     for step in range(setup.rl_steps):
-        hs = _arm_horizons(arm, step, setup)
+        hs = [curriculum.horizon] if gated else _arm_horizons(arm, step, setup)
         m = trainer.step(stream.sample(hs, setup.prompts_per_step))
+        if gated:
+            stage_rewards.append(m["reward"])
+            if curriculum.advance(float(np.mean(stage_rewards[-5:]))):
+                stage_rewards = []
         curve.append({"step": step + 1, "horizon": max(hs), "reward": m["reward"],
                       "groups_all_equal": m["groups_all_equal"], "groups": m["groups"],
                       "kl": m.get("kl"), "entropy": m.get("entropy")})
