@@ -54,3 +54,25 @@ def test_sgpo_verdict_needs_grpo_to_improve_and_sgpo_to_stay_matched():
     # GRPO within min_improvement of the base: inconclusive, whatever sGPO does
     flat = verdict(_curve([0.30, 0.31, 0.32, 0.33], 100), _curve([0.30, 0.40, 0.40, 0.40], 50))
     assert not flat["claim_held"] and "INCONCLUSIVE" in flat["verdict"]
+
+
+def test_h1_gated_curriculum_advances_when_the_stage_reward_passes_and_passes_beta_on():
+    """advance_at=0 ends every stage after its 5-step minimum; beta reaches the trainer (KL reported)."""
+    import dataclasses
+
+    import jax
+
+    from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.tasks import make_problems, max_lengths
+    from longhorizon.lm.tokenizer import Tokenizer
+
+    setup = dataclasses.replace(h1.QUICK, rl_steps=12, prompts_per_step=2, num_generations=2, train_horizons=(1, 2),
+                                eval_horizons=(1,), advance_at=0.0, beta=0.04)
+    tok = Tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2)
+    params = init_params(jax.random.PRNGKey(0), cfg)
+    plen, clen = max_lengths("chain", 2, h1.task_config())
+    held = make_problems("chain", [1], 2, 5, h1.task_config())
+    _, curve, _ = h1.run_arm("curriculum", params, cfg, tok, setup, 0, held, (plen + 1, clen + 1))
+    assert [c["horizon"] for c in curve] == [1] * 5 + [2] * 7  # the last stage never ends
+    assert any(c["kl"] > 0 for c in curve)  # the reference is only scored when beta > 0
