@@ -218,13 +218,12 @@ class Transformer(nn.Module):
                 jnp.minimum(positions, cfg.max_len - 1)
             )
         t = tokens.shape[1]
-        if attend is not None:
-            mask = None
-        elif cache is None:
-            q_slots, k_slots = jnp.arange(t), jnp.arange(t)
-        else:
-            q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
+        mask = None  # an `attend` function brings its own
         if attend is None:
+            if cache is None:
+                q_slots, k_slots = jnp.arange(t), jnp.arange(t)
+            else:
+                q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
             mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):

@@ -51,8 +51,9 @@ class H1Setup:
     learning_rate: float = 2e-4
     beta: float = 0.0  # KL anchor to the base policy (k3 estimator), as in GRPOConfig
     # None: the curriculum's stages are equal shares of rl_steps (the protocol). A number: a stage
-    # ends once the mean training reward of its last 5 steps reaches it (fresh problems every step,
-    # so this is sampled accuracy on unseen chains); stages are then unbounded except by rl_steps.
+    # ends once the mean training reward of its last GATE_WINDOW steps reaches it (fresh problems
+    # every step, so this is sampled accuracy on unseen chains); stages are then unbounded except
+    # by rl_steps.
     advance_at: float | None = None
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
@@ -61,6 +62,7 @@ class H1Setup:
     eval_per_horizon: int = 64
 
 
+GATE_WINDOW = 5  # steps of training reward averaged by H1Setup.advance_at (also a stage's minimum length)
 QUICK = H1Setup(seeds=1, rl_steps=10, prompts_per_step=4, eval_per_horizon=16)  # same (cached) base
 # The larger base the toy run points to (0.8M parameters, longer SFT and RL). Measured cost on 2 CPU
 # cores: about 0.45 CPU-s per SFT step and 1.2 CPU-s per RL step, i.e. roughly 1.5 CPU-hours in all;
@@ -170,14 +172,14 @@ def run_arm(arm: str, params, model_cfg, tokenizer, setup: H1Setup, seed: int, h
     stream = ProblemStream("chain", tcfg, seed * 7919 + list(ARMS).index(arm))
     gated = arm == "curriculum" and setup.advance_at is not None
     curriculum = HorizonCurriculum(stages=setup.train_horizons, steps_per_stage=setup.rl_steps,
-                                   threshold=setup.advance_at, min_steps_per_stage=5) if gated else None
+                                   threshold=setup.advance_at, min_steps_per_stage=GATE_WINDOW) if gated else None
     curve, stage_rewards = [], []
     for step in range(setup.rl_steps):
         hs = [curriculum.horizon] if gated else _arm_horizons(arm, step, setup)
         m = trainer.step(stream.sample(hs, setup.prompts_per_step))
         if gated:
             stage_rewards.append(m["reward"])
-            if curriculum.advance(float(np.mean(stage_rewards[-5:]))):
+            if curriculum.advance(float(np.mean(stage_rewards[-GATE_WINDOW:]))):
                 stage_rewards = []
         curve.append({"step": step + 1, "horizon": max(hs), "reward": m["reward"],
                       "groups_all_equal": m["groups_all_equal"], "groups": m["groups"],

@@ -173,8 +173,9 @@ def summarise(runs, setup: SGPOSetup) -> dict:
     comps = [r["comparison"] for r in runs]
     ratios = [c["token_ratio"] for c in comps if c["token_ratio"] is not None]
     matched = len(ratios) == len(comps)
-    kept = all(c["sgpo_final_within_tolerance"] for c in comps)
-    improved = all(c["grpo_final_accuracy"] > c["base_accuracy"] + setup.min_improvement for c in comps)
+    kept_each = [c["sgpo_final_within_tolerance"] for c in comps]
+    improved_each = [c["grpo_final_accuracy"] > c["base_accuracy"] + setup.min_improvement for c in comps]
+    kept, improved = all(kept_each), all(improved_each)
     held = improved and matched and kept and bool(ratios) and min(ratios) > 1.0
     ratio_text = f"{np.mean(ratios):.2f} (min {min(ratios):.2f})" if ratios else "n/a"
     if not improved:
@@ -183,9 +184,9 @@ def summarise(runs, setup: SGPOSetup) -> dict:
     else:
         status = "HELD" if held else "did NOT hold"
     verdict = (f"sgpo: GRPO improved on the base by more than {setup.min_improvement} in "
-               f"{sum(c['grpo_final_accuracy'] > c['base_accuracy'] + setup.min_improvement for c in comps)}/{len(comps)} seeds; "
+               f"{sum(improved_each)}/{len(comps)} seeds; "
                f"sGPO reached GRPO's final accuracy (within {setup.tolerance}) in {len(ratios)}/{len(comps)} seeds "
-               f"and ended within it in {sum(c['sgpo_final_within_tolerance'] for c in comps)}/{len(comps)}; "
+               f"and ended within it in {sum(kept_each)}/{len(comps)}; "
                f"token ratio GRPO/sGPO {ratio_text}; claim {status}")
     return {"comparisons": comps, "mean_token_ratio": float(np.mean(ratios)) if ratios else None,
             "claim_held": held, "grpo_improved_on_base": improved, "verdict": verdict}
@@ -232,6 +233,6 @@ def write_report(out: Path, runs, summary: dict, setup: SGPOSetup, quick: bool) 
               f"(horizons {list(setup.horizons)}), the same problems for the base, GRPO and sGPO of a seed, evaluated "
               f"every {setup.eval_every} steps. sGPO 'reaches' GRPO when its accuracy is at least GRPO's final accuracy "
               f"minus {setup.tolerance}; the ratio is GRPO's tokens over sGPO's tokens at the first such evaluation, "
-              "sGPO's profiling pass (8 samples of every pool query) included. The comparison is judged only if GRPO "
+              f"sGPO's profiling pass ({setup.profile_samples} samples of every pool query) included. The comparison is judged only if GRPO "
               f"beat the base by more than {setup.min_improvement} in every seed.", ""]
     (out / "README.md").write_text("\n".join(lines))
