@@ -6,6 +6,7 @@ exit with code 2 before anything compiles; no traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -83,6 +84,105 @@ def _is_number(text: str) -> bool:
         return False
 
 
+# Options of `train` that set a RunSpec field of another name (the rest share their name).
+_SPEC_FIELD = {"chunks": "num_chunks", "env_arg": "env_overrides"}
+# What a results folder's config.json records besides the settings: derived from them (checked
+# against the run they describe) or about the machine (ignored).
+_DERIVED = ("num_updates", "updates_per_chunk", "steps_per_chunk")
+_RECORDED = ("config_overrides", "longhorizon_version", "jax_version", "devices")
+
+
+def _given(ctx: typer.Context) -> list[str]:
+    """Names of the parameters set on the command line (not left at their defaults)."""
+    return [name for name in ctx.params
+            if (source := ctx.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"]
+
+
+def _print_json(value) -> None:
+    import json
+
+    from longhorizon.runner.results import to_jsonable
+
+    print(json.dumps(to_jsonable(value), indent=2))
+
+
+def read_config_file(path: Path) -> tuple[dict, dict]:
+    """``(run settings, algorithm fields)`` from a YAML or JSON file given to ``train --config``.
+
+    Two shapes are accepted: a flat mapping (run options such as ``env`` or ``seeds`` next to
+    algorithm fields such as ``learning_rate``), and a results folder's ``config.json``, whose
+    algorithm fields sit under ``config`` and whose Ray options sit under ``ray``. Keys may use
+    ``-`` or ``_``. Algorithm fields are checked once the algorithm is known.
+    """
+    import dataclasses
+    import json
+
+    import yaml
+
+    from longhorizon.runner.run import RunSpec
+
+    if not path.is_file():
+        raise UsageError(f"--config {path} does not exist; pass a YAML or JSON file of settings.")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        where = f" (line {error.lineno})" if getattr(error, "lineno", None) else \
+            f" (line {error.problem_mark.line + 1})" if getattr(error, "problem_mark", None) else ""
+        raise UsageError(f"--config {path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}"
+                         f"{where}; fix the file or pass another one.") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path} must hold a mapping of settings (key: value), not {type(data).__name__}; "
+                         "write e.g. `env: CartPole-v1`.")
+    spec_types = {f.name: type(f.default) for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
+    spec_types.update(algo=str, env=str, out=str, target_return=float, env_overrides=dict)
+    settings: dict = {}
+    fields: dict = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        key = _SPEC_FIELD.get(key, key)
+        if key in ("config", "ray") and isinstance(value, dict):
+            target = fields if key == "config" else settings
+            for inner, inner_value in value.items():
+                name = str(inner).replace("-", "_")
+                if key == "ray" and name not in spec_types:
+                    raise UsageError(f"--config {path} sets ray.{inner}, which is not a Ray option; remove it.")
+                target[name] = inner_value
+        elif key in ("resume", "config", "dry_run", "ray"):
+            raise UsageError(f"--config {path} sets '{raw_key}', which only the command line can give; remove it from the file.")
+        elif key in _RECORDED or key in _DERIVED:
+            settings[key] = value
+        elif key in spec_types:
+            settings[key] = value
+        else:
+            fields[key] = value
+    for key, value in list(settings.items()):
+        kind = spec_types.get(key)
+        if kind is None or value is None:
+            continue
+        if key == "env_overrides" and isinstance(value, list):
+            settings[key] = _parse_env_args([str(v) for v in value])
+            continue
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise UsageError(f"--config {path} sets {key} to {value!r}, which is not a {kind.__name__}; "
+                             f"write e.g. {key}: {_EXAMPLES.get(kind, 'VALUE')}.")
+        settings[key] = value
+    return settings, {k: _as_text(v) for k, v in fields.items()}
+
+
+_EXAMPLES = {int: 4, float: 0.5, str: "text", bool: "true", dict: "{KEY: VALUE}"}
+
+
+def _as_text(value) -> str:
+    """An algorithm field from a file, as the text the command line would give (lists become ``a,b``)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
@@ -92,11 +192,11 @@ def train(
     seed: int = typer.Option(0, help="Base random seed."),
     total_steps: Optional[str] = typer.Option(None, help="Environment steps per seed."),
     out: Optional[Path] = typer.Option(None, help="Results folder (default: runs/ALGO-ENV-TIME)."),
-    resume: Optional[Path] = typer.Option(None, help="Continue the run in this results folder."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this results folder (no other setting may be given)."),
     chunks: int = typer.Option(25, help="Number of chunks; Python logs/evaluates/checkpoints between chunks."),
     eval_every: int = typer.Option(0, help="Greedy evaluation every N chunks (0: only at the end)."),
     eval_episodes: int = typer.Option(10, help="Episodes per seed in each greedy evaluation."),
-    target_return: Optional[float] = typer.Option(None, help="Stop once the mean greedy-eval return reaches this."),
+    target_return: Optional[float] = typer.Option(None, help="With --eval-every: stop once the mean greedy-eval return reaches this."),
     engine: str = typer.Option("fused", help="fused (one XLA program) or ray."),
     quiet: bool = typer.Option(False, help="No progress output."),
     actors: int = typer.Option(1, help="--engine ray: actors running collect (sync: whole seeds per actor)."),
@@ -107,27 +207,36 @@ def train(
     actor_gpus: float = typer.Option(0.0, help="--engine ray: GPUs (or a fraction) each actor declares."),
     env_arg: Optional[list[str]] = typer.Option(None, "--env-arg", help="Environment setting KEY=VALUE, repeatable "
                                                 "(e.g. --env-arg max_steps_in_episode=200, or horizon=100 for an .npz)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML or JSON file setting any option or algorithm field "
+                                          "(a run's config.json works too); flags given here override it."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and print the resolved config as JSON; "
+                                 "compile and write nothing."),
 ) -> None:
     """Train ALGO on --env; any algorithm config field can be set as --field value."""
-    from longhorizon.runner.run import RunSpec, spec_from_results, train as run_train
+    from longhorizon.runner.run import dry_run as check_run
+    from longhorizon.runner.run import spec_from_results, train as run_train
 
     extra = _parse_extra(list(ctx.args))
+    given = _given(ctx)
     if resume is not None:
-        if extra:
-            raise UsageError(f"--{next(iter(extra))} cannot be changed when resuming; resume with the saved config only.")
+        changed = [name for name in given if name not in ("resume", "quiet", "dry_run")] + list(extra)
+        if changed:
+            raise UsageError(f"--{changed[0].replace('_', '-')} cannot be changed when resuming; resume with the saved "
+                             "config only (--quiet and --dry-run may be added).")
         spec = spec_from_results(resume, quiet=quiet)
     else:
-        if not algo:
-            raise UsageError("missing algorithm; write `longhorizon train ALGO --env ID`, e.g. `longhorizon train ppo --env CartPole-v1`.")
-        if not env:
-            raise UsageError("missing --env; pass an environment id such as --env CartPole-v1 (list them with `longhorizon envs`).")
-        if total_steps is not None:
-            extra["total_steps"] = total_steps
-        spec = RunSpec(algo=algo, env=env, config_overrides=extra, env_overrides=_parse_env_args(env_arg or []),
-                       seeds=seeds, seed=seed, out=str(out) if out else None, num_chunks=chunks, eval_every=eval_every,
-                       eval_episodes=eval_episodes, target_return=target_return, engine=engine, quiet=quiet,
-                       actors=actors, address=address, mode=mode, max_staleness=max_staleness,
-                       actor_cpus=actor_cpus, actor_gpus=actor_gpus)
+        spec, recorded = _train_spec(ctx, given, extra)
+    if spec.eval_every < 0:
+        raise UsageError(f"--eval-every must be 0 or more (got {spec.eval_every}); pass 0 to evaluate only at the end.")
+    if spec.target_return is not None and not spec.eval_every:
+        raise UsageError("--target-return is checked after periodic evaluations only; add --eval-every N "
+                         "(chunks between evaluations) or drop --target-return.")
+    resolved = check_run(spec, resume=resume is not None)
+    if resume is None:
+        _check_resolved(resolved, recorded, chunks_asked=spec.num_chunks if "num_chunks" in recorded["asked"] else None)
+    if dry_run:
+        _print_json({**resolved, "quiet": spec.quiet})
+        return
     setup_compilation_cache()
     try:
         summary = run_train(spec, resume=resume is not None)
@@ -136,6 +245,73 @@ def train(
         print(f"interrupted: checkpoint saved; continue with `longhorizon train --resume {folder}`.", file=sys.stderr)
         raise typer.Exit(130) from stop
     _print_summary(summary)
+
+
+def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
+    """The RunSpec of a new run: the --config file's settings, then the flags given on the command line.
+
+    Returns the spec and what the file recorded about its own run (``_DERIVED`` values) together with
+    the names of the settings that were asked for explicitly (``asked``).
+    """
+    from longhorizon.runner.run import RunSpec
+
+    settings, fields = read_config_file(ctx.params["config"]) if ctx.params["config"] is not None else ({}, {})
+    recorded = {key: settings.pop(key) for key in _DERIVED if key in settings}
+    for key in _RECORDED:
+        settings.pop(key, None)
+    asked = set(settings)
+    for name in given:
+        if name in ("config", "dry_run", "resume", "total_steps"):
+            continue
+        value = ctx.params[name]
+        if name == "env_arg":  # added to the file's environment settings
+            value = {**settings.get("env_overrides", {}), **_parse_env_args(value or [])}
+        elif name == "out" and value is not None:
+            value = str(value)
+        settings[_SPEC_FIELD.get(name, name)] = value
+        asked.add(_SPEC_FIELD.get(name, name))
+    if fields:
+        _check_fields(ctx.params["config"], fields, settings.get("algo"), settings.get("env"))
+    fields.update(extra)
+    if ctx.params["total_steps"] is not None:
+        fields["total_steps"] = ctx.params["total_steps"]
+    if not settings.get("algo"):
+        raise UsageError("missing algorithm; write `longhorizon train ALGO --env ID`, e.g. `longhorizon train ppo --env CartPole-v1`.")
+    if not settings.get("env"):
+        raise UsageError("missing --env; pass an environment id such as --env CartPole-v1 (list them with `longhorizon envs`).")
+    spec = RunSpec(config_overrides=fields, **settings)
+    return spec, {"values": recorded, "asked": asked}
+
+
+def _check_fields(path: Path, fields: dict, algo: str | None, env: str | None) -> None:
+    """Name the first key of a --config file that is neither a run option nor a field of the algorithm's config."""
+    import difflib
+
+    from longhorizon import algos as algo_registry
+    from longhorizon.config import config_fields
+    from longhorizon.runner.run import RunSpec
+
+    if not algo or not env:
+        return  # the missing algorithm or environment is reported next
+    known = config_fields(type(algo_registry.get(algo).default_config(env)))
+    for key in fields:
+        if key not in known:
+            options = [*known, *(f.name for f in dataclasses.fields(RunSpec))]
+            close = difflib.get_close_matches(key, options, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see `longhorizon train --help` and the algorithm's Config."
+            raise UsageError(f"--config {path} sets '{key}', which is neither a run option nor a setting of {algo}; {hint}")
+
+
+def _check_resolved(resolved: dict, recorded: dict, chunks_asked: int | None) -> None:
+    """Refuse a chunk count the run cannot honour and a config.json whose recorded plan differs from this run's."""
+    updates = resolved.get("num_updates")
+    if chunks_asked is not None and updates is not None and chunks_asked > updates:
+        raise UsageError(f"--chunks {chunks_asked} asks for more chunks than the run's {updates} updates; pass "
+                         f"--chunks {updates} or fewer, or more --total-steps.")
+    for key, value in recorded["values"].items():
+        if key in resolved and resolved[key] != value:
+            raise UsageError(f"the --config file records {key} = {value}, but these settings give {resolved[key]}; "
+                             f"{key} follows from the other settings, so remove it from the file.")
 
 
 def _print_summary(summary: dict) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import math
 import os
 import time
@@ -102,8 +103,13 @@ class Run:
         self.updates_per_chunk = pick_updates_per_chunk(self.num_updates, spec.num_chunks)
         self.num_chunks = max(1, self.num_updates // self.updates_per_chunk)
         self.steps_per_chunk = self.updates_per_chunk * spu
-        self.results = ResultsDir(spec.out or default_out_dir(spec.algo, spec.env))
+        self.out = Path(spec.out or default_out_dir(spec.algo, spec.env))
         self.engine = self._make_engine()
+
+    @functools.cached_property
+    def results(self) -> ResultsDir:
+        """The results folder, created when first used (so a dry run creates nothing)."""
+        return ResultsDir(self.out)
 
     def _make_engine(self):
         if self.spec.engine != "ray" and RAY_DEFAULTS != {k: getattr(self.spec, k) for k in RAY_DEFAULTS}:
@@ -148,6 +154,26 @@ def spec_from_results(run_dir: str | os.PathLike, **changes: Any) -> RunSpec:
     except (KeyError, ValueError, TypeError) as error:
         raise UsageError(f"{path} is malformed ({error}); it was not written by `longhorizon train` or was edited by hand.") from None
     return dataclasses.replace(spec, **changes)
+
+
+def dry_run(spec: RunSpec, resume: bool = False) -> dict[str, Any]:
+    """The ``config.json`` that :func:`train` would write (with ``out``), checked as ``train`` checks it.
+
+    Builds the run (algorithm, config, environment, engine options) and checks the results folder:
+    a new run may not reuse a folder that holds a run, a resumed one needs a checkpoint. Nothing is
+    compiled, initialised or written, and no folder is created.
+    """
+    run = Run(spec)
+    close = getattr(run.engine, "close", None)
+    if close is not None:
+        close()
+    saved = checkpoint.latest_meta(run.out / "checkpoints")
+    if resume and saved is None:
+        raise UsageError(f"no checkpoint in {run.out / 'checkpoints'}; the run stopped before its first chunk finished, "
+                         "so start it again without --resume.")
+    if not resume and ((run.out / "metrics.jsonl").exists() or saved):
+        raise UsageError(f"{run.out} already holds a run; pass --resume {run.out} to continue it or choose another --out.")
+    return {"out": str(run.out), **run.resolved_config()}
 
 
 def _as_cli(value: Any) -> str:
