@@ -357,10 +357,23 @@ def eval_command(
     episodes: int = typer.Option(10, help="Episodes per seed."),
     render: Optional[Path] = typer.Option(None, help="Write a GIF of one greedy episode (seed 0) here."),
     stochastic: bool = typer.Option(False, help="Sample actions instead of acting greedily."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the folder and options, print what would run; compile nothing."),
 ) -> None:
     """Evaluate the newest checkpoint of a run; optionally render an episode to GIF."""
     from longhorizon.runner.replay import evaluate_run
 
+    if dry_run:
+        from longhorizon.runner.run import dry_run as check_run
+        from longhorizon.runner.run import spec_from_results
+
+        if episodes < 1:
+            raise UsageError(f"--episodes must be at least 1 (got {episodes}); pass 10 for example.")
+        if render is not None and not render.resolve().parent.is_dir():
+            raise UsageError(f"the folder of --render {render} does not exist; create it or choose another path.")
+        resolved = check_run(spec_from_results(run_dir, quiet=True), resume=True)  # needs a checkpoint
+        _print_json({"run": str(run_dir), "algo": resolved["algo"], "env": resolved["env"], "seeds": resolved["seeds"],
+                     "episodes": episodes, "greedy": not stochastic, "render": render})
+        return
     setup_compilation_cache()
     returns, gif = evaluate_run(run_dir, episodes=episodes, greedy=not stochastic, render=render)
     print(f"mean return over {episodes} episodes per seed: " + ", ".join(f"{r:.2f}" for r in returns))
@@ -372,14 +385,20 @@ def eval_command(
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="One or more results folders."),
     out: Path = typer.Option(Path("curves.png"), help="Output PNG."),
-    title: Optional[str] = typer.Option(None),
+    title: Optional[str] = typer.Option(None, help="Figure title (default: what the curves show)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the folders, print what would be plotted; write nothing."),
 ) -> None:
     """Plot several runs' learning curves on one figure."""
-    from longhorizon.runner.plots import plot_runs
-
     for run_dir in run_dirs:
         if not (run_dir / "metrics.jsonl").exists():
             raise UsageError(f"{run_dir} has no metrics.jsonl; pass results folders written by `longhorizon train`.")
+    if not out.resolve().parent.is_dir():
+        raise UsageError(f"the folder of --out {out} does not exist; create it or choose another path.")
+    if dry_run:
+        _print_json({"runs": run_dirs, "out": out, "title": title})
+        return
+    from longhorizon.runner.plots import plot_runs
+
     print(plot_runs(run_dirs, out, title=title))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -31,16 +32,22 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(..., help=f"One of: {', '.join(REPROS)}."),
         out: Optional[Path] = typer.Option(None, help="Output folder (default: docs/results/NAME; runs/NAME for effective-horizon)."),
         quick: bool = typer.Option(False, help="A smaller, faster version (for smoke tests)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Check NAME and print what would run, as JSON; train and write nothing."),
     ) -> None:
         """Reproduce a paper's claim at small scale; writes a table, a plot and a verdict."""
         if name not in REPROS:
             raise UsageError(f"unknown reproduction '{name}'; choose one of: {', '.join(sorted(REPROS))}.")
-        module_name, _claim = REPROS[name]
+        module_name, claim = REPROS[name]
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
             if error.name == module_name:
                 raise UsageError(f"reproduction '{name}' is not part of this installation yet; see docs/ for the ones that are.") from None
             raise
-        result = module.run(str(out or DEFAULT_OUT.get(name, Path("docs") / "results" / name)), quick=quick)
+        folder = out or DEFAULT_OUT.get(name, Path("docs") / "results" / name)
+        if dry_run:
+            print(json.dumps({"repro": name, "claim": claim, "module": module_name, "out": str(folder), "quick": quick},
+                             indent=2))
+            return
+        result = module.run(str(folder), quick=quick)
         print(result.get("verdict", result) if isinstance(result, dict) else result)

@@ -45,8 +45,61 @@ def load_target(target: str, *, horizon: int | None, max_states: int, merge: str
         return mdp.with_horizon(horizon or mdp.horizon or DEFAULT_HORIZON)
     from longhorizon.tabular.tabularize import tabularize
 
+    _check_id_settings(target, settings)
     return tabularize(target, horizon=horizon or DEFAULT_HORIZON, max_states=max_states, merge=merge,
                       show_progress=show_progress, **settings)
+
+
+def _check_id_settings(target: str, settings: dict[str, Any]) -> None:
+    """MiniGrid ids are enumerated as registered; only the enumeration's seed can be set."""
+    unknown = [key for key in settings if key != "seed"]
+    if target.startswith(("MiniGrid-", "BRIDGE/MiniGrid-")) and unknown:
+        raise UsageError(f"--set {unknown[0]}=... does not apply to MiniGrid ids (only seed=N does); pick the "
+                         "variant by its id instead, e.g. MiniGrid-Empty-8x8-v0.")
+
+
+def _check_args(horizon: int | None, sticky: float, max_states: int | None, json_path: Path | None,
+                save: Path | None = None, merge: str = "observation") -> None:
+    """Refuse out-of-range settings and output paths in folders that do not exist."""
+    from longhorizon.tabular.tabularize import MERGE_MODES
+
+    if horizon is not None and horizon < 1:
+        raise UsageError(f"--horizon must be at least 1, got {horizon}.")
+    if not 0.0 <= sticky < 1.0:
+        raise UsageError(f"--sticky must be a probability in [0, 1), got {sticky}.")
+    if max_states is not None and max_states < 1:
+        raise UsageError(f"--max-states must be at least 1, got {max_states}.")
+    if merge not in MERGE_MODES:
+        raise UsageError(f"--merge must be one of {', '.join(MERGE_MODES)}, got '{merge}'.")
+    for flag, path in (("--json", json_path), ("--save", save)):
+        if path is not None and not path.resolve().parent.is_dir():
+            raise UsageError(f"the folder of {flag} {path} does not exist; create it or choose another path.")
+
+
+def describe_target(target: str, *, horizon: int | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """What ``target`` is, checked without enumerating it: its kind, the horizon used and, for a file, its size."""
+    if _looks_like_file(target):
+        from longhorizon.tabular.mdp import load_npz
+
+        if settings:
+            raise UsageError("--set applies to environment ids, not to .npz files; remove it.")
+        mdp = load_npz(target)
+        return {"kind": "npz", "horizon": horizon or mdp.horizon or DEFAULT_HORIZON, "states": mdp.num_states,
+                "actions": mdp.num_actions}
+    if target.startswith(("MiniGrid-", "BRIDGE/MiniGrid-")):
+        from longhorizon.tabular.tabularize import _MiniGridSim
+
+        _check_id_settings(target, settings)
+        sim = _MiniGridSim(target, **settings)  # unknown ids fail here
+        return {"kind": "minigrid", "horizon": horizon or DEFAULT_HORIZON, "actions": sim.num_actions}
+    from longhorizon.envs import make
+
+    env = make(target, **{k: v for k, v in settings.items() if k not in _ENUMERATION_SETTINGS})
+    return {"kind": "gymnax", "horizon": horizon or DEFAULT_HORIZON, "actions": env.act_info.describe()}
+
+
+# Settings of the gymnax enumeration itself (passed with --set next to the environment's own).
+_ENUMERATION_SETTINGS = ("seed", "transition_samples", "batch_size", "keep_time")
 
 
 def _verdict(report: dict[str, Any]) -> str:
@@ -158,14 +211,7 @@ def run_horizon(target: str, *, horizon: int | None = None, sticky: float = 0.0,
     from longhorizon.tabular.mdp import sticky as make_sticky
     from longhorizon.tabular.tabularize import DEFAULT_MAX_STATES
 
-    if horizon is not None and horizon < 1:
-        raise UsageError(f"--horizon must be at least 1, got {horizon}.")
-    if not 0.0 <= sticky < 1.0:
-        raise UsageError(f"--sticky must be a probability in [0, 1), got {sticky}.")
-    if max_states is not None and max_states < 1:
-        raise UsageError(f"--max-states must be at least 1, got {max_states}.")
-    if json_path is not None and json_path.parent and not json_path.parent.exists():
-        raise UsageError(f"the folder of --json {json_path} does not exist; create it or choose another path.")
+    _check_args(horizon, sticky, max_states, json_path, save, merge)
     console = Console(stderr=True, quiet=quiet)
     out = Console(quiet=quiet)
     mdp = load_target(target, horizon=horizon, max_states=max_states or DEFAULT_MAX_STATES, merge=merge,
@@ -215,6 +261,7 @@ def register(app) -> None:
 
     @app.command("horizon")
     def horizon_command(
+        ctx: typer.Context,
         target: str = typer.Argument(..., metavar="ENV_ID_OR_NPZ",
                                      help="A BRIDGE .npz file, a MiniGrid id (MiniGrid-KeyCorridorS3R1-v0) or a gymnax id (DeepSea-bsuite)."),
         horizon: Optional[int] = typer.Option(None, "--horizon", "-T", help="Episode length T (default: the file's, else 100)."),
@@ -227,9 +274,27 @@ def register(app) -> None:
         setting: Optional[list[str]] = typer.Option(None, "--set", help="Environment setting KEY=VALUE, e.g. --set size=8 (repeatable)."),
         save: Optional[Path] = typer.Option(None, "--save", help="Write the analysed tabular MDP to this .npz file."),
         gorp: bool = typer.Option(False, "--gorp", help="Also measure GORP's empirical sample complexity (k = 1)."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing (use with --json)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing (with --json or --save)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Check the target and options, print the settings as JSON; "
+                                     "enumerate and write nothing."),
     ) -> None:
         """Diagnose an environment: states, returns, min k, planning window and effective-horizon bounds."""
         settings = dict(_parse_setting(s) for s in (setting or []))
+        given = {name for name in ctx.params if (src := ctx.get_parameter_source(name)) is not None and src.name == "COMMANDLINE"}
+        if _looks_like_file(target):
+            for name, flag in (("max_states", "--max-states"), ("merge", "--merge")):
+                if name in given:
+                    raise UsageError(f"{flag} applies to environment ids (which are enumerated), not to .npz files; remove it.")
+        if max_k is not None and not tight:
+            raise UsageError("--max-k bounds the Appendix-C (tight) bound, which --no-tight skips; drop one of them.")
+        if quiet and json_path is None and save is None:
+            raise UsageError("--quiet prints nothing, so without --json or --save the report would be lost; add --json FILE.")
+        if dry_run:
+            _check_args(horizon, sticky, max_states, json_path, save, merge)
+            described = describe_target(target, horizon=horizon, settings=settings)
+            print(json.dumps({"target": target, **described, "sticky": sticky, "json": json_path and str(json_path),
+                              "max_states": max_states, "tight": tight, "max_k": max_k, "merge": merge,
+                              "settings": settings, "save": save and str(save), "gorp": gorp, "quiet": quiet}, indent=2))
+            return
         run_horizon(target, horizon=horizon, sticky=sticky, json_path=json_path, max_states=max_states, tight=tight,
                     max_k=max_k, merge=merge, settings=settings, save=save, gorp=gorp, quiet=quiet)
