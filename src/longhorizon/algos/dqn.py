@@ -31,6 +31,7 @@ from longhorizon.core.distributions import epsilon_greedy
 from longhorizon.core import replay
 from longhorizon.core.losses import huber
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
+from longhorizon.core.optim import make_optimizer
 from longhorizon.core.returns import n_step_returns
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
@@ -169,9 +170,8 @@ def init(key: jax.Array, env, config: Config) -> State:
     obs, env_state = venv.reset(env_key)
     weights = network.init(net_key, jnp.zeros((1,) + obs_info.shape, jnp.float32))
     num_updates = max(1, config.total_steps // steps_per_update(config))
-    lr = (optax.linear_schedule(config.learning_rate, 0.0, num_updates * config.gradient_steps)
-          if config.anneal_lr else config.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr))
+    anneal = num_updates * config.gradient_steps if config.anneal_lr else None
+    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal)
     n = config.num_envs
     example = Transition(obs, jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.float32), obs, jnp.zeros(n, bool),
                          jnp.zeros(n, bool))

@@ -25,8 +25,10 @@ from flax import struct
 from longhorizon.config import AlgoConfig
 from longhorizon.core import distributions as dist
 from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss
-from longhorizon.core.nets import ACTIVATIONS, ActorCritic
+from longhorizon.core.minibatch import flatten_time, minibatch_epochs
+from longhorizon.core.nets import ACTIVATIONS, ActorCritic, PolicyOutput
 from longhorizon.core.normalize import RunningMeanStd
+from longhorizon.core.optim import make_optimizer
 from longhorizon.core.returns import gae, vtrace
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.wrappers import NormalizeReward
@@ -151,7 +153,7 @@ class Batch:
 
 
 # ----------------------------------------------------------------------------- networks
-def _policy(agent: AgentParams, weights, obs_normalised):
+def _policy(agent: AgentParams, weights, obs_normalised) -> PolicyOutput:
     return agent.network.apply(weights, obs_normalised)
 
 
@@ -160,18 +162,16 @@ def _prepare(agent: AgentParams, obs):
     return agent.obs_rms.normalize(obs) if agent.normalize_observations else obs
 
 
-def _log_prob_entropy(agent: AgentParams, out, action):
-    logits_or_mean, log_std, _ = out
+def _log_prob_entropy(agent: AgentParams, out: PolicyOutput, action):
     if agent.network.continuous:
-        return dist.diag_gaussian_log_prob(logits_or_mean, log_std, action), dist.diag_gaussian_entropy(log_std)
-    return dist.categorical_log_prob(logits_or_mean, action), dist.categorical_entropy(logits_or_mean)
+        return dist.diag_gaussian_log_prob(out.logits_or_mean, out.log_std, action), dist.diag_gaussian_entropy(out.log_std)
+    return dist.categorical_log_prob(out.logits_or_mean, action), dist.categorical_entropy(out.logits_or_mean)
 
 
-def _sample(agent: AgentParams, out, key, greedy):
-    logits_or_mean, log_std, _ = out
+def _sample(agent: AgentParams, out: PolicyOutput, key, greedy):
     if agent.network.continuous:
-        return dist.diag_gaussian_sample(key, logits_or_mean, log_std, greedy)
-    return dist.categorical_sample(key, logits_or_mean, greedy)
+        return dist.diag_gaussian_sample(key, out.logits_or_mean, out.log_std, greedy)
+    return dist.categorical_sample(key, out.logits_or_mean, greedy)
 
 
 def _to_env_action(agent: AgentParams, action):
@@ -210,9 +210,8 @@ def init(key: jax.Array, env, config: Config) -> State:
     if config.normalize_observations:
         obs_rms = obs_rms.update(obs)
     num_updates = max(1, config.total_steps // steps_per_update(config))
-    lr = (optax.linear_schedule(config.learning_rate, 0.0, num_updates * config.update_epochs * config.num_minibatches)
-          if config.anneal_lr else config.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    anneal = num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
+    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal, eps=1e-5)
     agent = AgentParams(weights, obs_rms, network, config.normalize_observations,
                         None if act_info.discrete else tuple(map(float, act_info.low.reshape(-1))),
                         None if act_info.discrete else tuple(map(float, act_info.high.reshape(-1))))
@@ -233,7 +232,7 @@ def collect(state: State) -> tuple[State, Batch]:
         log_prob, _ = _log_prob_entropy(agent, out, action)
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, _to_env_action(agent, action))
         true_next = true_next_obs(next_obs, info, terminated, truncated)
-        step = Batch(obs_n, _prepare(agent, true_next), action, log_prob, out[2], reward, terminated, truncated,
+        step = Batch(obs_n, _prepare(agent, true_next), action, log_prob, out.value, reward, terminated, truncated,
                      info["episode_return"], info["episode_done"])
         return (env_state, next_obs, key), (step, obs)
 
@@ -255,7 +254,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
                                   config.gae_lambda)
     else:  # the batch may come from an older policy mu: correct towards the current (proximal) policy
         out = _policy(agent, agent.weights, batch.obs)
-        old_log_prob, old_value = _log_prob_entropy(agent, out, batch.action)[0], out[2]
+        old_log_prob, old_value = _log_prob_entropy(agent, out, batch.action)[0], out.value
         log_rho = old_log_prob - batch.log_prob
         if config.correction == "vtrace":
             targets, advantages = vtrace(batch.reward, old_value, next_values, batch.terminated, done, log_rho,
@@ -265,11 +264,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
                                       config.gae_lambda)
             weight = jnp.minimum(config.rho_clip, jnp.exp(log_rho))
 
-    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731  [T, N, ...] -> [T*N, ...]
-    data = (flat(batch.obs), flat(batch.action), flat(old_log_prob), flat(old_value), flat(advantages), flat(targets),
-            flat(weight))
-    batch_size = config.num_envs * config.num_steps
-    mb_size = batch_size // config.num_minibatches
+    data = jax.tree.map(flatten_time, (batch.obs, batch.action, old_log_prob, old_value, advantages, targets, weight))
 
     def loss_fn(weights, mb):
         obs, action, old_log_prob, old_value, advantage, target, weight = mb
@@ -280,7 +275,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         if config.correction == "decoupled":  # w * min(r A, clip(r) A) = min(r wA, clip(r) wA) for w >= 0
             advantage = weight * advantage
         policy_loss, clip_frac = clipped_surrogate_loss(log_prob, old_log_prob, advantage, config.clip_eps)
-        value_loss = clipped_value_loss(out[2], old_value, target, config.clip_eps if config.clip_value else None)
+        value_loss = clipped_value_loss(out.value, old_value, target, config.clip_eps if config.clip_value else None)
         entropy = entropy.mean()
         total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
         approx_kl = jnp.mean((jnp.exp(log_prob - old_log_prob) - 1) - (log_prob - old_log_prob))
@@ -293,14 +288,9 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         updates, opt_state = state.optimizer.update(grads, opt_state, weights)
         return (optax.apply_updates(weights, updates), opt_state), metrics
 
-    def epoch(carry, key):
-        perm = jax.random.permutation(key, batch_size)
-        shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), data)
-        return jax.lax.scan(minibatch_step, carry, shuffled)
-
     key, epoch_key = jax.random.split(state.key)
-    (weights, opt_state), metrics = jax.lax.scan(epoch, (agent.weights, state.opt_state),
-                                                 jax.random.split(epoch_key, config.update_epochs))
+    (weights, opt_state), metrics = minibatch_epochs(minibatch_step, (agent.weights, state.opt_state), data, epoch_key,
+                                                     config.update_epochs, config.num_minibatches)
     state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,
                           update_step=state.update_step + 1)
     return state, jax.tree.map(jnp.mean, metrics)

@@ -29,8 +29,9 @@ from flax import struct
 
 from longhorizon.config import AlgoConfig
 from longhorizon.core.distributions import epsilon_greedy
+from longhorizon.core.minibatch import flatten_time, minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
-from longhorizon.core.optim import radam
+from longhorizon.core.optim import make_optimizer
 from longhorizon.core.returns import lambda_returns
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
@@ -168,9 +169,8 @@ def init(key: jax.Array, env, config: Config) -> State:
     obs, env_state = venv.reset(env_key)
     weights = network.init(net_key, jnp.zeros((1,) + obs_info.shape, jnp.float32))
     num_updates = max(1, config.total_steps // steps_per_update(config))
-    lr = (optax.linear_schedule(config.learning_rate, 0.0, num_updates * config.update_epochs * config.num_minibatches)
-          if config.anneal_lr else config.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), radam(lr))
+    anneal = num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
+    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "radam", anneal)
     agent = AgentParams(weights, network, float(config.epsilon_end))
     return State(agent, optimizer.init(weights["params"]), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
 
@@ -214,10 +214,7 @@ def q_lambda_targets(batch: Batch, config: Config) -> jax.Array:
 def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     config, agent = state.config, state.agent
     targets = q_lambda_targets(batch, config)
-    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731  [T, N, ...] -> [T*N, ...]
-    data = (flat(batch.obs), flat(batch.action), flat(targets))
-    batch_size = config.num_envs * config.num_steps
-    mb_size = batch_size // config.num_minibatches
+    data = jax.tree.map(flatten_time, (batch.obs, batch.action, targets))
 
     def loss_fn(params, batch_stats, mb):
         obs, action, target = mb
@@ -238,14 +235,9 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         updates, opt_state = state.optimizer.update(grads, opt_state, params)
         return ({"params": optax.apply_updates(params, updates), **batch_stats}, opt_state), metrics
 
-    def epoch(carry, key):
-        perm = jax.random.permutation(key, batch_size)
-        shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), data)
-        return jax.lax.scan(minibatch_step, carry, shuffled)
-
     key, epoch_key = jax.random.split(state.key)
-    (weights, opt_state), metrics = jax.lax.scan(epoch, (agent.weights, state.opt_state),
-                                                 jax.random.split(epoch_key, config.update_epochs))
+    (weights, opt_state), metrics = minibatch_epochs(minibatch_step, (agent.weights, state.opt_state), data, epoch_key,
+                                                     config.update_epochs, config.num_minibatches)
     metrics = {**jax.tree.map(jnp.mean, metrics), "target_mean": targets.mean(),
                "epsilon": epsilon(config, state.update_step)}
     state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,

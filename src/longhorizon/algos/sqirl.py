@@ -40,7 +40,9 @@ import optax
 from flax import struct
 
 from longhorizon.config import AlgoConfig
+from longhorizon.core.minibatch import minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
+from longhorizon.core.optim import make_optimizer
 from longhorizon.envs import TimeFeature, true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
 from longhorizon.errors import UsageError
@@ -205,7 +207,7 @@ def init(key: jax.Array, env, config: Config) -> State:
     key, net_key = jax.random.split(key)
     weights = network.init(net_key, jnp.zeros((1,) + env.obs_info.shape, jnp.float32))
     frozen = jax.tree.map(lambda w: jnp.broadcast_to(w, (num_blocks(config),) + w.shape), weights)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "adam")
     agent = AgentParams(frozen, weights, jnp.zeros((), jnp.int32), network, config)
     return State(agent, optimizer.init(weights), jnp.zeros((), jnp.int32), key, config,
                  vectorize(env, config.num_envs), optimizer)
@@ -283,8 +285,6 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     usable = jnp.logical_and(jax.lax.dynamic_slice_in_dim(batch.alive, start, width, axis=0), time >= prefix)
     data = dict(obs=take(batch.obs), action=take(batch.action), reward=take(reward), ended=take(ended),
                 next_obs=take(batch.next_obs), mc=take(returns), weight=usable.reshape(-1).astype(jnp.float32))
-    num_rows = width * config.num_envs
-    mb_size = num_rows // config.num_minibatches
     key, epoch_key = jax.random.split(state.key)
 
     def loss_fn(weights, mb):
@@ -300,17 +300,13 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         updates, opt_state = state.optimizer.update(grads, opt_state, weights)
         return (optax.apply_updates(weights, updates), opt_state), loss
 
-    def epoch(carry, key):
+    def with_targets(carry, data):
         # Fitted-Q targets from the network as it stands at the start of the epoch.
         next_q = jax.lax.stop_gradient(_q_heads(agent.network, carry[0], data["next_obs"], k))
-        target = fitted_q_targets(data["mc"], data["reward"], data["ended"], next_q, config.gamma)
-        perm = jax.random.permutation(key, num_rows)
-        fields = {**data, "target": target}
-        shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), fields)
-        return jax.lax.scan(minibatch_step, carry, shuffled)
+        return {**data, "target": fitted_q_targets(data["mc"], data["reward"], data["ended"], next_q, config.gamma)}
 
-    (weights, opt_state), losses = jax.lax.scan(epoch, (agent.latest, state.opt_state),
-                                                jax.random.split(epoch_key, config.update_epochs))
+    (weights, opt_state), losses = minibatch_epochs(minibatch_step, (agent.latest, state.opt_state), data, epoch_key,
+                                                    config.update_epochs, config.num_minibatches, with_targets)
     frozen = jax.tree.map(lambda stack, w: stack.at[state.block].set(w), agent.frozen, weights)
     learned = jnp.maximum(agent.learned, state.block + 1)
     used = data["weight"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -76,6 +76,14 @@ def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: st
     return MLPTorso(hidden=tuple(hidden), activation=activation, layer_norm=layer_norm, batch_norm=batch_norm, name=name)
 
 
+class PolicyOutput(NamedTuple):
+    """One forward pass of :class:`ActorCritic` on a batch of observations ``[..., D]``."""
+
+    logits_or_mean: jax.Array  # [..., A]: categorical logits, or the Gaussian mean
+    log_std: jax.Array | None  # [..., A]: the Gaussian's log standard deviation; None for a categorical policy
+    value: jax.Array  # [...]: the critic's V(s)
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic torsos; a categorical or diagonal-Gaussian policy head."""
 
@@ -87,8 +95,8 @@ class ActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs, value_only: bool = False):
-        """``(policy logits or mean, log_std or None, value)``; only the value if ``value_only``
-        (the actor is then not evaluated: bootstrap values need no policy)."""
+        """A :class:`PolicyOutput`; only the value ``[...]`` if ``value_only`` (the actor is then not
+        evaluated: bootstrap values need no policy)."""
         critic = make_torso(self.obs_shape, self.hidden, self.activation, index=1)(obs)
         value = nn.Dense(1, kernel_init=orthogonal(1.0), name="Dense_1")(critic)[..., 0]
         if value_only:
@@ -97,8 +105,8 @@ class ActorCritic(nn.Module):
         policy_out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), name="Dense_0")(actor)
         if self.continuous:
             log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
-            return policy_out, jnp.broadcast_to(log_std, policy_out.shape), value
-        return policy_out, None, value
+            return PolicyOutput(policy_out, jnp.broadcast_to(log_std, policy_out.shape), value)
+        return PolicyOutput(policy_out, None, value)
 
 
 class QNetwork(nn.Module):

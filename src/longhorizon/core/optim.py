@@ -1,4 +1,9 @@
-r"""Optimisers not worth a dependency of their own: a single-pass Rectified Adam.
+r"""The optimiser every algorithm builds (:func:`make_optimizer`), and a single-pass Rectified Adam.
+
+:func:`make_optimizer` clips the gradient to a global norm :math:`c`,
+:math:`g \leftarrow g \min(1, c / \lVert g \rVert_2)`, then applies Adam or RAdam with a constant
+learning rate :math:`\alpha` or one annealed linearly to 0, :math:`\alpha_t = \alpha \max(0, 1 - t/N)`
+over :math:`N` optimiser steps.
 
 RAdam (Liu et al., 2020, "On the Variance of the Adaptive Learning Rate and Beyond"), with
 :math:`\rho_\infty = 2/(1-\beta_2) - 1` and at step :math:`t`
@@ -23,6 +28,20 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+
+
+OPTIMIZERS = ("adam", "radam")
+
+
+def make_optimizer(learning_rate: float, max_grad_norm: float, kind: str = "adam", anneal_steps: int | None = None,
+                   eps: float = 1e-8) -> optax.GradientTransformation:
+    """Global-norm clipping, then Adam or RAdam; the learning rate decays linearly to 0 over
+    ``anneal_steps`` optimiser steps if given (and stays 0 after), else is constant."""
+    if kind not in OPTIMIZERS:
+        raise ValueError(f"optimizer kind must be one of {OPTIMIZERS}, got {kind!r}")
+    lr = optax.linear_schedule(learning_rate, 0.0, anneal_steps) if anneal_steps else learning_rate
+    update = optax.adam(lr, eps=eps) if kind == "adam" else radam(lr, eps=eps)
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), update)
 
 
 class RAdamState(NamedTuple):
