@@ -132,11 +132,11 @@ def test_ray_async_ppo_vtrace_solves_cartpole(ray_session, engines, tmp_path, mo
                  "total_steps": "500000"}
     original, calls = RayEngine.run_chunk, []
 
-    def run_chunk(self, state):  # during chunk 3, kill actor 0 while requests are in flight
+    def run_chunk(self, state, num_updates=None):  # during chunk 3, kill actor 0 while requests are in flight
         calls.append(1)
         if len(calls) == 3:
             threading.Timer(0.05, os.kill, (self.actor_pids()[0], signal.SIGKILL)).start()
-        return original(self, state)
+        return original(self, state, num_updates)
 
     monkeypatch.setattr(RayEngine, "run_chunk", run_chunk)
     out = tmp_path / "run"

@@ -10,7 +10,7 @@ from flax import serialization
 from longhorizon.engine.fused import FusedEngine
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
-from longhorizon.runner.run import RunSpec, pick_updates_per_chunk, train
+from longhorizon.runner.run import RunSpec, train
 
 TINY = {"num_envs": "4", "num_steps": "16", "num_minibatches": "2", "update_epochs": "1", "total_steps": "512",
         "hidden": "16,16"}
@@ -65,11 +65,11 @@ def test_ctrl_c_saves_the_last_finished_chunk(tmp_path, monkeypatch):
     real = FusedEngine.run_chunk
     calls = {"n": 0}
 
-    def interrupt_third(self, state):
+    def interrupt_third(self, state, num_updates=None):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real(self, state)
+        return real(self, state, num_updates)
 
     monkeypatch.setattr(FusedEngine, "run_chunk", interrupt_third)
     with pytest.raises(KeyboardInterrupt):
@@ -84,9 +84,9 @@ def test_nan_stops_with_the_chunk_named_and_keeps_last_good_checkpoint(tmp_path,
     real = FusedEngine.run_chunk
     calls = {"n": 0}
 
-    def poison_third(self, state):
+    def poison_third(self, state, num_updates=None):
         calls["n"] += 1
-        new_state, metrics = real(self, state)
+        new_state, metrics = real(self, state, num_updates)
         if calls["n"] == 3:
             metrics = {**metrics, "finite": np.array([True, False])}
         return new_state, metrics
@@ -106,9 +106,3 @@ def test_engine_flags_real_nan_in_parameters(tmp_path):
     poisoned = jax.tree.map(lambda w: w * np.nan, state.agent.weights)
     _, metrics = run.engine.run_chunk(state.replace(agent=state.agent.replace(weights=poisoned)))
     assert not bool(np.all(metrics["finite"]))
-
-
-def test_chunking_never_drops_updates_when_a_divisor_exists():
-    assert pick_updates_per_chunk(976, 20) == 61
-    assert pick_updates_per_chunk(8, 4) == 2
-    assert pick_updates_per_chunk(1, 25) == 1

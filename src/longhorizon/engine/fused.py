@@ -23,18 +23,24 @@ def chunk_statistics(batches_return: jax.Array, batches_done: jax.Array) -> dict
     return {"episode_return_sum": jnp.sum(batches_return * done), "episodes": jnp.sum(done)}
 
 
-def over_seeds(fn, num_seeds: int):
-    """``fn`` mapped over a leading seed axis of all its arguments and results.
+def over_seeds(fn, num_seeds: int, shared_args: int = 0):
+    """``fn`` mapped over a leading seed axis of its arguments and results.
 
-    Several seeds are vmapped. A single seed runs unbatched and gets its axis back outside: a
-    size-1 vmap turns matrix products into batched ones, which XLA's CPU backend runs markedly
-    slower (measured: +30% CPU time per PQN update).
+    The last ``shared_args`` arguments are the same for every seed and are not mapped. Several
+    seeds are vmapped. A single seed runs unbatched and gets its axis back outside: a size-1 vmap
+    turns matrix products into batched ones, which XLA's CPU backend runs markedly slower
+    (measured: +30% CPU time per PQN update).
     """
     if num_seeds > 1:
-        return jax.vmap(fn)
+        def mapped(*args):
+            axes = (0,) * (len(args) - shared_args) + (None,) * shared_args
+            return jax.vmap(fn, in_axes=axes)(*args)
+
+        return mapped
 
     def single(*args):
-        out = fn(*jax.tree.map(lambda x: x[0], args))
+        split = len(args) - shared_args
+        out = fn(*jax.tree.map(lambda x: x[0], args[:split]), *args[split:])
         return jax.tree.map(lambda x: x[None], out)
 
     return single
@@ -69,45 +75,85 @@ def make_update(algo: ModuleType):
     return update
 
 
+def mean_where(values: jax.Array, ran: jax.Array) -> jax.Array:
+    """Mean of ``values`` [updates, ...] over the updates where ``ran`` [updates] holds."""
+    mask = jnp.broadcast_to(ran.reshape(ran.shape + (1,) * (values.ndim - 1)), values.shape)
+    return jnp.sum(jnp.where(mask, values, 0)) / jnp.maximum(1, jnp.sum(mask))
+
+
+def make_chunk(algo: ModuleType, updates_per_chunk: int):
+    """``chunk(state, num_updates)``: the first ``num_updates`` of ``updates_per_chunk`` scanned
+    updates run, the rest leave the state untouched (so a run's last, shorter chunk reuses the
+    compiled program). Metrics are averaged over the updates that ran; episode counts are summed.
+
+    ``num_updates`` is the same for every seed, so the condition stays a real branch under the
+    seed vmap (a skipped update costs nothing)."""
+    update = make_update(algo)
+
+    def skip(state):
+        metrics = jax.eval_shape(update, state, None)[1]
+        return state, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), metrics)
+
+    def chunk(state, num_updates):
+        def masked_update(state, index):
+            ran = index < num_updates
+            state, metrics = jax.lax.cond(ran, lambda s: update(s, None), skip, state)
+            return state, {**metrics, "ran": ran}
+
+        state, metrics = jax.lax.scan(masked_update, state, jnp.arange(updates_per_chunk))
+        ran = metrics.pop("ran")
+        summary = {k: (jnp.sum(v) if k in ("episode_return_sum", "episodes") else mean_where(v, ran))
+                   for k, v in metrics.items() if k != "loss_finite"}
+        summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"] | ~ran),
+                                            tree_all_finite(algo.agent_params(state)))
+        return state, summary
+
+    return chunk
+
+
 class FusedEngine:
-    """Runs ``updates_per_chunk`` updates of ``num_seeds`` independent agents per call."""
+    """Runs up to ``updates_per_chunk`` updates of ``num_seeds`` independent agents per call."""
 
     name = "fused"
 
-    def __init__(self, algo: ModuleType, env: Any, config: Any, num_seeds: int, updates_per_chunk: int):
+    def __init__(self, algo: ModuleType, env: Any, config: Any, num_seeds: int, updates_per_chunk: int,
+                 rows: tuple[list[int], Any] | None = None):
+        """``rows`` (sweeps): ``(seed_indices, configs)``; agent i is seed ``seed_indices[i]`` trained with row i
+        of the stacked config ``configs`` (:func:`longhorizon.config.stack_configs`), all in one program."""
         self.algo, self.env, self.config = algo, env, config
         self.num_seeds, self.updates_per_chunk = num_seeds, updates_per_chunk
-        update = make_update(algo)
-
-        def run_chunk(state):
-            state, metrics = jax.lax.scan(update, state, None, length=updates_per_chunk)
-            summary = {k: (jnp.sum(v) if k in ("episode_return_sum", "episodes") else jnp.mean(v))
-                       for k, v in metrics.items() if k != "loss_finite"}
-            summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"]), tree_all_finite(algo.agent_params(state)))
-            return state, summary
-
+        self.row_seeds, self.row_configs = rows if rows is not None else (list(range(num_seeds)), None)
         # No buffer donation: the previous state must survive an interrupted chunk so Ctrl-C can save it.
-        self._chunk = jax.jit(over_seeds(run_chunk, num_seeds))
-        self._init = jax.jit(init_over_seeds(lambda k: algo.init(k, env, config), num_seeds))
+        self._chunk = jax.jit(over_seeds(make_chunk(algo, updates_per_chunk), num_seeds, shared_args=1))
+        if self.row_configs is None:
+            self._init = jax.jit(init_over_seeds(lambda k: algo.init(k, env, config), num_seeds))
+        else:
+            self._init = jax.jit(init_over_seeds(lambda row: algo.init(row[0], env, row[1]), num_seeds))
         self._compiled = None
         self.compile_seconds = 0.0
 
     def seed_keys(self, seed: int) -> jax.Array:
-        return jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(self.num_seeds))
+        indices = jnp.asarray(self.row_seeds, jnp.int32)
+        return jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(indices)
 
     def init(self, seed: int):
-        return self._init(self.seed_keys(seed))
+        keys = self.seed_keys(seed)
+        return self._init(keys if self.row_configs is None else (keys, self.row_configs))
 
     def compile(self, state) -> float:
         """Compile the chunk function ahead of time; returns the seconds spent."""
         start = time.perf_counter()
-        self._compiled = self._chunk.lower(state).compile()
+        self._compiled = self._chunk.lower(state, jnp.int32(self.updates_per_chunk)).compile()
         self.compile_seconds = time.perf_counter() - start
         return self.compile_seconds
 
-    def run_chunk(self, state):
-        """Advance every seed by one chunk; returns the new state and per-seed metrics (on host)."""
+    def run_chunk(self, state, num_updates: int | None = None):
+        """Advance every seed by ``num_updates`` updates (default: a whole chunk, ``updates_per_chunk``);
+        returns the new state and per-seed metrics (on host)."""
         if self._compiled is None:
             self.compile(state)
-        state, metrics = self._compiled(state)
+        num_updates = self.updates_per_chunk if num_updates is None else num_updates
+        if not 0 < num_updates <= self.updates_per_chunk:
+            raise ValueError(f"a chunk runs 1..{self.updates_per_chunk} updates, not {num_updates}")
+        state, metrics = self._compiled(state, jnp.int32(num_updates))
         return state, jax.device_get(metrics)

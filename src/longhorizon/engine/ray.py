@@ -77,15 +77,9 @@ def options_from_spec(spec: Any) -> RayOptions:
 
 def staleness_tolerance(algo: ModuleType, config: Any) -> tuple[int, str]:
     """``(largest tolerated lag, why)`` as the algorithm declares it; ``(-1, why)``: no asynchronous mode."""
-    name = getattr(algo, "NAME", algo.__name__)
-    if not hasattr(algo, "with_agent_params"):
-        return -1, f"{name} has no with_agent_params(state, params) to hand parameters to an actor; use --mode sync"
-    if hasattr(algo, "max_staleness"):
-        return algo.max_staleness(config)
-    if hasattr(algo, "MAX_STALENESS"):
-        tol = int(algo.MAX_STALENESS)
-        return tol, "(its declared MAX_STALENESS)"
-    return -1, f"{name} declares no staleness tolerance (MAX_STALENESS); use --mode sync"
+    from longhorizon.algos import as_algorithm
+
+    return as_algorithm(algo).max_staleness(config)
 
 
 _ADDRESS = re.compile(r"^(local|auto|ray://[\w.\-]+:\d+|[\w.\-]+:\d+)$")
@@ -352,8 +346,12 @@ class RayEngine:
         self.compile_seconds = time.perf_counter() - start
         return self.compile_seconds
 
-    def run_chunk(self, state):
-        """Advance every seed by one chunk; returns the new state and per-seed metrics (on host)."""
+    def run_chunk(self, state, num_updates: int | None = None):
+        """Advance every seed by ``num_updates`` updates (default ``updates_per_chunk``); returns the new
+        state and per-seed metrics (on host)."""
+        num_updates = self.updates_per_chunk if num_updates is None else num_updates
+        if not 0 < num_updates <= self.updates_per_chunk:
+            raise ValueError(f"a chunk runs 1..{self.updates_per_chunk} updates, not {num_updates}")
         if not self._workers:
             self.compile(state)
         self._chunk_restarts = 0
@@ -361,7 +359,7 @@ class RayEngine:
             self._in_sync = [False] * len(self._workers)  # e.g. restored from a checkpoint: send it whole
         self._synced_state = None  # until this chunk completes (a failed chunk may be retried from its start)
         rows, lags = [], []
-        for _ in range(self.updates_per_chunk):
+        for _ in range(num_updates):
             if self.options.mode == "sync":
                 state, batch = self._sync_collect(state)
             else:

@@ -113,7 +113,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def step_counts(rows: Sequence[dict[str, Any]], count: str = "env_steps", updates_per_chunk: int = 1) -> list[float]:
     """Cumulative steps at the end of each chunk: ``env_steps`` as logged, or (``count="sample_steps"``)
-    the running sum of the per-update ``sample_steps`` metric times the updates in a chunk."""
+    the running sum of the per-update ``sample_steps`` metric times the updates in a chunk (the row's
+    ``updates``; ``updates_per_chunk`` for rows written before rows carried it)."""
     if count == "env_steps":
         return [float(r["env_steps"]) for r in rows]
     if count == "sample_steps":
@@ -121,7 +122,7 @@ def step_counts(rows: Sequence[dict[str, Any]], count: str = "env_steps", update
         for r in rows:
             if r.get("sample_steps") is None:
                 raise UsageError(f"metrics row of chunk {r.get('chunk')} has no sample_steps; count env_steps instead.")
-            total += float(r["sample_steps"]) * updates_per_chunk
+            total += float(r["sample_steps"]) * r.get("updates", updates_per_chunk)
             out.append(total)
         return out
     raise UsageError(f"unknown step count '{count}'; choose env_steps or sample_steps.")

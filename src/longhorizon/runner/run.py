@@ -25,10 +25,13 @@ import numpy as np
 from longhorizon import __version__
 from longhorizon import algos as algo_registry
 from longhorizon.config import apply_overrides
-from longhorizon.envs import make
+from longhorizon.envs import env_name, make
+from longhorizon.envs.gymnasium import is_host_env
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
 from longhorizon.runner.evaluate import evaluate
+from longhorizon.runner.lock import FolderLock
+from longhorizon.runner.loggers import MetricsLoggers, require_wandb
 from longhorizon.runner.plots import plot_runs
 from longhorizon.runner.progress import ChunkProgress
 from longhorizon.runner.results import ResultsDir, read_json
@@ -37,9 +40,10 @@ from longhorizon.runner.results import ResultsDir, read_json
 @dataclasses.dataclass
 class RunSpec:
     algo: str
-    env: str
+    env: Any  # an id, an .npz path, gymnasium:ID, pkg.module:factory, or an environment object
     config_overrides: dict[str, str] = dataclasses.field(default_factory=dict)
     env_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env_params: Any = None  # params of a gymnax-style environment object (in place of its defaults)
     seeds: int = 1
     seed: int = 0
     out: str | None = None
@@ -56,6 +60,7 @@ class RunSpec:
     max_staleness: int = 0
     actor_cpus: float = 1.0  # resources each actor declares; Ray places actors by them
     actor_gpus: float = 0.0
+    wandb: str | None = None  # Weights & Biases project that also receives the metrics rows
 
 
 RAY_DEFAULTS = {"actors": 1, "address": "local", "mode": "sync", "max_staleness": 0, "actor_cpus": 1.0, "actor_gpus": 0.0}
@@ -63,18 +68,20 @@ RAY_DEFAULTS = {"actors": 1, "address": "local", "mode": "sync", "max_staleness"
 
 def default_out_dir(algo: str, env: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{algo}-{env}-{stamp}"
+    return Path("runs") / f"{algo}-{env.replace(':', '-').replace('/', '-')}-{stamp}"
 
 
-def pick_updates_per_chunk(num_updates: int, num_chunks: int) -> int:
-    """The divisor of ``num_updates`` closest to ``num_updates / num_chunks`` (so no update is dropped)."""
-    target = max(1.0, num_updates / max(1, num_chunks))
-    divisors = [d for d in range(1, num_updates + 1) if num_updates % d == 0]
-    best = min(divisors, key=lambda d: (abs(math.log(d / target)), d))
-    # Too few chunks leave no room for progress: fall back to a non-divisor and drop the remainder.
-    if num_updates // best < max(2, num_chunks // 3):
-        best = max(1, round(target))
-    return best
+def plan_chunks(num_updates: int, num_chunks: int) -> tuple[int, int]:
+    """``(updates_per_chunk, chunks)`` that run exactly ``num_updates`` updates in at most ``num_chunks`` chunks.
+
+    ``updates_per_chunk = ceil(num_updates / num_chunks)`` and ``chunks = ceil(num_updates / updates_per_chunk)``:
+    every chunk but the last runs ``updates_per_chunk`` updates, the last runs the rest (the same
+    compiled program, with the updates past the end masked), so no update is dropped and a learning-rate
+    schedule reaches its end. ``chunks`` is smaller than ``num_chunks`` only when there are fewer updates
+    than chunks, or when rounding leaves the last requested chunk empty.
+    """
+    updates_per_chunk = -(-num_updates // max(1, num_chunks))
+    return updates_per_chunk, -(-num_updates // updates_per_chunk)
 
 
 class Run:
@@ -87,24 +94,32 @@ class Run:
             raise UsageError(f"--eval-episodes must be at least 1 (got {spec.eval_episodes}); pass 10 for example.")
         if spec.num_chunks < 1:
             raise UsageError(f"--chunks must be at least 1 (got {spec.num_chunks}); pass 25 for example.")
+        if spec.wandb is not None:
+            require_wandb()
         self.spec = spec
+        self.loggers: MetricsLoggers | None = None  # opened by _train once the folder is settled
         self.algo = algo_registry.get(spec.algo)
-        self.env = make(spec.env, **spec.env_overrides)  # unknown env fails here, before compiling
-        base = self.algo.default_config(spec.env)
+        self.env = make(spec.env, spec.env_params, **spec.env_overrides)  # unknown env fails here, before compiling
+        base = self.algo.default_config(self.env)
         self.config = apply_overrides(base, spec.config_overrides)  # validates on construction
-        if hasattr(self.algo, "check_env"):
-            self.algo.check_env(self.env, self.config)
-        if hasattr(self.algo, "resolve_config"):  # settings that depend on the environment (e.g. its horizon)
-            self.config = self.algo.resolve_config(self.env, self.config)
-        if hasattr(self.algo, "wrap_env"):  # e.g. the time step in the observation, for training and evaluation
-            self.env = self.algo.wrap_env(self.env, self.config)
+        self.algo.check_env(self.env, self.config)
+        self.config = self.algo.resolve_config(self.env, self.config)  # settings that depend on the environment
+        self.env = self.algo.wrap_env(self.env, self.config)  # e.g. the time step in the observation
         spu = self.algo.steps_per_update(self.config)
         self.num_updates = max(1, self.config.total_steps // spu)
-        self.updates_per_chunk = pick_updates_per_chunk(self.num_updates, spec.num_chunks)
-        self.num_chunks = max(1, self.num_updates // self.updates_per_chunk)
+        self.updates_per_chunk, self.num_chunks = plan_chunks(self.num_updates, spec.num_chunks)
+        self.steps_per_update = spu
         self.steps_per_chunk = self.updates_per_chunk * spu
-        self.out = Path(spec.out or default_out_dir(spec.algo, spec.env))
+        self.out = Path(spec.out or default_out_dir(spec.algo, self.env.id))
         self.engine = self._make_engine()
+
+    def updates_in_chunk(self, chunk: int) -> int:
+        """Updates run by chunk ``chunk`` (0-based): ``updates_per_chunk``, the rest in the last one."""
+        return min(self.updates_per_chunk, self.num_updates - chunk * self.updates_per_chunk)
+
+    def env_steps_after(self, chunks_done: int) -> int:
+        """Environment steps per seed once ``chunks_done`` chunks have run."""
+        return min(chunks_done * self.updates_per_chunk, self.num_updates) * self.steps_per_update
 
     @functools.cached_property
     def results(self) -> ResultsDir:
@@ -115,6 +130,13 @@ class Run:
         if self.spec.engine != "ray" and RAY_DEFAULTS != {k: getattr(self.spec, k) for k in RAY_DEFAULTS}:
             raise UsageError("--actors, --address, --mode, --max-staleness, --actor-cpus and --actor-gpus apply to "
                              "--engine ray only; add --engine ray.")
+        if self.spec.engine in ("fused", "host") and is_host_env(self.env):  # Python envs: the host engine
+            from longhorizon.engine.host import HostEngine
+
+            return HostEngine(self.algo, self.env, self.config, self.spec.seeds, self.updates_per_chunk)
+        if self.spec.engine == "host":
+            raise UsageError(f"--engine host steps Python environments (gymnasium:ID); {self.env.id} runs inside XLA, "
+                             f"so drop --engine host (the fused engine runs it).")
         if self.spec.engine == "fused":
             from longhorizon.engine.fused import FusedEngine
 
@@ -123,15 +145,15 @@ class Run:
             from longhorizon.engine import ray as ray_engine  # optional extra
 
             return ray_engine.make_engine(self)
-        raise UsageError(f"unknown engine '{self.spec.engine}'; choose fused or ray.")
+        raise UsageError(f"unknown engine '{self.spec.engine}'; choose fused, host or ray.")
 
     def resolved_config(self) -> dict[str, Any]:
         return {
-            "algo": self.spec.algo, "env": self.spec.env, "env_overrides": self.spec.env_overrides,
+            "algo": self.spec.algo, "env": env_name(self.spec.env), "env_overrides": self.spec.env_overrides,
             "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.spec.engine,
             "config": self.config.to_dict(), "config_overrides": self.spec.config_overrides,
-            "num_chunks": self.num_chunks, "updates_per_chunk": self.updates_per_chunk,
-            "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
+            "num_chunks": self.num_chunks, "num_updates": self.num_updates,
+            "updates_per_chunk": self.updates_per_chunk, "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
             "eval_episodes": self.spec.eval_episodes, "target_return": self.spec.target_return,
             **({"ray": {k: getattr(self.spec, k) for k in RAY_DEFAULTS}} if self.spec.engine == "ray" else {}),
             "longhorizon_version": __version__, "jax_version": jax.__version__,
@@ -182,12 +204,18 @@ def _as_cli(value: Any) -> str:
     return str(value)
 
 
-def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None) -> dict[str, Any]:
-    """Run training to completion (or ``max_chunks`` more chunks) and return the summary."""
-    run = Run(spec)
+def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None, run: Run | None = None) -> dict[str, Any]:
+    """Run training to completion (or ``max_chunks`` more chunks) and return the summary; ``run``, if
+    given, is ``spec`` already resolved (a sweep passes one whose engine trains a config per seed row)."""
+    run = Run(spec) if run is None else run
+    lock = FolderLock(run.out)  # one writer per results folder; released however this process ends
     try:
+        lock.acquire()
         return _train(run, resume, max_chunks)
     finally:
+        lock.release()
+        if run.loggers is not None:
+            run.loggers.close()
         close = getattr(run.engine, "close", None)  # distributed engines release their workers
         if close is not None:
             close()
@@ -202,11 +230,14 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
         state, meta = checkpoint.restore(results.checkpoints, state)
         first_chunk = int(meta["chunk"])
         prior = {k: float(meta.get(k, 0.0)) for k in prior}
-        results.truncate_metrics(first_chunk * run.steps_per_chunk)
+        results.truncate_metrics(run.env_steps_after(first_chunk))
     else:
         if results.metrics_path.exists() or checkpoint.latest_meta(results.checkpoints):
             raise UsageError(f"{results.root} already holds a run; pass --resume {results.root} to continue it or choose another --out.")
         results.write_config(run.resolved_config())
+    saved = checkpoint.latest_meta(results.checkpoints) if resume else None
+    run.loggers = MetricsLoggers(results.root, read_json(results.config_path), wandb_project=spec.wandb,
+                                 resume_step=None if saved is None else int(saved["env_steps"]))
 
     compile_seconds = engine.compile(state) if first_chunk < run.num_chunks else 0.0
     eval_key = jax.random.PRNGKey(spec.seed + 10_000)
@@ -220,16 +251,16 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
 
     def save(chunk_index: int, good_state) -> None:
         checkpoint.save(results.checkpoints, chunk_index, good_state, {
-            "env_steps": chunk_index * run.steps_per_chunk, "wall_seconds": wall(), "train_seconds": train_seconds,
+            "env_steps": run.env_steps_after(chunk_index), "wall_seconds": wall(), "train_seconds": train_seconds,
             "compile_seconds": prior["compile_seconds"] + compile_seconds})
 
-    progress = ChunkProgress(total_steps=run.num_chunks * run.steps_per_chunk, description=f"{spec.algo} · {spec.env}",
-                             quiet=spec.quiet, completed=first_chunk * run.steps_per_chunk)
+    progress = ChunkProgress(total_steps=run.env_steps_after(run.num_chunks), description=f"{spec.algo} · {spec.env}",
+                             quiet=spec.quiet, completed=run.env_steps_after(first_chunk))
     try:
         with progress:
             while chunk < stop_at:
                 t0 = time.perf_counter()
-                new_state, metrics = engine.run_chunk(state)
+                new_state, metrics = engine.run_chunk(state, run.updates_in_chunk(chunk))
                 elapsed = time.perf_counter() - t0
                 if not np.all(metrics["finite"]):
                     bad = [i for i, ok in enumerate(np.atleast_1d(metrics["finite"])) if not ok]
@@ -239,7 +270,9 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
                         f"lower --learning-rate or --max-grad-norm and start again.")
                 state, chunk = new_state, chunk + 1
                 train_seconds += elapsed
-                row = _metrics_row(metrics, chunk, chunk * run.steps_per_chunk, spec.seeds * run.steps_per_chunk / elapsed, wall())
+                chunk_steps = run.env_steps_after(chunk) - run.env_steps_after(chunk - 1)
+                row = _metrics_row(metrics, chunk, run.env_steps_after(chunk), spec.seeds * chunk_steps / elapsed, wall())
+                row["updates"] = run.updates_in_chunk(chunk - 1)
                 if row["episode_return_mean"] is None and last_returns is not None:
                     row.update(last_returns)  # no episode ended in this chunk: carry the last figures
                 elif row["episode_return_mean"] is not None:
@@ -248,9 +281,9 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
                     last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes)
                     row["eval_return_mean"] = float(np.mean(last_eval))
                     row["eval_return_per_seed"] = last_eval
-                results.append_metrics(row)
+                run.loggers.log(results.append_metrics(row))
                 save(chunk, state)
-                progress.update(chunk * run.steps_per_chunk, row)
+                progress.update(run.env_steps_after(chunk), row)
                 if spec.target_return is not None and last_eval is not None and np.mean(last_eval) >= spec.target_return:
                     status = "target_reached"
                     break
@@ -295,9 +328,9 @@ def _metrics_row(metrics: dict[str, Any], chunk: int, env_steps: int, sps: float
 def _finish(run: Run, state, chunk: int, status: str, final_eval, compile_seconds: float, prior: dict[str, float],
             train_seconds: float, wall_seconds: float, eval_key) -> dict[str, Any]:
     spec, results = run.spec, run.results
-    env_steps = chunk * run.steps_per_chunk
+    env_steps = run.env_steps_after(chunk)
     summary = {
-        "algo": spec.algo, "env": spec.env, "seeds": spec.seeds, "status": status, "chunks_done": chunk,
+        "algo": spec.algo, "env": env_name(spec.env), "seeds": spec.seeds, "status": status, "chunks_done": chunk,
         "total_env_steps": env_steps, "total_env_steps_all_seeds": env_steps * spec.seeds,
         "final_eval_return": final_eval,
         "final_eval_return_mean": None if final_eval is None else float(np.mean(final_eval)),
