@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Reinforcement learning over long horizons and at scale, in JAX.")
 
 # Modules that add their own commands with ``register(app)``.
-PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli")
+PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli", "longhorizon.runner.sweep")
 
 
 def setup_compilation_cache() -> None:
@@ -205,6 +205,8 @@ def train(
     max_staleness: int = typer.Option(0, help="--engine ray --mode async: most parameter versions a batch may lag."),
     actor_cpus: float = typer.Option(1.0, help="--engine ray: CPUs each actor declares (Ray places actors by them)."),
     actor_gpus: float = typer.Option(0.0, help="--engine ray: GPUs (or a fraction) each actor declares."),
+    wandb: Optional[str] = typer.Option(None, help="Also log to this Weights & Biases project (extra longhorizon[wandb]; "
+                                        "WANDB_MODE=offline works without network)."),
     env_arg: Optional[list[str]] = typer.Option(None, "--env-arg", help="Environment setting KEY=VALUE, repeatable "
                                                 "(e.g. --env-arg max_steps_in_episode=200, or horizon=100 for an .npz)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML or JSON file setting any option or algorithm field "
@@ -219,11 +221,11 @@ def train(
     extra = _parse_extra(list(ctx.args))
     given = _given(ctx)
     if resume is not None:
-        changed = [name for name in given if name not in ("resume", "quiet", "dry_run")] + list(extra)
+        changed = [name for name in given if name not in ("resume", "quiet", "dry_run", "wandb")] + list(extra)
         if changed:
             raise UsageError(f"--{changed[0].replace('_', '-')} cannot be changed when resuming; resume with the saved "
-                             "config only (--quiet and --dry-run may be added).")
-        spec = spec_from_results(resume, quiet=quiet)
+                             "config only (--quiet, --dry-run and --wandb may be added).")
+        spec = spec_from_results(resume, quiet=quiet, wandb=wandb)
     else:
         spec, recorded = _train_spec(ctx, given, extra)
     if spec.eval_every < 0:

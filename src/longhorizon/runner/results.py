@@ -79,10 +79,12 @@ class ResultsDir:
     def write_config(self, config: dict[str, Any]) -> None:
         write_json_atomic(self.config_path, config)
 
-    def append_metrics(self, row: dict[str, Any]) -> None:
-        row = {"time": time.time(), **row}
+    def append_metrics(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Append ``row`` stamped with the wall-clock ``time``; returns it as written (for the live loggers)."""
+        row = to_jsonable({"time": time.time(), **row})
         with self.metrics_path.open("a") as f:
-            f.write(json.dumps(to_jsonable(row)) + "\n")
+            f.write(json.dumps(row) + "\n")
+        return row
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """All complete metric rows; a torn last line (crash mid-write) is skipped."""
