@@ -90,7 +90,8 @@ class EpisodeStatistics(Wrapper):
 
     def reset(self, key, params=None):
         obs, env_state = self.env.reset(key, params)
-        zero_f, zero_i = jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32)
+        batch = getattr(self.env, "batch_shape", ())  # () per copy, (n,) over a natively vectorised env
+        zero_f, zero_i = jnp.zeros(batch, jnp.float32), jnp.zeros(batch, jnp.int32)
         return obs, EpisodeStatsState(env_state, zero_f, zero_i, zero_f, zero_i)
 
     def step(self, key, state, action, params=None):
@@ -203,12 +204,12 @@ class TimeFeature(Wrapper):
         self.horizon = env.max_episode_steps
 
     def _with_time(self, obs, time):
-        return jnp.concatenate([jnp.reshape(obs, (-1,)).astype(jnp.float32),
-                                jnp.reshape(time / self.horizon, (1,)).astype(jnp.float32)])
+        flat = jnp.reshape(obs, time.shape + (-1,)).astype(jnp.float32)  # time.shape: the batch shape
+        return jnp.concatenate([flat, (time / self.horizon)[..., None].astype(jnp.float32)], axis=-1)
 
     def reset(self, key, params=None):
         obs, state = self.env.reset(key, params)
-        time = jnp.zeros((), jnp.int32)
+        time = jnp.zeros(getattr(self.env, "batch_shape", ()), jnp.int32)
         return self._with_time(obs, time), TimeFeatureState(state, time)
 
     def step(self, key, state, action, params=None):
