@@ -33,7 +33,7 @@ from longhorizon.core.losses import huber
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
 from longhorizon.core.optim import make_optimizer
 from longhorizon.core.returns import n_step_returns
-from longhorizon.envs import true_next_obs, vectorize
+from longhorizon.envs import env_name, true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
 
 NAME = "dqn"
@@ -82,10 +82,10 @@ class Config(AlgoConfig):
                        f"pass --buffer-size {max(need, 100_000)} or fewer --num-envs/--num-steps")
 
 
-def default_config(env_id: str) -> Config:
+def default_config(env_id) -> Config:  # an id or an environment object
     """Classic control: Stable-Baselines3 zoo's tuned CartPole-v1 DQN settings (lr 2.3e-3, batch 64,
     256 env steps then 128 gradient steps, target synced each learn call, epsilon 1 -> 0.04 over 16%)."""
-    if env_id.endswith("-MinAtar"):
+    if env_name(env_id).endswith("-MinAtar"):
         return Config(num_envs=8, num_steps=4, gradient_steps=1, batch_size=32, buffer_size=100_000,
                       learning_starts=5_000, learning_rate=1e-4, target_update_every=250, epsilon_end=0.01,
                       epsilon_fraction=0.1, hidden=(16, 128), total_steps=5_000_000)

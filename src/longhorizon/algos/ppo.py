@@ -81,16 +81,16 @@ def raise_batch_error(config) -> None:
                      f"choose a divisor of {batch} such as {max(d for d in (1, 2, 4, 8, 16, 32) if batch % d == 0)}.")
 
 
-def default_config(env_id: str) -> Config:
+def default_config(env_id) -> Config:  # an id or an environment object
     """Per-family defaults (PureJaxRL/CleanRL-style settings)."""
-    from longhorizon.envs.registry import make
+    from longhorizon.envs.registry import env_name, make
 
     if not make(env_id).act_info.discrete:
         # Continuous control: longer rollouts, normalised observations and rewards, no entropy bonus.
         return Config(num_envs=16, num_steps=128, learning_rate=1e-3, update_epochs=10, num_minibatches=16,
                       gamma=0.95, ent_coef=0.0, normalize_observations=True, normalize_rewards=True,
                       max_grad_norm=0.5, total_steps=1_000_000)
-    if env_id.endswith("-MinAtar"):
+    if env_name(env_id).endswith("-MinAtar"):
         return Config(num_envs=64, num_steps=128, learning_rate=5e-4, num_minibatches=8, hidden=(16, 128),
                       activation="relu", total_steps=5_000_000)
     # Classic control: PureJaxRL's CartPole settings with 10 epochs per rollout (measured: 5/5 seeds

@@ -33,7 +33,7 @@ from longhorizon.core.minibatch import flatten_time, minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
 from longhorizon.core.optim import make_optimizer
 from longhorizon.core.returns import lambda_returns
-from longhorizon.envs import true_next_obs, vectorize
+from longhorizon.envs import env_name, true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
 from longhorizon.errors import UsageError
 
@@ -77,9 +77,9 @@ class Config(AlgoConfig):
                              f"choose a divisor of {batch} such as {divisor}.")
 
 
-def default_config(env_id: str) -> Config:
+def default_config(env_id) -> Config:  # an id or an environment object
     """The reference settings per family (purejaxql's CartPole and MinAtar configurations)."""
-    if env_id.endswith("-MinAtar"):
+    if env_name(env_id).endswith("-MinAtar"):
         return Config(num_envs=128, num_steps=32, update_epochs=2, num_minibatches=32, learning_rate=5e-4,
                       q_lambda=0.65, reward_scale=1.0, epsilon_end=0.05, epsilon_fraction=0.1, hidden=(16, 128),
                       total_steps=10_000_000)

@@ -43,7 +43,7 @@ from longhorizon.config import AlgoConfig
 from longhorizon.core.minibatch import minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
 from longhorizon.core.optim import make_optimizer
-from longhorizon.envs import TimeFeature, true_next_obs, vectorize
+from longhorizon.envs import TimeFeature, env_name, true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
 from longhorizon.errors import UsageError
 
@@ -86,11 +86,11 @@ class Config(AlgoConfig):
             raise UsageError(f"--stride {self.stride} exceeds the horizon {self.horizon}; pass a stride of at most {self.horizon}.")
 
 
-def default_config(env_id: str) -> Config:
+def default_config(env_id) -> Config:  # an id or an environment object
     """The paper's regression window for tabular MDPs (``.npz``); for gymnax environments (dense
     rewards, e.g. CartPole) every later step of the random continuation as well (measured: CartPole-v1
     greedy return 368-500 after one sweep, against 200-290 with the paper's window; docs/sqirl.md)."""
-    if env_id.endswith(".npz"):
+    if env_name(env_id).endswith(".npz"):
         return Config()
     from longhorizon.envs import make
 

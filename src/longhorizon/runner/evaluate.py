@@ -1,5 +1,6 @@
 """Greedy evaluation: the mean undiscounted return of the first episode of ``num_episodes``
-parallel environments, per seed, in one jitted program."""
+parallel environments, per seed, in one jitted program (for an environment stepped on the host,
+gymnasium: a jitted act-and-step called from a Python loop that stops once every episode ended)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from longhorizon.envs import vectorize
+from longhorizon.envs.gymnasium import is_host_env
 
 
 def episode_returns(algo: ModuleType, params: Any, env: Any, key: jax.Array, num_episodes: int,
@@ -38,6 +41,37 @@ def episode_returns(algo: ModuleType, params: Any, env: Any, key: jax.Array, num
 
 
 @lru_cache(maxsize=16)
+def _host_eval_program(algo: ModuleType, env: Any, num_episodes: int, greedy: bool):
+    """Jitted ``reset(key)`` and one ``act -> step`` of ``num_episodes`` host-stepped copies."""
+    venv = vectorize(env, num_episodes)
+
+    def step(params, obs, env_state, key):
+        key, act_key, step_key = jax.random.split(key, 3)
+        obs, env_state, _, _, _, info = venv.step(step_key, env_state, algo.act(params, obs, act_key, greedy))
+        return obs, env_state, key, info["episode_done"], info["episode_return"]
+
+    return jax.jit(venv.reset), jax.jit(step)
+
+
+def host_episode_returns(algo: ModuleType, params: Any, env: Any, key: jax.Array, num_episodes: int,
+                         greedy: bool = True) -> np.ndarray:
+    """:func:`episode_returns` for one seed's ``params`` on an environment stepped on the host."""
+    reset, step = _host_eval_program(algo, env, num_episodes, greedy)
+    key, reset_key = jax.random.split(key)
+    obs, env_state = reset(reset_key)
+    finished, returns = np.zeros(num_episodes, bool), np.zeros(num_episodes, np.float32)
+    for _ in range(env.max_episode_steps):
+        obs, env_state, key, done, episode_return = step(params, obs, env_state, key)
+        done, episode_return = np.asarray(done), np.asarray(episode_return)
+        returns = np.where(done & ~finished, episode_return, returns)
+        finished |= done
+        if finished.all():
+            break
+    # An episode still running after max_episode_steps (no time limit reached) counts with its return so far.
+    return np.where(finished, returns, np.asarray(env_state.episode_return))
+
+
+@lru_cache(maxsize=16)
 def _compiled_eval(algo: ModuleType, env: Any, num_episodes: int, greedy: bool):
     def one_seed(params, key):
         return episode_returns(algo, params, env, key, num_episodes, greedy).mean()
@@ -51,5 +85,8 @@ def evaluate(algo: ModuleType, state: Any, env: Any, key: jax.Array, num_episode
     params = algo.agent_params(state)
     num_seeds = jax.tree.leaves(params)[0].shape[0]
     keys = jax.random.split(key, num_seeds)
+    if is_host_env(env):
+        return [float(np.mean(host_episode_returns(algo, jax.tree.map(lambda x: x[i], params), env, keys[i],
+                                                   num_episodes, greedy))) for i in range(num_seeds)]
     returns = _compiled_eval(algo, env, num_episodes, greedy)(params, keys)
     return [float(r) for r in jax.device_get(returns)]
