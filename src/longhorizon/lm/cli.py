@@ -106,11 +106,40 @@ def _options(ctx: typer.Context, resume: Optional[Path], command: str) -> dict:
     from longhorizon.lm.resume import reject_changes, resume_options
 
     if resume is not None:
-        reject_changes(ctx)
+        reject_changes(ctx, allowed=("resume", "dry_run"))
         return {**resume_options(resume, command), "out": str(resume)}
     if ctx.params.get("out") is None:
         raise UsageError(f"--out is required: the results folder for `longhorizon {command}` (or --resume RUN_DIR).")
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k != "resume"}
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k not in ("resume", "dry_run")}
+
+
+def _given(ctx: typer.Context) -> set[str]:
+    """Names of the options set on the command line (not left at their defaults)."""
+    return {name for name in ctx.params
+            if (source := ctx.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"}
+
+
+def _check_folder(out: Path, resume: bool) -> None:
+    """A new run may not reuse a folder that holds a run; a resumed one needs a checkpoint (nothing is created)."""
+    from longhorizon.runner import checkpoint
+
+    saved = checkpoint.latest_meta(Path(out) / "checkpoints")
+    if resume and saved is None:
+        raise UsageError(f"no checkpoint in {Path(out) / 'checkpoints'}; the run saved none, so start it again without --resume.")
+    if not resume and ((Path(out) / "metrics.jsonl").exists() or saved):
+        raise UsageError(f"{out} already holds a run; pass --resume {out} to continue it or choose another --out.")
+
+
+def _print_plan(plan: dict) -> None:
+    """A dry run's output: the config.json the command would write, with its results folder."""
+    import json
+
+    from longhorizon.runner.results import to_jsonable
+
+    print(json.dumps(to_jsonable(plan), indent=2))
+
+
+_DRY_HELP = "Check every option and print the config.json the run would write; train and write nothing."
 
 
 def _interrupted(command: str, folder, step: int) -> typer.Exit:
@@ -145,33 +174,63 @@ def sft(
     checkpoint_every: int = typer.Option(0, help=_CKPT_HELP),
     seed: int = typer.Option(0),
     resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:
     """Supervised (teacher-forced) training of a base policy."""
-    _run_sft(_options(ctx, resume, "lm sft"), resume is not None)
+    o = _options(ctx, resume, "lm sft")
+    _check_steps(o)
+    if dry_run:
+        _check_folder(Path(o["out"]), resume is not None)
+        _print_plan({"out": o["out"], **_sft_setup(o)})
+        return
+    _run_sft(o, resume is not None)
 
 
-def _run_sft(o: dict, resume: bool) -> None:
-    import jax
+def _check_steps(o: dict) -> None:
+    """Evaluations scheduled past the last step would never happen (the final evaluation always does)."""
+    if o.get("eval_every", 0) > o["steps"]:
+        raise UsageError(f"--eval-every {o['eval_every']} is beyond the run's {o['steps']} steps, so no periodic "
+                         f"evaluation would happen; pass at most --eval-every {o['steps']} (or 0).")
 
-    from longhorizon.lm.evaluate import evaluate
-    from longhorizon.lm.model import ModelConfig, count_params, init_params
-    from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
-    from longhorizon.lm.sft import SFTConfig, make_optimizer, train_sft
-    from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
+
+def _sft_setup(o: dict) -> dict:
+    """The config.json of an ``lm sft`` run, every setting built and validated (nothing trained or written)."""
+    from longhorizon.lm.model import ModelConfig
+    from longhorizon.lm.sft import SFTConfig
+    from longhorizon.lm.tasks import max_lengths, parse_horizons
     from longhorizon.lm.tokenizer import Tokenizer
-    from longhorizon.runner import checkpoint
-    from longhorizon.runner.results import ResultsDir
 
-    task, steps, batch_size, seed = o["task"], o["steps"], o["batch_size"], o["seed"]
-    hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
+    task, hs = o["task"], parse_horizons(o["horizons"])
+    parse_horizons(o["eval_horizons"])
     task_cfg = _task_cfg({"names": "split", "operators": "+"}, o["digits"], o["operators"], o["const_max"], o["names"],
                          None, None, o["fixed_width"])
     tokenizer = Tokenizer()
     plen, clen = max_lengths(task, max(hs), task_cfg)
     model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=o["d_model"], n_layers=o["n_layers"],
                             n_heads=o["n_heads"], positions=o["positions"], max_len=256)
-    sft_cfg = SFTConfig(steps=steps, batch_size=batch_size, learning_rate=o["learning_rate"],
+    sft_cfg = SFTConfig(steps=o["steps"], batch_size=o["batch_size"], learning_rate=o["learning_rate"],
                         seq_len=o["seq_len"] or plen + clen + 2)
+    return {"command": "lm sft", "options": o, "task": task, "horizons": hs, "task_config": task_cfg,
+            "model": model_cfg, "sft": sft_cfg, "seed": o["seed"], "alphabet": tokenizer.alphabet}
+
+
+def _run_sft(o: dict, resume: bool) -> None:
+    import jax
+
+    from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.model import count_params, init_params
+    from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
+    from longhorizon.lm.sft import make_optimizer, train_sft
+    from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
+    from longhorizon.lm.tokenizer import Tokenizer
+    from longhorizon.runner import checkpoint
+    from longhorizon.runner.results import ResultsDir
+
+    setup = _sft_setup(o)
+    task, steps, batch_size, seed = o["task"], o["steps"], o["batch_size"], o["seed"]
+    hs, eval_hs = setup["horizons"], parse_horizons(o["eval_horizons"])
+    task_cfg, model_cfg, sft_cfg = setup["task_config"], setup["model"], setup["sft"]
+    tokenizer = Tokenizer(setup["alphabet"])
     results = ResultsDir(o["out"])
     check_fresh(results, resume)
     params = init_params(jax.random.PRNGKey(seed), model_cfg)
@@ -185,8 +244,7 @@ def _run_sft(o: dict, resume: bool) -> None:
         start = {**state, "step": meta["step"], "tokens": meta["tokens"]}
         results.truncate_metrics(meta["step"], key="step")
     else:
-        results.write_config({"command": "lm sft", "options": o, "task": task, "horizons": hs, "task_config": task_cfg,
-                              "model": model_cfg, "sft": sft_cfg, "seed": seed, "alphabet": tokenizer.alphabet})
+        results.write_config(setup)
     every = o["checkpoint_every"] or max(1, steps // 10)
     rows: list[dict] = results.read_metrics() if resume else []
 
@@ -267,12 +325,97 @@ def rl(
     checkpoint_every: int = typer.Option(0, help=_CKPT_HELP),
     seed: int = typer.Option(0),
     resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:
     """GRPO-family RL with verifiable rewards, optionally under the h1 curriculum, SCALER or sGPO."""
     o = _options(ctx, resume, "lm rl")
     if o["init"] is None:
         raise UsageError("--init is required: the base policy folder written by `longhorizon lm sft`.")
+    _check_steps(o)
+    _check_rl_options(o, _given(ctx))
+    if dry_run:
+        _check_folder(Path(o["out"]), resume is not None)
+        _print_plan({"out": o["out"], **_rl_setup(o, _base_config(Path(o["init"])))[0]})
+        return
     _run_rl(o, resume is not None)
+
+
+# Options that only one schedule or setting reads: (option, what it needs, how to ask for that).
+_RL_DEPENDS = (
+    *((name, "sgpo", "--sgpo") for name in ("pool_size", "profile_samples", "min_group", "max_group", "unsolved_keep")),
+    ("steps_per_stage", "curriculum", "--curriculum"),
+    ("advance_at", "curriculum", "--curriculum"),
+)
+
+
+def _check_rl_options(o: dict, given: set[str]) -> None:
+    """Refuse an option that nothing in this run would read."""
+    for name, needs, how in _RL_DEPENDS:
+        if name in given and not o[needs]:
+            raise UsageError(f"--{name.replace('_', '-')} applies to {how} runs only; add {how} or drop it.")
+    if o["advance_at"] is not None and not o["eval_every"]:
+        raise UsageError("--advance-at compares held-out accuracy, which only periodic evaluations measure; "
+                         "add --eval-every N or drop --advance-at.")
+    if o["gamma"] is not None and o["reward"] != "discounted":
+        raise UsageError("--gamma discounts only --reward discounted; add --reward discounted or drop --gamma.")
+
+
+def _base_config(init: Path) -> dict:
+    """The config.json of the base policy's run, checked to hold a policy (no parameters are loaded)."""
+    from longhorizon.runner import checkpoint
+    from longhorizon.runner.results import read_json
+
+    config_path = Path(init) / "config.json"
+    if not config_path.exists():
+        raise UsageError(f"{init} has no config.json; pass --init a folder written by `longhorizon lm sft` or `lm rl`.")
+    config = read_json(config_path)
+    if "model" not in config:
+        raise UsageError(f"{init} holds no policy (its config.json has no model); pass --init a folder written by "
+                         "`longhorizon lm sft` or `lm rl`.")
+    if checkpoint.latest_meta(Path(init) / "checkpoints") is None:
+        raise UsageError(f"no checkpoint in {Path(init) / 'checkpoints'}; that run saved none, so train it again or pick another folder.")
+    return config
+
+
+def _rl_setup(o: dict, base_config: dict) -> tuple[dict, dict]:
+    """``(config.json of an lm rl run, its built parts)``, every setting validated; nothing trained or written."""
+    from longhorizon.lm.curricula import AdaptiveDifficulty, HorizonCurriculum
+    from longhorizon.lm.grpo import GRPOConfig
+    from longhorizon.lm.model import ModelConfig
+    from longhorizon.lm.tasks import max_lengths, parse_horizons
+    from longhorizon.lm.tokenizer import Tokenizer
+
+    task, steps = o["task"], o["steps"]
+    model_cfg = ModelConfig(**base_config["model"])
+    tokenizer = Tokenizer(base_config.get("alphabet", Tokenizer().alphabet))
+    task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
+    hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
+    plen, clen = max_lengths(task, max(hs + eval_hs), task_cfg)
+    grpo_cfg = GRPOConfig(
+        num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"], epsilon_high=o["epsilon_high"],
+        loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], num_iterations=o["num_iterations"],
+        steps_per_generation=o["steps_per_generation"], learning_rate=o["learning_rate"], temperature=o["temperature"],
+        top_p=o["top_p"], max_prompt_length=plen + 1, max_completion_length=max_lengths(task, max(hs), task_cfg)[1] + 1,
+        dynamic_sampling=o["dynamic_sampling"], advantage=o["advantage"],
+    )
+    schedules = [name for name, on in (("--curriculum", o["curriculum"]), ("--scaler-target", o["scaler_target"] is not None),
+                                       ("--sgpo", o["sgpo"])) if on]
+    if len(schedules) > 1:
+        raise UsageError(f"{' and '.join(schedules)} are different schedules; pass only one of them.")
+    if o["sgpo"] and o["pool_size"] < 1:
+        raise UsageError(f"--pool-size must be positive, got {o['pool_size']}.")
+    curriculum = (HorizonCurriculum(hs, o["steps_per_stage"] or max(1, steps // len(hs)), o["advance_at"])
+                  if o["curriculum"] else None)
+    scaler = (AdaptiveDifficulty(target=o["scaler_target"], lo=min(hs), hi=max(hs), level=min(hs))
+              if o["scaler_target"] is not None else None)
+    config = {"command": "lm rl", "options": o, "init": o["init"], "task": task, "horizons": hs,
+              "curriculum": o["curriculum"], "scaler_target": o["scaler_target"], "sgpo": o["sgpo"],
+              "steps": steps, "prompts_per_step": o["prompts_per_step"], "grpo": grpo_cfg,
+              "task_config": task_cfg, "model": model_cfg, "seed": o["seed"], "alphabet": tokenizer.alphabet,
+              "eval_horizons": eval_hs}
+    parts = {"task_cfg": task_cfg, "hs": hs, "eval_hs": eval_hs, "plen": plen, "clen": clen, "grpo_cfg": grpo_cfg,
+             "curriculum": curriculum, "scaler": scaler}
+    return config, parts
 
 
 def _sgpo_batches(o: dict, trainer, pool, results, resume: bool, seed: int):
@@ -307,45 +450,23 @@ def _sgpo_batches(o: dict, trainer, pool, results, resume: bool, seed: int):
 def _run_rl(o: dict, resume: bool) -> None:
     import numpy as np
 
-    from longhorizon.lm.curricula import AdaptiveDifficulty, HorizonCurriculum
     from longhorizon.lm.evaluate import evaluate
-    from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
+    from longhorizon.lm.grpo import GRPOTrainer
     from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
-    from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
+    from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems
     from longhorizon.runner import checkpoint
     from longhorizon.runner.results import ResultsDir
 
     params, model_cfg, tokenizer, base_config = _load_policy(Path(o["init"]))
     task, steps, seed, prompts_per_step = o["task"], o["steps"], o["seed"], o["prompts_per_step"]
-    task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
-    hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
-    plen, clen = max_lengths(task, max(hs + eval_hs), task_cfg)
-    grpo_cfg = GRPOConfig(
-        num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"], epsilon_high=o["epsilon_high"],
-        loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], num_iterations=o["num_iterations"],
-        steps_per_generation=o["steps_per_generation"], learning_rate=o["learning_rate"], temperature=o["temperature"],
-        top_p=o["top_p"], max_prompt_length=plen + 1, max_completion_length=max_lengths(task, max(hs), task_cfg)[1] + 1,
-        dynamic_sampling=o["dynamic_sampling"], advantage=o["advantage"],
-    )
-    schedules = [name for name, on in (("--curriculum", o["curriculum"]), ("--scaler-target", o["scaler_target"] is not None),
-                                       ("--sgpo", o["sgpo"])) if on]
-    if len(schedules) > 1:
-        raise UsageError(f"{' and '.join(schedules)} are different schedules; pass only one of them.")
-    if o["sgpo"] and o["pool_size"] < 1:
-        raise UsageError(f"--pool-size must be positive, got {o['pool_size']}.")
-    curriculum = (HorizonCurriculum(hs, o["steps_per_stage"] or max(1, steps // len(hs)), o["advance_at"])
-                  if o["curriculum"] else None)
-    scaler = (AdaptiveDifficulty(target=o["scaler_target"], lo=min(hs), hi=max(hs), level=min(hs))
-              if o["scaler_target"] is not None else None)
+    config, parts = _rl_setup(o, base_config)
+    task_cfg, hs, eval_hs, plen, clen = (parts[k] for k in ("task_cfg", "hs", "eval_hs", "plen", "clen"))
+    grpo_cfg, curriculum, scaler = parts["grpo_cfg"], parts["curriculum"], parts["scaler"]
     scaler_rng = np.random.default_rng(seed)
     results = ResultsDir(o["out"])
     check_fresh(results, resume)
     if not resume:
-        results.write_config({"command": "lm rl", "options": o, "init": o["init"], "task": task, "horizons": hs,
-                              "curriculum": o["curriculum"], "scaler_target": o["scaler_target"], "sgpo": o["sgpo"],
-                              "steps": steps, "prompts_per_step": prompts_per_step, "grpo": grpo_cfg,
-                              "task_config": task_cfg, "model": model_cfg, "seed": seed, "alphabet": tokenizer.alphabet,
-                              "eval_horizons": eval_hs})
+        results.write_config(config)
     trainer = GRPOTrainer(model_cfg, params, tokenizer, grpo_cfg, seed=seed)
     stream = ProblemStream(task, task_cfg, seed)
     held = make_problems(task, eval_hs, o["eval_problems"] * len(eval_hs), seed + HELD_OUT_OFFSET, task_cfg)
@@ -444,14 +565,26 @@ def eval_cmd(
     horizons: str = typer.Option("1-8"),
     problems: int = typer.Option(256, help="Held-out problems per horizon."),
     temperature: float = typer.Option(0.0, help="0 for greedy decoding."),
-    out: Optional[Path] = typer.Option(None, help="Also write summary.json here."),
-    seed: int = typer.Option(0),
+    out: Optional[Path] = typer.Option(None, help="Also write config.json and summary.json here."),
+    seed: int = typer.Option(0, help="Draws the held-out problems (and the samples when --temperature > 0)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the policy folder and options, print what would run; "
+                                 "evaluate and write nothing."),
 ) -> None:
     """Accuracy per horizon on held-out problems."""
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths, parse_horizons
     from longhorizon.runner.results import ResultsDir
 
+    if problems < 1:
+        raise UsageError(f"--problems must be at least 1 (got {problems}); pass 256 for example.")
+    if dry_run:
+        config = _base_config(init)
+        task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
+        hs = parse_horizons(horizons)
+        max_lengths(task, max(hs), task_cfg)  # an unknown task fails here
+        _print_plan({"command": "lm eval", "init": str(init), "task": task, "horizons": hs, "problems": problems,
+                     "temperature": temperature, "seed": seed, "out": out and str(out)})
+        return
     params, model_cfg, tokenizer, config = _load_policy(init)
     task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
     hs = parse_horizons(horizons)
