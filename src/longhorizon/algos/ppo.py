@@ -15,7 +15,7 @@ used by AReaL: E[min(w, rho_clip) min(r A, clip(r) A)], r = pi/pi_prox, w = pi_p
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -244,47 +244,77 @@ def collect(state: State) -> tuple[State, Batch]:
 
 
 # ----------------------------------------------------------------------------- learn
-def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
-    config, agent = state.config, state.agent
-    next_values = agent.network.apply(agent.weights, batch.next_obs, value_only=True)  # critic only
+class Rows(NamedTuple):
+    """The learner's view of a rollout, one row per (time step, environment) once flattened."""
+
+    obs: jax.Array
+    action: jax.Array
+    old_log_prob: jax.Array  # log pi_old(a|s): the acting policy, or the proximal one under a correction
+    old_value: jax.Array
+    advantage: jax.Array
+    target: jax.Array  # value target
+    weight: jax.Array  # min(rho_clip, pi_prox / mu) under a correction, else 1
+
+
+def advantages_and_targets(batch: Batch, next_values, prox_log_prob, prox_value, config: Config):
+    r"""``(advantages, value targets, importance weights)`` of a time-major batch.
+
+    ``correction = none``: GAE on the values recorded while acting (weights 1). Otherwise the batch
+    was acted by an older policy :math:`\mu` and the current (proximal) policy's log-probabilities
+    and values are given: ``vtrace`` takes V-trace targets and advantages with
+    :math:`\rho_t = \min(\bar\rho, \pi_{prox}/\mu)`, :math:`c_t = \lambda \min(1, \pi_{prox}/\mu)`;
+    ``decoupled`` takes GAE on the proximal values. Both return :math:`w_t = \min(\bar\rho, \pi_{prox}/\mu)`,
+    which the decoupled objective multiplies into the clipped surrogate.
+    """
     done = jnp.logical_or(batch.terminated, batch.truncated)
-    old_log_prob, old_value, weight = batch.log_prob, batch.value, jnp.ones_like(batch.log_prob)
     if config.correction == "none":
         advantages, targets = gae(batch.reward, batch.value, next_values, batch.terminated, done, config.gamma,
                                   config.gae_lambda)
-    else:  # the batch may come from an older policy mu: correct towards the current (proximal) policy
+        return advantages, targets, jnp.ones_like(batch.log_prob)
+    log_rho = prox_log_prob - batch.log_prob
+    if config.correction == "vtrace":
+        targets, advantages = vtrace(batch.reward, prox_value, next_values, batch.terminated, done, log_rho,
+                                     config.gamma, config.gae_lambda, config.rho_clip, 1.0)
+    else:  # decoupled: clip around the proximal policy, weight each sample by pi_prox / mu
+        advantages, targets = gae(batch.reward, prox_value, next_values, batch.terminated, done, config.gamma,
+                                  config.gae_lambda)
+    return advantages, targets, jnp.minimum(config.rho_clip, jnp.exp(log_rho))
+
+
+def loss(agent: AgentParams, weights, rows: Rows, config: Config) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """``policy_loss + vf_coef * value_loss - ent_coef * entropy`` on one minibatch (see the module
+    docstring); advantages are normalised per minibatch if asked, then weighted (decoupled only)."""
+    out = _policy(agent, weights, rows.obs)
+    log_prob, entropy = _log_prob_entropy(agent, out, rows.action)
+    advantage = rows.advantage
+    if config.normalize_advantages:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    if config.correction == "decoupled":  # w * min(r A, clip(r) A) = min(r wA, clip(r) wA) for w >= 0
+        advantage = rows.weight * advantage
+    policy_loss, clip_frac = clipped_surrogate_loss(log_prob, rows.old_log_prob, advantage, config.clip_eps)
+    value_loss = clipped_value_loss(out.value, rows.old_value, rows.target,
+                                    config.clip_eps if config.clip_value else None)
+    entropy = entropy.mean()
+    total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    log_ratio = log_prob - rows.old_log_prob
+    approx_kl = jnp.mean((jnp.exp(log_ratio) - 1) - log_ratio)
+    return total, dict(loss=total, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+                       approx_kl=approx_kl, clip_fraction=clip_frac)
+
+
+def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
+    config, agent = state.config, state.agent
+    next_values = agent.network.apply(agent.weights, batch.next_obs, value_only=True)  # critic only
+    old_log_prob, old_value = batch.log_prob, batch.value
+    if config.correction != "none":  # the batch may come from an older policy mu: the current one is proximal
         out = _policy(agent, agent.weights, batch.obs)
         old_log_prob, old_value = _log_prob_entropy(agent, out, batch.action)[0], out.value
-        log_rho = old_log_prob - batch.log_prob
-        if config.correction == "vtrace":
-            targets, advantages = vtrace(batch.reward, old_value, next_values, batch.terminated, done, log_rho,
-                                         config.gamma, config.gae_lambda, config.rho_clip, 1.0)
-        else:  # decoupled: clip around the proximal policy, weight each sample by pi_prox / mu
-            advantages, targets = gae(batch.reward, old_value, next_values, batch.terminated, done, config.gamma,
-                                      config.gae_lambda)
-            weight = jnp.minimum(config.rho_clip, jnp.exp(log_rho))
+    advantages, targets, weight = advantages_and_targets(batch, next_values, old_log_prob, old_value, config)
+    data = jax.tree.map(flatten_time, Rows(batch.obs, batch.action, old_log_prob, old_value, advantages, targets, weight))
 
-    data = jax.tree.map(flatten_time, (batch.obs, batch.action, old_log_prob, old_value, advantages, targets, weight))
-
-    def loss_fn(weights, mb):
-        obs, action, old_log_prob, old_value, advantage, target, weight = mb
-        out = _policy(agent, weights, obs)
-        log_prob, entropy = _log_prob_entropy(agent, out, action)
-        if config.normalize_advantages:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        if config.correction == "decoupled":  # w * min(r A, clip(r) A) = min(r wA, clip(r) wA) for w >= 0
-            advantage = weight * advantage
-        policy_loss, clip_frac = clipped_surrogate_loss(log_prob, old_log_prob, advantage, config.clip_eps)
-        value_loss = clipped_value_loss(out.value, old_value, target, config.clip_eps if config.clip_value else None)
-        entropy = entropy.mean()
-        total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-        approx_kl = jnp.mean((jnp.exp(log_prob - old_log_prob) - 1) - (log_prob - old_log_prob))
-        return total, dict(loss=total, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
-                           approx_kl=approx_kl, clip_fraction=clip_frac)
-
-    def minibatch_step(carry, mb):
+    def minibatch_step(carry, rows):
         weights, opt_state = carry
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(weights, mb)
+        grads, metrics = jax.grad(loss, argnums=1, has_aux=True)(agent, weights, rows, config)
         updates, opt_state = state.optimizer.update(grads, opt_state, weights)
         return (optax.apply_updates(weights, updates), opt_state), metrics
 
@@ -293,4 +323,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
                                                      config.update_epochs, config.num_minibatches)
     state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,
                           update_step=state.update_step + 1)
-    return state, jax.tree.map(jnp.mean, metrics)
+    metrics = jax.tree.map(jnp.mean, metrics)
+    if config.correction != "none":  # below 1 where the acting policy lagged: the correction at work
+        metrics["importance_weight"] = weight.mean()
+    return state, metrics
