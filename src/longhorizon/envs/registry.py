@@ -34,7 +34,9 @@ def list_env_ids() -> list[str]:
 
 def env_name(env: Any) -> str:
     """The id of an environment given by id or as an object."""
-    return env if isinstance(env, str) else str(getattr(env, "id", type(env).__name__))
+    if isinstance(env, str):
+        return env
+    return str(getattr(env, "id", None) or getattr(env, "name", None) or type(env).__name__)  # gymnax envs have .name
 
 
 def family(env_id: Any) -> str:
