@@ -134,8 +134,10 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
     if not isinstance(data, dict):
         raise UsageError(f"--config {path} must hold a mapping of settings (key: value), not {type(data).__name__}; "
                          "write e.g. `env: CartPole-v1`.")
-    spec_types = {f.name: type(f.default) for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
-    spec_types.update(algo=str, env=str, out=str, target_return=float, env_overrides=dict)
+    spec_types = {f.name: str if f.default is None else type(f.default)  # optional settings are text but for:
+                  for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
+    spec_types.update(algo=str, env=str, target_return=float, env_overrides=dict)
+    spec_types.pop("env_params", None)  # a Python object: set from code, not from a file
     settings: dict = {}
     fields: dict = {}
     for raw_key, value in data.items():
@@ -167,7 +169,7 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
         if not ok:
-            raise UsageError(f"--config {path} sets {key} to {value!r}, which is not a {kind.__name__}; "
+            raise UsageError(f"--config {path} sets {key} to {value!r}, which is not of type {kind.__name__}; "
                              f"write e.g. {key}: {_EXAMPLES.get(kind, 'VALUE')}.")
         settings[key] = value
     return settings, {k: _as_text(v) for k, v in fields.items()}
@@ -237,7 +239,7 @@ def train(
     if resume is None:
         _check_resolved(resolved, recorded, chunks_asked=spec.num_chunks if "num_chunks" in recorded["asked"] else None)
     if dry_run:
-        _print_json({**resolved, "quiet": spec.quiet})
+        _print_json({**resolved, "quiet": spec.quiet, "wandb": spec.wandb})  # run settings config.json leaves out
         return
     setup_compilation_cache()
     try:

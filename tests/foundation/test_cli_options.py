@@ -1,0 +1,358 @@
+"""No option silently does nothing: every option of every command either acts or is refused.
+
+The options are read from the CLI's own metadata (click's parameters of every command and
+sub-command), so an option added without a case here fails
+:func:`test_every_option_has_a_case`. A case is one of:
+
+* ``Acts(a, b)``: the ``--dry-run`` outputs of argv ``a`` and argv ``b`` (``b`` sets the option)
+  both succeed and differ, so the option reaches what would run;
+* ``Refused(argv, needle)``: in a context where the option cannot act, the command exits 2 with
+  one sentence containing ``needle``, before anything compiles;
+* ``DRY``: the ``--dry-run`` flag itself: exit 0, JSON on stdout, nothing written.
+
+Argv strings may name the fixture folders ``{RUN}``, ``{RUN2}`` (train results), ``{SFT}``,
+``{SFT2}`` (lm sft results), ``{RL}`` (lm rl results) and ``{TMP}`` (an empty scratch folder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import typer
+
+from longhorizon.cli import app, main
+
+NPZ = str(Path(__file__).resolve().parents[1] / "fixtures" / "bridge" / "MiniGrid-KeyCorridorS3R1-v0" / "consolidated.npz")
+
+
+@dataclasses.dataclass(frozen=True)
+class Acts:
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    argv: tuple[str, ...]
+    needle: str
+
+
+DRY = "dry"
+
+
+def acts(base, *added, replace: dict | None = None) -> Acts:
+    changed = [replace.get(w, w) for w in base] if replace else list(base)
+    return Acts(tuple(base), tuple(changed + list(added)))
+
+
+def refused(argv, needle) -> Refused:
+    return Refused(tuple(argv), needle)
+
+
+# 8 PPO updates of 4 x 128 steps
+TRAIN = ("train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--out", "{TMP}/t")
+RAY = (*TRAIN, "--engine", "ray")
+ASYNC = (*RAY, "--mode", "async", "--correction", "vtrace")
+EVAL = ("eval", "{RUN}")
+PLOT = ("plot", "{RUN}", "--out", "{TMP}/c.png")
+HZ = ("horizon", NPZ)
+HZ_ID = ("horizon", "DeepSea-bsuite")
+SFT = ("lm", "sft", "--out", "{TMP}/s", "--steps", "10")
+RL = ("lm", "rl", "--init", "{SFT}", "--out", "{TMP}/r", "--steps", "10")
+CURRICULUM = (*RL, "--curriculum")
+SGPO = (*RL, "--sgpo")
+LM_EVAL = ("lm", "eval", "--init", "{SFT}")
+REPRO = ("repro", "h1")
+SWEEP = ("sweep", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--grid", "learning_rate=1e-4,3e-4",
+         "--out", "{TMP}/w")
+
+CASES: dict[tuple[str, ...], dict[str, list]] = {
+    ("train",): {
+        "algo": [acts(TRAIN, replace={"ppo": "pqn"})],
+        "env": [acts(TRAIN, replace={"CartPole-v1": "Acrobot-v1"})],
+        "seeds": [acts(TRAIN, "--seeds", "2")],
+        "seed": [acts(TRAIN, "--seed", "3")],
+        "total_steps": [acts(TRAIN, replace={"4096": "8192"})],
+        "out": [acts(TRAIN, replace={"{TMP}/t": "{TMP}/u"})],
+        "resume": [Acts(TRAIN, ("train", "--resume", "{RUN}")),
+                   refused((*TRAIN, "--resume", "{RUN}"), "cannot be changed when resuming"),
+                   refused(("train", "--resume", "{RUN}", "--seed", "1"), "--seed cannot be changed when resuming")],
+        "chunks": [acts(TRAIN, "--chunks", "4"), refused((*TRAIN, "--chunks", "9"), "more chunks than the run's 8 updates")],
+        "eval_every": [acts(TRAIN, "--eval-every", "2")],
+        "eval_episodes": [acts(TRAIN, "--eval-episodes", "3")],
+        "target_return": [acts((*TRAIN, "--eval-every", "2"), "--target-return", "400"),
+                          refused((*TRAIN, "--target-return", "400"), "add --eval-every N")],
+        "engine": [acts(TRAIN, "--engine", "ray"), refused((*TRAIN, "--engine", "host"), "drop --engine host")],
+        "quiet": [acts(TRAIN, "--quiet")],
+        "actors": [acts((*RAY, "--seeds", "2"), "--actors", "2"),
+                   refused((*TRAIN, "--actors", "2"), "apply to --engine ray only")],
+        "address": [acts(RAY, "--address", "auto"), refused((*TRAIN, "--address", "auto"), "apply to --engine ray only")],
+        "mode": [acts(RAY, "--mode", "async"), refused((*TRAIN, "--mode", "async"), "apply to --engine ray only")],
+        "max_staleness": [acts(ASYNC, "--max-staleness", "2"),
+                          refused((*RAY, "--max-staleness", "2"), "applies to --mode async only"),
+                          refused((*TRAIN, "--max-staleness", "2"), "apply to --engine ray only")],
+        "actor_cpus": [acts(RAY, "--actor-cpus", "2"), refused((*TRAIN, "--actor-cpus", "2"), "apply to --engine ray only")],
+        "actor_gpus": [acts(RAY, "--actor-gpus", "0.5"), refused((*TRAIN, "--actor-gpus", "0.5"), "apply to --engine ray only")],
+        "wandb": ["wandb"],  # acts where the wandb extra is installed, refused (install it) where it is not
+        "env_arg": [acts(TRAIN, "--env-arg", "max_steps_in_episode=200")],
+        "config": [acts(TRAIN, "--config", "{TMP}/seeds3.yaml")],
+        "dry_run": [DRY],
+    },
+    ("eval",): {
+        "run_dir": [Acts(EVAL, ("eval", "{RUN2}"))],
+        "episodes": [acts(EVAL, "--episodes", "3")],
+        "render": [acts(EVAL, "--render", "{TMP}/e.gif")],
+        "stochastic": [acts(EVAL, "--stochastic")],
+        "dry_run": [DRY],
+    },
+    ("plot",): {
+        "run_dirs": [acts(PLOT, "{RUN2}")],
+        "out": [acts(PLOT, replace={"{TMP}/c.png": "{TMP}/d.png"})],
+        "title": [acts(PLOT, "--title", "two runs")],
+        "dry_run": [DRY],
+    },
+    ("horizon",): {
+        "target": [acts(HZ, replace={NPZ: "DeepSea-bsuite"})],
+        "horizon": [acts(HZ, "--horizon", "50")],
+        "sticky": [acts(HZ, "--sticky", "0.25")],
+        "json_path": [acts(HZ, "--json", "{TMP}/h.json")],
+        "max_states": [acts(HZ_ID, "--max-states", "1000"), refused((*HZ, "--max-states", "1000"), "not to .npz files")],
+        "tight": [acts(HZ, "--no-tight")],
+        "max_k": [acts(HZ, "--max-k", "2"), refused((*HZ, "--no-tight", "--max-k", "2"), "which --no-tight skips")],
+        "merge": [acts(HZ_ID, "--merge", "future"), refused((*HZ, "--merge", "future"), "not to .npz files")],
+        "setting": [acts(HZ_ID, "--set", "size=10"), refused((*HZ, "--set", "size=10"), "not to .npz files"),
+                    refused(("horizon", "MiniGrid-Empty-5x5-v0", "--set", "size=8"), "does not apply to MiniGrid ids")],
+        "save": [acts(HZ, "--save", "{TMP}/m.npz")],
+        "gorp": [acts(HZ, "--gorp")],
+        "quiet": [acts((*HZ, "--json", "{TMP}/h.json"), "--quiet"), refused((*HZ, "--quiet"), "without --json or --save")],
+        "dry_run": [DRY],
+    },
+    ("lm", "sft"): {
+        "out": [acts(SFT, replace={"{TMP}/s": "{TMP}/s2"})],
+        "task": [acts(SFT, "--task", "chain")],
+        "horizons": [acts(SFT, "--horizons", "1-2")],
+        "steps": [acts(SFT, replace={"10": "20"})],
+        "batch_size": [acts(SFT, "--batch-size", "8")],
+        "learning_rate": [acts(SFT, "--learning-rate", "1e-3")],
+        "seq_len": [acts(SFT, "--seq-len", "64")],
+        "d_model": [acts(SFT, "--d-model", "32")],
+        "n_layers": [acts(SFT, "--n-layers", "1")],
+        "n_heads": [acts(SFT, "--n-heads", "2")],
+        "positions": [acts(SFT, "--positions", "learned")],
+        "digits": [acts(SFT, "--digits", "1")],
+        "operators": [acts(SFT, "--operators", "+-")],
+        "const_max": [acts(SFT, "--const-max", "5")],
+        "names": [acts(SFT, "--names", "random")],
+        "fixed_width": [acts(SFT, "--no-fixed-width")],
+        "eval_horizons": [acts(SFT, "--eval-horizons", "1-2")],
+        "eval_problems": [acts(SFT, "--eval-problems", "16")],
+        "checkpoint_every": [acts(SFT, "--checkpoint-every", "5")],
+        "seed": [acts(SFT, "--seed", "1")],
+        "resume": [Acts(SFT, ("lm", "sft", "--resume", "{SFT}")),
+                   refused((*SFT, "--resume", "{SFT}"), "cannot be changed when resuming")],
+        "dry_run": [DRY],
+    },
+    ("lm", "rl"): {
+        "init": [acts(RL, replace={"{SFT}": "{SFT2}"})],
+        "out": [acts(RL, replace={"{TMP}/r": "{TMP}/r2"})],
+        "task": [acts(RL, "--task", "composed")],
+        "horizons": [acts(RL, "--horizons", "1-3")],
+        "curriculum": [acts(RL, "--curriculum")],
+        "steps_per_stage": [acts(CURRICULUM, "--steps-per-stage", "3"),
+                            refused((*RL, "--steps-per-stage", "3"), "applies to --curriculum runs only")],
+        "advance_at": [acts((*CURRICULUM, "--eval-every", "2"), "--advance-at", "0.9"),
+                       refused((*RL, "--advance-at", "0.9"), "applies to --curriculum runs only"),
+                       refused((*CURRICULUM, "--advance-at", "0.9"), "add --eval-every N")],
+        "scaler_target": [acts(RL, "--scaler-target", "0.5"),
+                          refused((*CURRICULUM, "--scaler-target", "0.5"), "pass only one of them")],
+        "sgpo": [acts(RL, "--sgpo")],
+        "pool_size": [acts(SGPO, "--pool-size", "64"), refused((*RL, "--pool-size", "64"), "applies to --sgpo runs only")],
+        "profile_samples": [acts(SGPO, "--profile-samples", "4"),
+                            refused((*RL, "--profile-samples", "4"), "applies to --sgpo runs only")],
+        "min_group": [acts(SGPO, "--min-group", "4"), refused((*RL, "--min-group", "4"), "applies to --sgpo runs only")],
+        "max_group": [acts(SGPO, "--max-group", "8"), refused((*RL, "--max-group", "8"), "applies to --sgpo runs only")],
+        "unsolved_keep": [acts(SGPO, "--unsolved-keep", "0.5"),
+                          refused((*RL, "--unsolved-keep", "0.5"), "applies to --sgpo runs only")],
+        "steps": [acts(RL, replace={"10": "20"})],
+        "prompts_per_step": [acts(RL, "--prompts-per-step", "4")],
+        "num_generations": [acts(RL, "--num-generations", "4")],
+        "beta": [acts(RL, "--beta", "0.04")],
+        "epsilon": [acts(RL, "--epsilon", "0.3")],
+        "epsilon_high": [acts(RL, "--epsilon-high", "0.28")],
+        "loss_type": [acts(RL, "--loss-type", "grpo")],
+        "scale_rewards": [acts(RL, "--scale-rewards", "none")],
+        "num_iterations": [acts(RL, "--num-iterations", "2")],
+        "steps_per_generation": [acts(RL, "--steps-per-generation", "2")],
+        "learning_rate": [acts(RL, "--learning-rate", "2e-4")],
+        "temperature": [acts(RL, "--temperature", "0.7")],
+        "top_p": [acts(RL, "--top-p", "0.9")],
+        "dynamic_sampling": [acts(RL, "--dynamic-sampling")],
+        "advantage": [acts(RL, "--advantage", "segment")],
+        "reward": [acts(RL, "--reward", "all")],
+        "gamma": [acts((*RL, "--reward", "discounted"), "--gamma", "0.9"),
+                  refused((*RL, "--gamma", "0.9"), "add --reward discounted")],
+        "eval_horizons": [acts(RL, "--eval-horizons", "1-4")],
+        "eval_problems": [acts(RL, "--eval-problems", "16")],
+        "eval_every": [acts(RL, "--eval-every", "5"), refused((*RL, "--eval-every", "20"), "beyond the run's 10 steps")],
+        "checkpoint_every": [acts(RL, "--checkpoint-every", "5")],
+        "seed": [acts(RL, "--seed", "1")],
+        "resume": [Acts(RL, ("lm", "rl", "--resume", "{RL}")),
+                   refused((*RL, "--resume", "{RL}"), "cannot be changed when resuming")],
+        "dry_run": [DRY],
+    },
+    ("lm", "eval"): {
+        "init": [acts(LM_EVAL, replace={"{SFT}": "{SFT2}"})],
+        "task": [acts(LM_EVAL, "--task", "composed")],
+        "horizons": [acts(LM_EVAL, "--horizons", "1-3")],
+        "problems": [acts(LM_EVAL, "--problems", "16")],
+        "temperature": [acts(LM_EVAL, "--temperature", "0.7")],
+        "out": [acts(LM_EVAL, "--out", "{TMP}/le")],
+        "seed": [acts(LM_EVAL, "--seed", "1")],
+        "dry_run": [DRY],
+    },
+    ("repro",): {
+        "name": [acts(REPRO, replace={"h1": "sgpo"})],
+        "out": [acts(REPRO, "--out", "{TMP}/h1")],
+        "quick": [acts(REPRO, "--quick")],
+        "dry_run": [DRY],
+    },
+    ("sweep",): {
+        "algo": [acts(SWEEP, replace={"ppo": "pqn"})],
+        "env": [acts(SWEEP, replace={"CartPole-v1": "Acrobot-v1"})],
+        "grid": [acts(SWEEP, "--grid", "num_envs=4,8")],
+        "seeds": [acts(SWEEP, "--seeds", "2")],
+        "seed": [acts(SWEEP, "--seed", "3")],
+        "total_steps": [acts(SWEEP, replace={"4096": "8192"})],
+        "out": [acts(SWEEP, replace={"{TMP}/w": "{TMP}/w2"})],
+        "chunks": [acts(SWEEP, "--chunks", "4"), refused((*SWEEP, "--chunks", "9"), "more chunks than")],
+        "eval_every": [acts(SWEEP, "--eval-every", "2")],
+        "eval_episodes": [acts(SWEEP, "--eval-episodes", "3")],
+        "quiet": [acts(SWEEP, "--quiet")],
+        "env_arg": [acts(SWEEP, "--env-arg", "max_steps_in_episode=200")],
+        "dry_run": [DRY],
+    },
+}
+# Commands with no options to walk.
+NO_OPTIONS = {("envs",)}
+# A case for `--dry-run` needs a command that takes it.
+DRY_ARGV = {("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
+            ("lm", "eval"): LM_EVAL, ("repro",): REPRO, ("sweep",): SWEEP}
+
+
+def cli_parameters() -> dict[tuple[str, ...], set[str]]:
+    """Every command path and the names of its parameters, from click's metadata."""
+
+    found: dict[tuple[str, ...], set[str]] = {}
+
+    def walk(command, path):
+        if hasattr(command, "commands"):  # a group (typer vendors its own click)
+            for name, sub in command.commands.items():
+                walk(sub, (*path, name))
+        else:
+            found[path] = {p.name for p in command.params}
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_option_has_a_case():
+    params = cli_parameters()
+    assert not set(params) - set(CASES) - NO_OPTIONS, "a command was added: give its options cases here"
+    for path, names in params.items():
+        if path in NO_OPTIONS:
+            assert not names, f"`{' '.join(path)}` gained options; give them cases"
+            continue
+        missing = sorted(names - set(CASES[path]))
+        stale = sorted(set(CASES[path]) - names)
+        assert not missing, f"`longhorizon {' '.join(path)}` options without a case: {missing}"
+        assert not stale, f"cases for options `longhorizon {' '.join(path)}` no longer has: {stale}"
+        assert all(CASES[path][name] for name in names)
+
+
+def _materialise(folder: Path, plan: dict, lm: bool) -> None:
+    """A results folder as the run would leave it: config.json (the dry run's plan), a checkpoint index, a row."""
+    for key in ("out", "quiet", "wandb"):
+        plan.pop(key, None)
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(plan))
+    (folder / "checkpoints" / "latest.json").write_text(json.dumps({"chunk": 1, "step": 1, "file": "chunk_000001.msgpack"}))
+    row = {"step": 1, "reward": 0.0} if lm else {"chunk": 1, "env_steps": 512, "episode_return_mean": 20.0,
+                                                  "episode_return_min": 10.0, "episode_return_max": 30.0}
+    (folder / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def _dry(argv: list[str], capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([*argv, "--dry-run"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory):
+    """The fixture folders, laid out from the dry runs of the commands that would write them."""
+    root = tmp_path_factory.mktemp("options")
+    folders = {name: root / name.lower() for name in ("RUN", "RUN2", "SFT", "SFT2", "RL")}
+    makers = {"RUN": ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096"],
+              "RUN2": ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--seeds", "2"],
+              "SFT": ["lm", "sft", "--steps", "10"], "SFT2": ["lm", "sft", "--steps", "10", "--d-model", "32"],
+              "RL": ["lm", "rl", "--init", str(folders["SFT"]), "--steps", "10"]}
+    import contextlib
+    import io
+
+    for name, argv in makers.items():
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main([*argv, "--out", str(folders[name]), "--dry-run"]) == 0
+        _materialise(folders[name], json.loads(out.getvalue()), lm=argv[0] == "lm")
+    return {**{k: str(v) for k, v in folders.items()}, "TMP": str(root / "scratch")}
+
+
+@pytest.fixture()
+def scratch(places):
+    """An empty scratch folder per case (dry runs must leave it empty)."""
+    import shutil
+
+    folder = Path(places["TMP"])
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    (folder / "seeds3.yaml").write_text("seeds: 3\n")
+    return folder
+
+
+def _fill(argv, places) -> list[str]:
+    return [word.format(**places) for word in argv]
+
+
+REGISTERED = set(cli_parameters())
+ALL = [(path, name, case) for path, options in CASES.items() for name, cases in options.items() for case in cases]
+
+
+@pytest.mark.parametrize("path, name, case", ALL,
+                         ids=[f"{' '.join(p)}:{n}:{i}" for i, (p, n, _) in enumerate(ALL)])
+def test_option_acts_or_is_refused(path, name, case, places, scratch, capsys):
+    if path not in REGISTERED:
+        pytest.skip(f"`longhorizon {' '.join(path)}` is not part of this installation")
+    before = sorted(p.name for p in scratch.iterdir())
+    if isinstance(case, Acts):
+        code_a, out_a, err_a = _dry(_fill(case.a, places), capsys)
+        code_b, out_b, err_b = _dry(_fill(case.b, places), capsys)
+        assert code_a == 0 and code_b == 0, (err_a, err_b)
+        assert json.loads(out_a) != json.loads(out_b), f"--{name.replace('_', '-')} changed nothing in the dry run"
+    elif isinstance(case, Refused):
+        code, _, err = _dry(_fill(case.argv, places), capsys)
+        assert code == 2 and case.needle in err, err
+        assert err.strip().count("\n") == 0 and "Traceback" not in err
+    elif case == DRY:
+        code, out, err = _dry(_fill(DRY_ARGV[path], places), capsys)
+        assert code == 0, err
+        assert isinstance(json.loads(out), dict)
+    elif case == "wandb":
+        code, out, err = _dry(_fill((*TRAIN, "--wandb", "my-project"), places), capsys)
+        assert (code == 0 and json.loads(out)["wandb"] == "my-project") or (code == 2 and "wandb" in err), err
+    else:
+        raise AssertionError(f"unknown case {case!r}")
+    assert sorted(p.name for p in scratch.iterdir()) == before, "a dry run wrote into the scratch folder"
