@@ -110,7 +110,8 @@ class TensorBoardLogger:
 
         self.logdir = Path(root) / "tensorboard"
         # purge_step = T + 1: TensorBoard hides what an interrupted session logged after the checkpoint.
-        self.writer = SummaryWriter(logdir=str(self.logdir), purge_step=None if resume_step is None else resume_step + 1)
+        purge_step = None if resume_step is None else resume_step + 1
+        self.writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge_step)
         if resume_step is None:  # a resumed run already wrote these at step 0
             text = json.dumps(config, indent=2, default=str)
             self.writer.add_text("config", "\n".join("    " + line for line in text.splitlines()), 0)  # markdown code
