@@ -97,12 +97,24 @@ def test_config_errors_are_usage_errors():
         pqn.check_env(make("Pendulum-v1"), pqn.default_config("Pendulum-v1"))
 
 
-def test_default_configs_follow_the_reference():
-    cartpole, minatar = pqn.default_config("CartPole-v1"), pqn.default_config("Breakout-MinAtar")
-    assert (cartpole.num_envs, cartpole.num_steps, cartpole.update_epochs, cartpole.num_minibatches) == (32, 64, 4, 16)
-    assert (cartpole.q_lambda, cartpole.learning_rate, cartpole.epsilon_end, cartpole.reward_scale) == (0.95, 1e-4, 0.2, 0.1)
-    assert (minatar.num_envs, minatar.num_steps, minatar.update_epochs, minatar.num_minibatches) == (128, 32, 2, 32)
-    assert (minatar.q_lambda, minatar.learning_rate, minatar.epsilon_end, minatar.hidden) == (0.65, 5e-4, 0.05, (16, 128))
+@pytest.mark.parametrize("env_id, kernels, eps_end, decay_steps", [
+    # purejaxql CartPole: MLP 256-256, epsilon 1 -> 0.2 over 20% of 5e5 steps
+    ("CartPole-v1", [(4, 256), (256, 256), (256, 2)], 0.2, 100_000),
+    # purejaxql MinAtar: 16 3x3 filters (10x10 -> 8x8x16 = 1024), 128 units; epsilon -> 0.05 over 10% of 1e7
+    ("Breakout-MinAtar", [(3, 3, 4, 16), (1024, 128), (128, 3)], 0.05, 1_000_000),
+])
+def test_default_configs_build_the_reference_agents(env_id, kernels, eps_end, decay_steps):
+    config = pqn.default_config(env_id)
+    weights = pqn.init(jax.random.PRNGKey(0), make(env_id), config).agent.weights["params"]
+    paths = {jax.tree_util.keystr(path): leaf.shape for path, leaf in jax.tree_util.tree_leaves_with_path(weights)}
+    assert sorted(shape for path, shape in paths.items() if "kernel" in path) == sorted(kernels)
+    assert sum("LayerNorm" in path and "scale" in path for path in paths) == 2  # after each hidden layer
+    assert (config.num_envs * config.num_steps) // config.num_minibatches == 128  # rows per gradient step
+    updates = [0, 10, 40, 1000]  # steps per update: 2048 and 4096
+    fraction = [min(1.0, u * pqn.steps_per_update(config) / decay_steps) for u in updates]
+    eps = [float(pqn.epsilon(config, jnp.asarray(u))) for u in updates]
+    np.testing.assert_allclose(eps, [1.0 + (eps_end - 1.0) * f for f in fraction], rtol=1e-5)
+    assert eps[-1] == pytest.approx(eps_end)
 
 
 TINY = {"num_envs": "4", "num_steps": "8", "num_minibatches": "2", "update_epochs": "1", "hidden": "16,16",
