@@ -81,6 +81,9 @@ class Config(AlgoConfig):
             self._fail("buffer_size", f"must hold at least num_envs x (num_steps + n_step) = {need} transitions",
                        f"pass --buffer-size {max(need, 100_000)} or fewer --num-envs/--num-steps")
 
+    def static_floats(self) -> set[str]:
+        return {"epsilon_end"}  # act() keeps it as a Python number for exploratory evaluation
+
 
 def default_config(env_id) -> Config:  # an id or an environment object
     """Classic control: Stable-Baselines3 zoo's tuned CartPole-v1 DQN settings (lr 2.3e-3, batch 64,
@@ -103,7 +106,7 @@ def steps_per_update(config: Config) -> int:
 def epsilon(config: Config, env_steps: jax.Array) -> jax.Array:
     """1 before ``learning_starts``; then linear from ``epsilon_start`` to ``epsilon_end`` over the first
     ``epsilon_fraction`` of ``total_steps`` (counted from step 0), then constant."""
-    decay_steps = max(1.0, config.epsilon_fraction * config.total_steps)
+    decay_steps = jnp.maximum(1.0, config.epsilon_fraction * config.total_steps)  # traced in a sweep
     progress = jnp.minimum(1.0, env_steps / decay_steps)
     eps = config.epsilon_start + (config.epsilon_end - config.epsilon_start) * progress
     return jnp.where(env_steps < config.learning_starts, 1.0, eps)
@@ -138,9 +141,8 @@ class State:
     key: jax.Array
     env_steps: jax.Array
     grad_steps: jax.Array
-    config: Config = struct.field(pytree_node=False)
+    config: Config  # a pytree: all static, or (in a sweep) float fields as traced values
     env: Any = struct.field(pytree_node=False)
-    optimizer: Any = struct.field(pytree_node=False)
 
 
 @struct.dataclass
@@ -169,16 +171,21 @@ def init(key: jax.Array, env, config: Config) -> State:
     key, net_key, env_key = jax.random.split(key, 3)
     obs, env_state = venv.reset(env_key)
     weights = network.init(net_key, jnp.zeros((1,) + obs_info.shape, jnp.float32))
-    num_updates = max(1, config.total_steps // steps_per_update(config))
-    anneal = num_updates * config.gradient_steps if config.anneal_lr else None
-    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal)
     n = config.num_envs
     example = Transition(obs, jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.float32), obs, jnp.zeros(n, bool),
                          jnp.zeros(n, bool))
     buffer = replay.create(example, config.buffer_size // n)
     zero = jnp.zeros((), jnp.int32)
-    return State(AgentParams(weights, network, float(config.epsilon_end)), weights, optimizer.init(weights), buffer,
-                 env_state, obs, key, zero, zero, config, venv, optimizer)
+    return State(AgentParams(weights, network, float(config.epsilon_end)), weights, optimizer(config).init(weights), buffer,
+                 env_state, obs, key, zero, zero, config, venv)
+
+
+def optimizer(config: Config) -> optax.GradientTransformation:
+    """Clipped Adam, learning rate linearly annealed to 0 if asked. Built where it is used, not stored in
+    the state, because in a sweep its learning rate and clipping norm are traced values."""
+    num_updates = max(1, config.total_steps // steps_per_update(config))
+    anneal = num_updates * config.gradient_steps if config.anneal_lr else None
+    return make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal)
 
 
 # ----------------------------------------------------------------------------- collect
@@ -236,7 +243,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         q_online_next = q_values(network, weights, window.next_obs) if config.double_dqn else None
         target = jax.lax.stop_gradient(td_targets(window, q_target_next, q_online_next, config))
         grads, metrics = jax.grad(loss_fn, has_aux=True)(weights, window.obs[:, 0], window.action[:, 0], target)
-        updates, opt_state = state.optimizer.update(grads, opt_state, weights)
+        updates, opt_state = optimizer(config).update(grads, opt_state, weights)
         weights = optax.apply_updates(weights, updates)
         grad_steps = grad_steps + 1
         sync = grad_steps % config.target_update_every == 0

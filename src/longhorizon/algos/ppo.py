@@ -72,6 +72,9 @@ class Config(AlgoConfig):
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise_batch_error(self)
 
+    def static_floats(self) -> set[str]:
+        return {"gamma"} if self.normalize_rewards else set()  # the reward normaliser wraps the env with gamma
+
 
 def raise_batch_error(config) -> None:
     from longhorizon.errors import UsageError
@@ -133,9 +136,8 @@ class State:
     obs: jax.Array
     key: jax.Array
     update_step: jax.Array
-    config: Config = struct.field(pytree_node=False)
+    config: Config  # a pytree: all static, or (in a sweep) float fields as traced values
     env: Any = struct.field(pytree_node=False)
-    optimizer: Any = struct.field(pytree_node=False)
 
 
 @struct.dataclass
@@ -209,13 +211,18 @@ def init(key: jax.Array, env, config: Config) -> State:
     obs_rms = RunningMeanStd.create(obs_info.shape)
     if config.normalize_observations:
         obs_rms = obs_rms.update(obs)
-    num_updates = max(1, config.total_steps // steps_per_update(config))
-    anneal = num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
-    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal, eps=1e-5)
     agent = AgentParams(weights, obs_rms, network, config.normalize_observations,
                         None if act_info.discrete else tuple(map(float, act_info.low.reshape(-1))),
                         None if act_info.discrete else tuple(map(float, act_info.high.reshape(-1))))
-    return State(agent, optimizer.init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
+    return State(agent, optimizer(config).init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv)
+
+
+def optimizer(config: Config) -> optax.GradientTransformation:
+    """Clipped Adam, learning rate linearly annealed to 0 if asked. Built where it is used, not stored in
+    the state, because in a sweep its learning rate and clipping norm are traced values."""
+    num_updates = max(1, config.total_steps // steps_per_update(config))
+    anneal = num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
+    return make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal, eps=1e-5)
 
 
 # ----------------------------------------------------------------------------- collect
@@ -315,7 +322,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     def minibatch_step(carry, rows):
         weights, opt_state = carry
         grads, metrics = jax.grad(loss, argnums=1, has_aux=True)(agent, weights, rows, config)
-        updates, opt_state = state.optimizer.update(grads, opt_state, weights)
+        updates, opt_state = optimizer(config).update(grads, opt_state, weights)
         return (optax.apply_updates(weights, updates), opt_state), metrics
 
     key, epoch_key = jax.random.split(state.key)

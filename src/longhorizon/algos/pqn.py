@@ -76,6 +76,9 @@ class Config(AlgoConfig):
             raise UsageError(f"--num-minibatches {self.num_minibatches} does not divide num_envs x num_steps = {batch}; "
                              f"choose a divisor of {batch} such as {divisor}.")
 
+    def static_floats(self) -> set[str]:
+        return {"epsilon_end"}  # act() keeps it as a Python number for exploratory evaluation
+
 
 def default_config(env_id) -> Config:  # an id or an environment object
     """The reference settings per family (purejaxql's CartPole and MinAtar configurations)."""
@@ -97,7 +100,7 @@ def steps_per_update(config: Config) -> int:
 def epsilon(config: Config, update_step: jax.Array) -> jax.Array:
     """Linear decay from ``epsilon_start`` to ``epsilon_end`` over the first ``epsilon_fraction`` of
     training, then constant; ``update_step`` counts updates done before this rollout."""
-    decay_steps = max(1.0, config.epsilon_fraction * config.total_steps)
+    decay_steps = jnp.maximum(1.0, config.epsilon_fraction * config.total_steps)  # traced in a sweep
     progress = jnp.minimum(1.0, update_step * steps_per_update(config) / decay_steps)
     return config.epsilon_start + (config.epsilon_end - config.epsilon_start) * progress
 
@@ -119,9 +122,8 @@ class State:
     obs: jax.Array
     key: jax.Array
     update_step: jax.Array
-    config: Config = struct.field(pytree_node=False)
+    config: Config  # a pytree: all static, or (in a sweep) float fields as traced values
     env: Any = struct.field(pytree_node=False)
-    optimizer: Any = struct.field(pytree_node=False)
 
 
 @struct.dataclass
@@ -168,11 +170,16 @@ def init(key: jax.Array, env, config: Config) -> State:
     key, net_key, env_key = jax.random.split(key, 3)
     obs, env_state = venv.reset(env_key)
     weights = network.init(net_key, jnp.zeros((1,) + obs_info.shape, jnp.float32))
+    agent = AgentParams(weights, network, float(config.epsilon_end))
+    return State(agent, optimizer(config).init(weights["params"]), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv)
+
+
+def optimizer(config: Config) -> optax.GradientTransformation:
+    """Clipped RAdam, learning rate linearly annealed to 0 if asked. Built where it is used, not stored in
+    the state, because in a sweep its learning rate and clipping norm are traced values."""
     num_updates = max(1, config.total_steps // steps_per_update(config))
     anneal = num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
-    optimizer = make_optimizer(config.learning_rate, config.max_grad_norm, "radam", anneal)
-    agent = AgentParams(weights, network, float(config.epsilon_end))
-    return State(agent, optimizer.init(weights["params"]), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv, optimizer)
+    return make_optimizer(config.learning_rate, config.max_grad_norm, "radam", anneal)
 
 
 # ----------------------------------------------------------------------------- collect
@@ -232,7 +239,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         weights, opt_state = carry
         params, batch_stats = weights["params"], {k: v for k, v in weights.items() if k != "params"}
         grads, (metrics, batch_stats) = jax.grad(loss_fn, has_aux=True)(params, batch_stats, mb)
-        updates, opt_state = state.optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimizer(config).update(grads, opt_state, params)
         return ({"params": optax.apply_updates(params, updates), **batch_stats}, opt_state), metrics
 
     key, epoch_key = jax.random.split(state.key)

@@ -85,6 +85,9 @@ class Config(AlgoConfig):
         if self.horizon and self.stride > self.horizon:
             raise UsageError(f"--stride {self.stride} exceeds the horizon {self.horizon}; pass a stride of at most {self.horizon}.")
 
+    def static_floats(self) -> set[str]:
+        return {"learning_rate", "max_grad_norm", "gamma", "reward_scale"}  # act() reads the config as Python values
+
 
 def default_config(env_id) -> Config:  # an id or an environment object
     """The paper's regression window for tabular MDPs (``.npz``); for gymnax environments (dense
