@@ -23,6 +23,7 @@ def test_get_returns_the_module_with_default_hooks():
     ppo = algos.get("ppo")
     assert isinstance(ppo, algos.Algorithm) and ppo.__name__ == "longhorizon.algos.ppo"
     assert ppo.init is ppo.module.init and ppo.Config is ppo.module.Config  # the module's own functions
+    assert ppo == algos.get("ppo") and hash(ppo) == hash(algos.get("ppo")) and ppo != algos.get("pqn")
     env, config = make("CartPole-v1"), ppo.default_config("CartPole-v1")
     assert not ppo.has("check_env") and not ppo.has("wrap_env")
     ppo.check_env(env, config)  # default: accepts

@@ -62,6 +62,13 @@ class Algorithm:
     def __repr__(self) -> str:
         return f"Algorithm({self.__name__})"
 
+    # Equal wrappers of one module are one algorithm (compiled programs cached per algorithm are reused).
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Algorithm) and other.module is self.module
+
+    def __hash__(self) -> int:
+        return hash(self.module)
+
     def has(self, hook: str) -> bool:
         """Whether the module defines the optional ``hook`` itself."""
         return hasattr(self.module, hook)
