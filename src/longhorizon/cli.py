@@ -199,7 +199,7 @@ def train(
     eval_every: int = typer.Option(0, help="Greedy evaluation every N chunks (0: only at the end)."),
     eval_episodes: int = typer.Option(10, help="Episodes per seed in each greedy evaluation."),
     target_return: Optional[float] = typer.Option(None, help="With --eval-every: stop once the mean greedy-eval return reaches this."),
-    engine: str = typer.Option("fused", help="fused (one XLA program) or ray."),
+    engine: str = typer.Option("fused", help="fused (one XLA program), host (gymnasium envs; picked for them) or ray."),
     quiet: bool = typer.Option(False, help="No progress output."),
     actors: int = typer.Option(1, help="--engine ray: actors running collect (sync: whole seeds per actor)."),
     address: str = typer.Option("local", help="--engine ray: local (a private instance), auto, or HOST:PORT of a cluster."),

@@ -150,7 +150,7 @@ class Run:
     def resolved_config(self) -> dict[str, Any]:
         return {
             "algo": self.spec.algo, "env": env_name(self.spec.env), "env_overrides": self.spec.env_overrides,
-            "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.spec.engine,
+            "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.engine.name,
             "config": self.config.to_dict(), "config_overrides": self.spec.config_overrides,
             "num_chunks": self.num_chunks, "num_updates": self.num_updates,
             "updates_per_chunk": self.updates_per_chunk, "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
