@@ -237,7 +237,7 @@ def train(
                          "(chunks between evaluations) or drop --target-return.")
     resolved = check_run(spec, resume=resume is not None)
     if resume is None:
-        _check_resolved(resolved, recorded, chunks_asked=spec.num_chunks if "num_chunks" in recorded["asked"] else None)
+        _check_resolved(resolved, recorded)
     if dry_run:
         _print_json({**resolved, "quiet": spec.quiet, "wandb": spec.wandb})  # run settings config.json leaves out
         return
@@ -255,7 +255,7 @@ def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
     """The RunSpec of a new run: the --config file's settings, then the flags given on the command line.
 
     Returns the spec and what the file recorded about its own run (``_DERIVED`` values) together with
-    the names of the settings that were asked for explicitly (``asked``).
+    the settings asked for explicitly, by the file or the flags (``asked``, name -> value).
     """
     from longhorizon.runner.run import RunSpec
 
@@ -263,7 +263,7 @@ def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
     recorded = {key: settings.pop(key) for key in _DERIVED if key in settings}
     for key in _RECORDED:
         settings.pop(key, None)
-    asked = set(settings)
+    asked = dict(settings)
     for name in given:
         if name in ("config", "dry_run", "resume", "total_steps"):
             continue
@@ -273,7 +273,7 @@ def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
         elif name == "out" and value is not None:
             value = str(value)
         settings[_SPEC_FIELD.get(name, name)] = value
-        asked.add(_SPEC_FIELD.get(name, name))
+        asked[_SPEC_FIELD.get(name, name)] = value
     if fields:
         _check_fields(ctx.params["config"], fields, settings.get("algo"), settings.get("env"))
     fields.update(extra)
@@ -306,12 +306,20 @@ def _check_fields(path: Path, fields: dict, algo: str | None, env: str | None) -
             raise UsageError(f"--config {path} sets '{key}', which is neither a run option nor a setting of {algo}; {hint}")
 
 
-def _check_resolved(resolved: dict, recorded: dict, chunks_asked: int | None) -> None:
-    """Refuse a chunk count the run cannot honour and a config.json whose recorded plan differs from this run's."""
-    updates = resolved.get("num_updates")
-    if chunks_asked is not None and updates is not None and chunks_asked > updates:
-        raise UsageError(f"--chunks {chunks_asked} asks for more chunks than the run's {updates} updates; pass "
+def _check_resolved(resolved: dict, recorded: dict) -> None:
+    """Refuse settings the resolved run cannot honour, and a config.json whose recorded plan differs from this run's."""
+    asked, updates, chunks = recorded["asked"], resolved.get("num_updates"), resolved["num_chunks"]
+    steps_per_update = resolved["steps_per_chunk"] // resolved["updates_per_chunk"]
+    total = resolved["config"]["total_steps"]
+    if total < steps_per_update:
+        raise UsageError(f"--total-steps {total} is less than one update ({steps_per_update} environment steps per "
+                         f"seed); pass --total-steps {steps_per_update} or more.")
+    if "num_chunks" in asked and updates is not None and asked["num_chunks"] > updates:
+        raise UsageError(f"--chunks {asked['num_chunks']} asks for more chunks than the run's {updates} updates; pass "
                          f"--chunks {updates} or fewer, or more --total-steps.")
+    if "eval_every" in asked and resolved["eval_every"] > chunks:
+        raise UsageError(f"--eval-every {resolved['eval_every']} is beyond the run's {chunks} chunks, so no periodic "
+                         f"evaluation would happen; pass at most --eval-every {chunks} (or 0 for the final one only).")
     for key, value in recorded["values"].items():
         if key in resolved and resolved[key] != value:
             raise UsageError(f"the --config file records {key} = {value}, but these settings give {resolved[key]}; "

@@ -1,5 +1,6 @@
 """CLI: usage errors exit 2 with one sentence and no traceback, before anything compiles."""
 
+import json
 import subprocess
 import sys
 
@@ -48,12 +49,47 @@ def test_envs_lists_every_gymnax_environment(capsys):
 
 def test_train_eval_plot_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "512", "--num-envs", "4", "--num-steps",
-                 "16", "--num-minibatches", "2", "--update-epochs", "1", "--hidden", "16,16", "--chunks", "2",
-                 "--out", str(out), "--quiet"])
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "512", "--num-envs", "4", "--num-steps",
+            "16", "--num-minibatches", "2", "--update-epochs", "1", "--hidden", "16,16", "--chunks", "2",
+            "--out", str(out), "--quiet"]
+    assert main([*argv, "--dry-run"]) == 0 and not out.exists()
+    plan = json.loads(capsys.readouterr().out)
+    code = main(argv)
     assert code == 0 and (out / "curve.png").exists()
+    # the dry run printed the config.json that the run then wrote
+    assert plan.pop("out") == str(out) and plan.pop("quiet") is True and plan.pop("wandb") is None
+    assert plan == json.loads((out / "config.json").read_text())
     assert main(["eval", str(out), "--episodes", "3", "--render", str(tmp_path / "episode.gif")]) == 0
     assert "mean return over 3 episodes" in capsys.readouterr().out
     assert (tmp_path / "episode.gif").read_bytes()[:3] == b"GIF"
     assert main(["plot", str(out), str(out), "--out", str(tmp_path / "both.png")]) == 0
     assert (tmp_path / "both.png").stat().st_size > 1000
+    # resuming rebuilds the same run from the folder (with every field given, as config_overrides records)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--dry-run"]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in resumed.items() if k not in ("out", "quiet", "wandb", "config_overrides")} == \
+        {k: v for k, v in plan.items() if k != "config_overrides"}
+    assert main(["eval", str(out), "--episodes", "3", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 3
+    # a new run may not take the folder over; the refusal comes before anything compiles
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--out", str(out), "--dry-run"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_dry_run_compiles_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from longhorizon.engine.fused import FusedEngine
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run must not initialise, compile or run the engine")
+
+    for name in ("init", "compile", "run_chunk"):
+        monkeypatch.setattr(FusedEngine, name, refuse)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "dqn", "--env", "CartPole-v1", "--seeds", "3", "--eval-every", "5", "--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["algo"] == "dqn" and plan["seeds"] == 3 and plan["eval_every"] == 5
+    assert plan["out"].startswith("runs/dqn-CartPole-v1-")
+    assert list(tmp_path.iterdir()) == []  # not even the default results folder
+    assert main(["train", "--resume", str(tmp_path / "none"), "--dry-run"]) == 2
+    assert "not a longhorizon results folder" in capsys.readouterr().err
