@@ -42,8 +42,8 @@ def test_a_second_writer_is_refused_naming_the_first(holder, capsys):
     folder, process = holder
     with pytest.raises(UsageError, match=f"being written by another run \\(process {process.pid} "):
         train(RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(TINY), out=str(folder), quiet=True))
-    code = main(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "256", "--num-envs", "4", "--out", str(folder),
-                 "--quiet"])
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "256", "--num-envs", "4", "--num-steps", "64",
+                 "--out", str(folder), "--quiet"])
     message = capsys.readouterr().err.strip()
     assert code == 2 and message.count("\n") == 0 and str(process.pid) in message
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # nothing written beside the other run
