@@ -114,7 +114,6 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
     algorithm fields sit under ``config`` and whose Ray options sit under ``ray``. Keys may use
     ``-`` or ``_``. Algorithm fields are checked once the algorithm is known.
     """
-    import dataclasses
     import json
 
     import yaml
@@ -134,7 +133,8 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
     if not isinstance(data, dict):
         raise UsageError(f"--config {path} must hold a mapping of settings (key: value), not {type(data).__name__}; "
                          "write e.g. `env: CartPole-v1`.")
-    spec_types = {f.name: str if f.default is None else type(f.default)  # optional settings are text but for:
+    # each run setting's type, from its default (None: optional text; the exceptions follow)
+    spec_types = {f.name: str if f.default is None else type(f.default)
                   for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
     spec_types.update(algo=str, env=str, target_return=float, env_overrides=dict)
     spec_types.pop("env_params", None)  # a Python object: set from code, not from a file
@@ -152,9 +152,7 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
                 target[name] = inner_value
         elif key in ("resume", "config", "dry_run", "ray"):
             raise UsageError(f"--config {path} sets '{raw_key}', which only the command line can give; remove it from the file.")
-        elif key in _RECORDED or key in _DERIVED:
-            settings[key] = value
-        elif key in spec_types:
+        elif key in spec_types or key in _RECORDED or key in _DERIVED:
             settings[key] = value
         else:
             fields[key] = value
