@@ -88,7 +88,7 @@ def _writes_results(argv: list[str]) -> bool:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    """Run every documented command in order; ``{(file, line): (argv, exit code, stderr)}``."""
+    """Run every documented command in order; ``{(file, line, argv): (argv run, exit code, stderr)}``."""
     import contextlib
     import io
     import os
@@ -109,7 +109,7 @@ def outcomes(tmp_path_factory):
                 code = main(full)
             if code == 0 and _writes_results(argv):
                 _materialise(argv, json.loads(stdout.getvalue()))
-            results[(path.name, line)] = (full, code, stderr.getvalue())
+            results[(path.name, line, tuple(argv))] = (full, code, stderr.getvalue())
     finally:
         os.chdir(before)
     return results
@@ -117,7 +117,7 @@ def outcomes(tmp_path_factory):
 
 @pytest.mark.parametrize("path, line, argv, expected", ALL, ids=[f"{p.name}:{line}" for p, line, _, _ in ALL])
 def test_documented_command_runs(outcomes, path, line, argv, expected):
-    full, code, stderr = outcomes[(path.name, line)]
+    full, code, stderr = outcomes[(path.name, line, tuple(argv))]
     if expected is None:
         assert code == 0, f"{path.name}:{line}: `longhorizon {' '.join(full)}` exited {code}: {stderr.strip()}"
     else:
