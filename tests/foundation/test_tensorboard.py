@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 from tbparse import SummaryReader
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing import event_accumulator, plugin_event_accumulator
+from tensorboard.util import tensor_util
 
 from longhorizon.cli import main
 from longhorizon.runner import checkpoint
@@ -55,14 +56,23 @@ def expected_points(rows):
 
 
 def tensorboard_points(run):
-    """{tag: [(step, value, wall_time), ...]} as TensorBoard shows the folder: all its event files as one run.
+    """{tag: [(step, value, wall_time), ...]} as the TensorBoard server shows the folder (``--load_fast=false``).
 
-    TensorBoard's own loader, not tbparse: tbparse reads each event file on its own, so it cannot
-    show how a restart marker in the second session's file hides the first session's later points.
+    TensorBoard's own loader, all event files of the folder as one run; tbparse reads each event file
+    on its own, so it cannot show how a restart marker in a resumed session's file hides the
+    interrupted session's later points.
     """
-    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    events = plugin_event_accumulator.EventAccumulator(str(run / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
-    return {tag: [(e.step, e.value, e.wall_time) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {tag: [(e.step, tensor_util.make_ndarray(e.tensor_proto).item(), e.wall_time) for e in events.Tensors(tag)]
+            for tag in events.Tags()["tensors"] if events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"}
+
+
+def legacy_steps(run, tag):
+    """The steps of ``tag`` as TensorBoard's older loader (the one tbparse builds on) shows the folder."""
+    events = event_accumulator.EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)]
 
 
 def assert_same_points(expected, got):
@@ -116,6 +126,7 @@ def test_resume_after_a_crash_shows_each_step_once(tmp_path, monkeypatch):
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 2  # one event file per session
     # Each step once, with the resumed session's values at 256 (its timings differ from the crashed one's).
     assert_same_points(expected_points(rows), tensorboard_points(run))
+    assert legacy_steps(run, "charts/SPS") == [128, 256, 384]
 
 
 def test_wandb_without_wandb_installed_is_refused(tmp_path, monkeypatch, capsys):

@@ -29,10 +29,10 @@ any other key               ``losses/<key>``: what the algorithm's ``learn`` rep
 
 The TensorBoard events live in ``RUN/tensorboard/``, beside ``metrics.jsonl``. A fresh run also writes
 its resolved config as text (tag ``config``) and its hyperparameters for the HParams dashboard.
-Resuming from the checkpoint at step ``T`` opens a new event file whose first event is a restart
-marker at ``T + 1`` (tensorboardX's ``purge_step``): TensorBoard then drops every point the
-interrupted session wrote after ``T``, just as ``metrics.jsonl`` drops those rows, so no step shows
-twice.
+Every session's event file opens with a session-start marker (tensorboardX's ``purge_step``): at
+step 0 for a new run, at ``T + 1`` when resuming from the checkpoint at step ``T``. TensorBoard reads
+the later marker as a restart and drops every point the interrupted session wrote after ``T``, just
+as ``metrics.jsonl`` drops those rows, so no step shows twice.
 
 ``--wandb PROJECT`` sends the same tags and config to Weights & Biases (extra ``longhorizon[wandb]``;
 ``WANDB_MODE=offline`` writes ``RUN/wandb/`` for a later ``wandb sync``).
@@ -109,8 +109,10 @@ class TensorBoardLogger:
         from tensorboardX.summary import hparams as hparams_summaries
 
         self.logdir = Path(root) / "tensorboard"
-        # purge_step = T + 1: TensorBoard hides what an interrupted session logged after the checkpoint.
-        purge_step = None if resume_step is None else resume_step + 1
+        # Each session opens with a session-start marker at purge_step; at T + 1 TensorBoard hides what an
+        # interrupted session logged after the checkpoint. A fresh run's marker (step 0) hides nothing, but
+        # TensorBoard's server takes a folder's first marker as the start, not a restart, so it must exist.
+        purge_step = 0 if resume_step is None else resume_step + 1
         self.writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge_step)
         if resume_step is None:  # a resumed run already wrote these at step 0
             text = json.dumps(config, indent=2, default=str)
