@@ -142,3 +142,21 @@ def test_clear_errors_for_unknown_ids_and_settings():
         make("gymnasium:CartPole-v1", not_a_setting=3)
     with pytest.raises(UsageError, match="cannot import module 'no_such_pkg"):
         make("gymnasium:no_such_pkg.envs:MyEnv")
+
+
+def test_wrappers_of_a_gymnasium_env_wrap_its_env_group():
+    """SQIRL's TimeFeature around a gymnasium env: vectorize rebuilds it around the env group, and
+    the time column counts t / horizon per copy, reaching 4/4 in the final obs of a truncated episode."""
+    from longhorizon.envs import TimeFeature
+
+    venv = vectorize(TimeFeature(make("gymnasium:CartPole-v1", max_episode_steps=4)), 2)
+    obs, state = venv.reset(jax.random.PRNGKey(0))
+    assert obs.shape == (2, 5)
+    np.testing.assert_allclose(obs[:, -1], [0.0, 0.0])
+    for t in range(1, 5):
+        obs, state, _, terminated, truncated, info = venv.step(jax.random.PRNGKey(0), state, jnp.asarray([t % 2, (t + 1) % 2]))
+        if t < 4:
+            np.testing.assert_allclose(obs[:, -1], [t / 4, t / 4])
+    np.testing.assert_array_equal(truncated, [True, True])
+    np.testing.assert_allclose(info["final_obs"][:, -1], [1.0, 1.0])
+    np.testing.assert_allclose(obs[:, -1], [0.0, 0.0])  # the next episode starts at time 0
