@@ -160,3 +160,21 @@ def test_wrappers_of_a_gymnasium_env_wrap_its_env_group():
     np.testing.assert_array_equal(truncated, [True, True])
     np.testing.assert_allclose(info["final_obs"][:, -1], [1.0, 1.0])
     np.testing.assert_allclose(obs[:, -1], [0.0, 0.0])  # the next episode starts at time 0
+
+
+def test_env_groups_per_process_are_bounded_and_recycled(monkeypatch):
+    """Past GROUPS_PER_SIZE groups, a new group takes over the least recently used one's vector env
+    (no new environments are built), reset with the new group's seed."""
+    import longhorizon.envs.gymnasium as gym_adapter
+
+    monkeypatch.setattr(gym_adapter, "GROUPS_PER_SIZE", 2)
+    env = make("gymnasium:CartPole-v1", max_episode_steps=321)  # a pool of its own
+    venv = vectorize(env, 2)
+    states = [venv.reset(jax.random.PRNGKey(k))[1] for k in range(2)]
+    pool = GROUPS._pools[(env.spec_key, 2)]
+    first = pool[int(states[0].env_state.group)][0]
+    obs, third = venv.reset(jax.random.PRNGKey(2))
+    assert len(pool) == 2 and int(states[0].env_state.group) not in pool
+    assert pool[int(third.env_state.group)][0] is first  # recycled, not rebuilt
+    np.testing.assert_allclose(obs, _direct("CartPole-v1", 2, seed_of(int(third.env_state.group), 0))[1], rtol=1e-6)
+    GROUPS.close(env)

@@ -80,6 +80,8 @@ class GymnasiumEnv(Environment):
         if vector not in VECTOR_MODES:
             raise UsageError(f"--env-arg vector={vector} is not a vector mode; choose one of {', '.join(VECTOR_MODES)}.")
         self.id, self.target, self.make_kwargs, self.vector = env_id, target, dict(make_kwargs), vector
+        # Environments built alike are interchangeable: their env groups share one pool.
+        self.spec_key = (env_id, repr(target), repr(sorted(self.make_kwargs.items())), vector)
         probe = self.make_one()
         try:
             self._obs_space, self._act_space = probe.observation_space, probe.action_space
@@ -163,7 +165,7 @@ class _Groups:
         ``seed_of(group, steps)`` if ``reset`` or unless it has taken exactly ``steps`` steps here
         (a new group, or a state restored from elsewhere). Returns (entry, the reset obs or None)."""
         with self._lock:
-            pool = self._pools.setdefault((id(env), num_envs), collections.OrderedDict())
+            pool = self._pools.setdefault((env.spec_key, num_envs), collections.OrderedDict())
             entry = pool.pop(group, None)
             if entry is None:
                 venv = pool.popitem(last=False)[1][0] if len(pool) >= GROUPS_PER_SIZE else env.make_vector(num_envs)
@@ -177,7 +179,7 @@ class _Groups:
 
     def close(self, env: GymnasiumEnv) -> None:
         with self._lock:
-            for key in [k for k in self._pools if k[0] == id(env)]:
+            for key in [k for k in self._pools if k[0] == env.spec_key]:
                 for venv, _ in self._pools.pop(key).values():
                     venv.close()
 
