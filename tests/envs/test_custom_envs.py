@@ -3,7 +3,6 @@
 
 import textwrap
 
-import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +13,6 @@ from longhorizon.envs import GymnaxEnv, make, vectorize
 from longhorizon.errors import UsageError
 
 MODULE = '''
-import gymnax
 from gymnax.environments.classic_control import CartPole
 
 
