@@ -158,7 +158,7 @@ class _Groups:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pools: dict[tuple[int, int], collections.OrderedDict] = {}
+        self._pools: dict[tuple[tuple, int], collections.OrderedDict] = {}  # (spec, copies) -> group -> entry
 
     def get(self, env: GymnasiumEnv, num_envs: int, group: int, steps: int, reset: bool = False):
         """The vector environment of ``group`` as ``[venv, steps taken]``, reset with seed
@@ -216,10 +216,11 @@ class GymnasiumVecEnv(Environment):
     def action_space(self, params=None):
         return self.env.action_space()
 
-    def _shapes(self, lead: tuple[int, ...] = ()):
+    def _shapes(self):
+        """What a step returns per copy: obs, reward, terminated, truncated, final obs."""
         n, obs = self.num_envs, self.obs_info.shape
-        f32 = lambda *s: jax.ShapeDtypeStruct(lead + (n,) + s, jnp.float32)  # noqa: E731
-        flag = jax.ShapeDtypeStruct(lead + (n,), jnp.bool_)
+        f32 = lambda *s: jax.ShapeDtypeStruct((n,) + s, jnp.float32)  # noqa: E731
+        flag = jax.ShapeDtypeStruct((n,), jnp.bool_)
         return f32(*obs), f32(), flag, flag, f32(*obs)
 
     def reset(self, key, params=None):
@@ -235,6 +236,7 @@ class GymnasiumVecEnv(Environment):
         return obs, state, reward, terminated, truncated, {"final_obs": final_obs}
 
     # ---------------------------------------------------------------- host side
+    # The callbacks get one group per seed, with the seed axes in front (``lead``: () unbatched).
     def _host_reset(self, group, steps):
         lead = np.shape(group)
         out = [self.env.host_obs(GROUPS.get(self.env, self.num_envs, int(g), int(s), reset=True)[1])
@@ -246,7 +248,6 @@ class GymnasiumVecEnv(Environment):
         groups, steps = np.ravel(group), np.ravel(np.broadcast_to(steps, lead))
         actions = np.broadcast_to(action, lead + np.shape(action)[len(lead):]).reshape((-1,) + np.shape(action)[len(lead):])
         entries = [GROUPS.get(self.env, self.num_envs, int(g), int(s))[0] for g, s in zip(groups, steps)]
-        results = []
         if self.env.vector == "async":  # every group's workers step at once
             for entry, a in zip(entries, actions):
                 entry[0].step_async(self.env.host_action(a))
