@@ -13,7 +13,8 @@ from gymnax.environments.classic_control import CartPole  # noqa: E402
 
 from longhorizon.cli import main  # noqa: E402
 from longhorizon.runner.replay import load_run  # noqa: E402
-from longhorizon.runner.run import RunSpec, train  # noqa: E402
+from longhorizon.errors import UsageError  # noqa: E402
+from longhorizon.runner.run import RunSpec, spec_from_results, train  # noqa: E402
 
 TINY = {"total_steps": "128", "num_envs": "2", "num_steps": "16", "num_minibatches": "2", "update_epochs": "1"}
 
@@ -59,3 +60,8 @@ def test_a_gymnax_environment_object_trains_from_python(tmp_path):
     # The params given reach the environment: no evaluation episode outlasts the 40-step limit.
     assert all(1 <= r <= 40 for r in summary["final_eval_return"])
     assert np.isfinite(summary["final_eval_return_mean"])
+    # config.json marks the object, so the command line refuses to rebuild it (instead of the registry's CartPole).
+    assert json.loads((tmp_path / "obj" / "config.json").read_text())["env"] == "object:CartPole-v1"
+    with pytest.raises(UsageError, match="was a Python object given to RunSpec"):
+        train(spec_from_results(tmp_path / "obj"), resume=True)
+    assert train(spec, resume=True)["status"] == "completed"  # from Python, with the object, it resumes

@@ -3,7 +3,7 @@
 import copy
 
 from longhorizon.envs.api import Environment, GymnaxEnv, SpaceInfo, space_info, true_next_obs
-from longhorizon.envs.registry import env_name, family, list_env_ids, make
+from longhorizon.envs.registry import env_name, family, list_env_ids, make, recorded_env_id
 from longhorizon.envs.wrappers import (AutoReset, EpisodeStatistics, NormalizeObservation, NormalizeReward, TimeFeature,
                                        VecEnv, Wrapper)
 
@@ -27,5 +27,5 @@ def _natively_vectorized(env: Environment, num_envs: int) -> Environment:
     return outer
 
 
-__all__ = ["Environment", "GymnaxEnv", "SpaceInfo", "space_info", "true_next_obs", "env_name", "family", "list_env_ids", "make", "AutoReset",
+__all__ = ["Environment", "GymnaxEnv", "SpaceInfo", "space_info", "true_next_obs", "env_name", "family", "list_env_ids", "make", "recorded_env_id", "AutoReset",
            "EpisodeStatistics", "NormalizeObservation", "NormalizeReward", "TimeFeature", "VecEnv", "Wrapper", "vectorize"]

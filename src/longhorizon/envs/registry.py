@@ -39,6 +39,15 @@ def env_name(env: Any) -> str:
     return str(getattr(env, "id", None) or getattr(env, "name", None) or type(env).__name__)  # gymnax envs have .name
 
 
+OBJECT_PREFIX = "object:"
+
+
+def recorded_env_id(env: Any) -> str:
+    """How a run's ``config.json`` names its environment: the id itself, or ``object:NAME`` for a
+    Python object, which cannot be rebuilt from the file (``make`` refuses it with the way to resume)."""
+    return env if isinstance(env, str) else OBJECT_PREFIX + env_name(env)
+
+
 def family(env_id: Any) -> str:
     """A coarse family used for per-family defaults: classic, minatar, bsuite, misc or gymnasium."""
     env_id = env_name(env_id)
@@ -74,6 +83,9 @@ def make(env_id: Any, env_params: Any = None, **overrides: Any) -> Environment:
 
     if not isinstance(env_id, str):
         return _from_object(env_id, env_params, overrides, what=type(env_id).__name__)
+    if env_id.startswith(OBJECT_PREFIX):
+        raise UsageError(f"environment '{env_id}' was a Python object given to RunSpec(env=...), which a results folder "
+                         f"cannot rebuild; resume it from Python with train(RunSpec(env=<the same object>, ...), resume=True).")
     if env_id.startswith("gymnasium:"):
         from longhorizon.envs.gymnasium import make_gymnasium
 

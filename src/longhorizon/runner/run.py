@@ -25,7 +25,7 @@ import numpy as np
 from longhorizon import __version__
 from longhorizon import algos as algo_registry
 from longhorizon.config import apply_overrides
-from longhorizon.envs import env_name, make
+from longhorizon.envs import env_name, make, recorded_env_id
 from longhorizon.envs.gymnasium import is_host_env
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
@@ -149,7 +149,7 @@ class Run:
 
     def resolved_config(self) -> dict[str, Any]:
         return {
-            "algo": self.spec.algo, "env": env_name(self.spec.env), "env_overrides": self.spec.env_overrides,
+            "algo": self.spec.algo, "env": recorded_env_id(self.spec.env), "env_overrides": self.spec.env_overrides,
             "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.engine.name,
             "config": self.config.to_dict(), "config_overrides": self.spec.config_overrides,
             "num_chunks": self.num_chunks, "num_updates": self.num_updates,
