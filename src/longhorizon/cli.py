@@ -226,6 +226,9 @@ def train(
             raise UsageError(f"--{changed[0].replace('_', '-')} cannot be changed when resuming; resume with the saved "
                              "config only (--quiet, --dry-run and --wandb may be added).")
         spec = spec_from_results(resume, quiet=quiet, wandb=wandb)
+        from longhorizon.runner.sweep import refuse_resume
+
+        refuse_resume(resume)
     else:
         spec, recorded = _train_spec(ctx, given, extra)
     if spec.eval_every < 0:

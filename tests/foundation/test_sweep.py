@@ -147,4 +147,6 @@ def test_cli_sweep_with_a_structural_field_writes_table_and_plot(tmp_path):
     assert "| learning_rate | hidden | mean | std | min | max |" in table and "| 1e-2 | 8 |" in table
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     assert main(args) == 2  # the folder now holds a sweep
+    assert main(["train", "--resume", str(out / "hidden=8"), "--dry-run"]) == 2  # rows of a sweep cannot resume as one run
+    assert main(["eval", str(out / "hidden=8"), "--episodes", "1"]) == 0  # but its checkpoints evaluate like a run's
     assert main([*args[:-1], str(tmp_path / "other"), "--chunks", "9"]) == 2  # 8 updates cannot fill 9 chunks

@@ -306,6 +306,15 @@ def plot_sweep(sweep_plan: Plan, results: list[dict[str, Any]], out: Path) -> Pa
     return out
 
 
+def refuse_resume(run_dir) -> None:
+    """A sweep's program cannot be resumed as a plain run: its rows train different settings."""
+    from longhorizon.runner.results import read_json
+
+    if "sweep" in read_json(Path(run_dir) / "config.json"):
+        raise UsageError(f"{run_dir} is a program of a sweep, whose seed rows train different settings; sweeps "
+                         f"cannot be resumed, so run `longhorizon sweep` again with another --out.")
+
+
 # ----------------------------------------------------------------------------- command line
 def register(app) -> None:
     @app.command(name="sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
