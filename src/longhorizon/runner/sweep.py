@@ -140,8 +140,7 @@ def plan(spec, grid_items: list[str]) -> Plan:
         raise UsageError(f"{flag(fixed[0])} is both fixed and in the grid; keep one of them.")
     for combo in combinations(grid, list(grid)):
         config = apply_overrides(base, combo)  # validates each combination (e.g. a minibatch count that divides)
-        if hasattr(algo, "check_env"):
-            algo.check_env(env, config)
+        algo.check_env(env, config)
     numeric, structural = classify(grid, base)
     # A field is numeric for the algorithm's base config; a structural value may change that (e.g. PPO's
     # gamma is static once rewards are normalised), so each program checks its own config again.
