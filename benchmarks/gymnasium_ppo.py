@@ -305,7 +305,7 @@ def report(env_id: str, s: dict, res: dict[str, list[dict]], threads: int) -> st
     lines = [f"### {env_id}: {s['num_envs']} envs x {s['num_steps']} steps, {s['update_epochs']} epochs x "
              f"{s['num_minibatches']} minibatches of {s['minibatch_size']}, {s['updates']} updates = "
              f"{s['total_steps']:,} env steps, lr {s['learning_rate']:g}{' annealed' if s['anneal_lr'] else ''}, "
-             f"64x64 tanh; SB3 on {threads} torch thread(s)", "",
+             f"{'x'.join(map(str, s['hidden']))} {s['activation']}; SB3 on {threads} torch thread(s)", "",
              "| what | env steps/s (wall), median [min, max] | longhorizon / this, per round | median [min, max] | "
              "env steps per CPU-second | longhorizon / this (CPU), median | compile s | 1-min load before -> after |",
              "|---|---|---|---|---|---|---|---|"]
@@ -412,8 +412,7 @@ def main() -> None:
                 jobs["raw env (DummyVecEnv)"] = lambda i: run_json(peer, RAW_ENV, arg, "DummyVecEnv")
             for name in ("sbx", "sb3"):
                 if name in only:
-                    jobs[name] = lambda i, name=name: run_json(peer, PEER_TRAIN, arg, name, str(args.sb3_threads),
-                                                               env={"JAX_PLATFORMS": "cpu"})
+                    jobs[name] = lambda i, name=name: run_json(peer, PEER_TRAIN, arg, name, str(args.sb3_threads))
             res: dict[str, list[dict]] = {name: [] for name in jobs}
             for i in range(args.rounds):
                 order = list(jobs) if i % 2 == 0 else list(reversed(jobs))
