@@ -76,6 +76,7 @@ def render_host_episode(run: Run, state, out: Path, greedy: bool = True, max_fra
     renderer, written as a GIF (Pillow) or MP4 (imageio with ffmpeg). The policy acts through the
     same wrappers as in training (e.g. SQIRL's time feature), on one env group of one copy."""
     import copy
+    import importlib.util
 
     from longhorizon.envs import Wrapper, vectorize
     from longhorizon.envs.gymnasium import GROUPS, GymnasiumEnv
@@ -83,6 +84,8 @@ def render_host_episode(run: Run, state, out: Path, greedy: bool = True, max_fra
     suffix = out.suffix.lower()
     if suffix not in (".gif", ".mp4"):
         raise UsageError(f"--render {out}: name the file .gif or .mp4.")
+    if suffix == ".mp4" and not any(importlib.util.find_spec(m) for m in ("imageio_ffmpeg", "av")):
+        raise UsageError(f"writing {out} needs imageio with ffmpeg; `pip install imageio imageio-ffmpeg`, or render to .gif.")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen; no window, no sound device
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     os.environ.setdefault("MUJOCO_GL", "egl")
