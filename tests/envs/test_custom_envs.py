@@ -44,6 +44,28 @@ class OldStyle:
 
 
 not_an_env = 3
+
+
+import gymnasium
+import numpy as np
+
+
+class CountEnv(gymnasium.Env):
+    """A gymnasium environment of the user's: the observation counts steps, reward = action."""
+    observation_space = gymnasium.spaces.Box(0.0, 100.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), float(action), self.t >= 5, False, {}
+
+
+gymnasium.register("CountRegistered-v0", entry_point=CountEnv, max_episode_steps=2)
 '''
 
 
@@ -106,3 +128,23 @@ def test_cli_refuses_a_bad_import_path_with_exit_code_2(user_module, tmp_path):
                                                                               "PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 2
     assert "has no attribute 'missing'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_users_gymnasium_class_by_import_path(user_module):
+    """gymnasium:pkg.module:Class builds the class through gymnasium.make (time limit by setting); an
+    id the module registers on import is found too. Hand-computed: obs counts steps, reward = action,
+    terminated at t = 5, truncated at the time limit."""
+    from longhorizon.envs.gymnasium import GymnasiumEnv
+
+    env = make(f"gymnasium:{user_module}:CountEnv", max_episode_steps=3)
+    assert isinstance(env, GymnasiumEnv) and env.max_episode_steps == 3 and env.act_info.n == 3
+    venv = vectorize(env, 2)
+    obs, state = venv.reset(jax.random.PRNGKey(0))
+    for t in range(1, 4):
+        obs, state, reward, terminated, truncated, info = venv.step(jax.random.PRNGKey(0), state, jnp.asarray([1, 2]))
+    np.testing.assert_allclose(reward, [1.0, 2.0])
+    np.testing.assert_array_equal(truncated, [True, True])  # the 3-step limit comes before termination at 5
+    np.testing.assert_allclose(info["final_obs"], [[3.0], [3.0]])
+    np.testing.assert_allclose(obs, [[0.0], [0.0]])
+    registered = make(f"gymnasium:{user_module}:CountRegistered-v0")
+    assert registered.max_episode_steps == 2
