@@ -17,7 +17,7 @@ evaluations, checkpoints, plots), and the process's CPU seconds; the ratio seque
 per round, with the median and spread over rounds. The 1-minute load average is recorded around
 every measurement (the machine may be shared).
 
-    .venv/bin/python benchmarks/sweep.py --rounds 3 --out docs/results/bench/sweep_cpu.json --keep docs/results/sweep
+    .venv/bin/python benchmarks/sweep.py --rounds 3 --out docs/results/bench/sweep_cpu.json --keep docs/results/sweep/bench
 """
 
 from __future__ import annotations
