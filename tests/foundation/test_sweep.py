@@ -114,7 +114,9 @@ def test_one_program_sweep_rows_equal_plain_runs(tmp_path):
         rows = jax.tree.map(lambda x: np.asarray(x)[2 * c:2 * c + 2], swept["weights"])
         for a, b in zip(jax.tree.leaves(rows), jax.tree.leaves(plain["weights"])):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-        assert len(record["results"][c]["final_eval_return"]) == 2
+        summary = json.loads((tmp_path / f"plain{c}" / "summary.json").read_text())
+        # seed i of every combination is evaluated on the episodes of the plain run's seed i
+        assert record["results"][c]["final_eval_return"] == pytest.approx(summary["final_eval_return"], rel=1e-5)
     # the two learning rates really trained differently
     first = jax.tree.leaves(swept["weights"])[0]
     assert not np.allclose(np.asarray(first)[0], np.asarray(first)[2])

@@ -80,11 +80,17 @@ def _compiled_eval(algo: ModuleType, env: Any, num_episodes: int, greedy: bool):
 
 
 def evaluate(algo: ModuleType, state: Any, env: Any, key: jax.Array, num_episodes: int = 10,
-             greedy: bool = True) -> list[float]:
-    """Mean greedy-evaluation return for each seed of a seed-vmapped training ``state``."""
+             greedy: bool = True, seed_indices: list[int] | None = None) -> list[float]:
+    """Mean greedy-evaluation return for each seed of a seed-vmapped training ``state``.
+
+    Seed ``i`` evaluates with ``split(key, num_seeds)[i]``; ``seed_indices`` (a sweep's rows) names
+    each row's seed, so every combination's seed ``i`` meets the episodes of a plain run's seed ``i``."""
     params = algo.agent_params(state)
     num_seeds = jax.tree.leaves(params)[0].shape[0]
-    keys = jax.random.split(key, num_seeds)
+    if seed_indices is None:
+        keys = jax.random.split(key, num_seeds)
+    else:
+        keys = jax.random.split(key, max(seed_indices) + 1)[np.asarray(seed_indices)]
     if is_host_env(env):
         return [float(np.mean(host_episode_returns(algo, jax.tree.map(lambda x: x[i], params), env, keys[i],
                                                    num_episodes, greedy))) for i in range(num_seeds)]

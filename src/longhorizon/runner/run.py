@@ -278,7 +278,8 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
                 elif row["episode_return_mean"] is not None:
                     last_returns = {k: row[k] for k in ("episode_return_mean", "episode_return_min", "episode_return_max")}
                 if spec.eval_every and (chunk % spec.eval_every == 0 or chunk == run.num_chunks):
-                    last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes)
+                    last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
+                                         seed_indices=getattr(engine, "row_seeds", None))
                     row["eval_return_mean"] = float(np.mean(last_eval))
                     row["eval_return_per_seed"] = last_eval
                 run.loggers.log(results.append_metrics(row))
@@ -299,7 +300,8 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
     final_eval = None
     if status in ("completed", "target_reached"):
         final_eval = last_eval if (last_eval is not None and spec.eval_every and status == "target_reached") else \
-            evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, 10**6), spec.eval_episodes)
+            evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, 10**6), spec.eval_episodes,
+                     seed_indices=getattr(engine, "row_seeds", None))
     summary = _finish(run, state, chunk, status, final_eval, compile_seconds, prior, train_seconds, wall(), eval_key)
     if status == "interrupted":
         raise KeyboardInterrupt(summary)
