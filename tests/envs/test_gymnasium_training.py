@@ -27,6 +27,11 @@ def test_ppo_on_gymnasium_cartpole_stops_resumes_through_the_cli_and_renders(tmp
                    config_overrides=TINY)
     first = train(spec, max_chunks=1)
     assert first["status"] == "stopped" and first["chunks_done"] == 1
+    from longhorizon.envs import make
+    from longhorizon.envs.gymnasium import GROUPS
+
+    spec_key = make("gymnasium:CartPole-v1").spec_key  # the finished run released its vector environments
+    assert not [key for key in GROUPS._pools if key[0] == spec_key]
 
     # Resume through the command line: the saved config picks the host engine again.
     assert main(["train", "--resume", str(out), "--quiet"]) == 0

@@ -11,9 +11,14 @@ The runner picks this engine for such environments; ``--engine host`` names it e
 from __future__ import annotations
 
 from longhorizon.engine.fused import FusedEngine
+from longhorizon.envs.gymnasium import close_groups
 
 
 class HostEngine(FusedEngine):
     """:class:`~longhorizon.engine.fused.FusedEngine` over a host-stepped environment."""
 
     name = "host"
+
+    def close(self) -> None:
+        """Release the environments this process stepped (the runner calls it when a run ends)."""
+        close_groups(self.env)

@@ -270,13 +270,26 @@ class GymnasiumVecEnv(Environment):
         return f"GymnasiumVecEnv({self.id}, num_envs={self.num_envs})"
 
 
+def host_env(env: Any) -> GymnasiumEnv | None:
+    """The gymnasium environment inside ``env`` (possibly wrapped or vectorised), or None."""
+    while env is not None:
+        if isinstance(env, GymnasiumEnv):
+            return env
+        env = env.__dict__.get("env") if hasattr(env, "__dict__") else None
+    return None
+
+
 def is_host_env(env: Any) -> bool:
     """Whether ``env`` (possibly wrapped) is stepped on the host rather than inside XLA."""
-    while env is not None:
-        if isinstance(env, (GymnasiumEnv, GymnasiumVecEnv)):
-            return True
-        env = env.__dict__.get("env") if hasattr(env, "__dict__") else None
-    return False
+    return host_env(env) is not None
+
+
+def close_groups(env: Any) -> None:
+    """Close this process's vector environments of ``env`` (async workers stop); a later step of one
+    of its groups builds and resets it afresh."""
+    inner = host_env(env)
+    if inner is not None:
+        GROUPS.close(inner)
 
 
 def make_gymnasium(env_id: str, **settings: Any) -> GymnasiumEnv:
