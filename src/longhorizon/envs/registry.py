@@ -28,7 +28,7 @@ def _gymnax_ids() -> list[str]:
 
 
 def list_env_ids() -> list[str]:
-    """All ids ``make`` accepts."""
+    """The registry ids ``make`` accepts (gymnax's); gymnasium's are named ``gymnasium:ID``."""
     return _gymnax_ids()
 
 
