@@ -70,3 +70,20 @@ def test_a_gymnax_environment_object_trains_from_python(tmp_path):
     with pytest.raises(UsageError, match="was a Python object given to RunSpec"):
         train(spec_from_results(tmp_path / "obj"), resume=True)
     assert train(spec, resume=True)["status"] == "completed"  # from Python, with the object, it resumes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo, overrides", [
+    ("pqn", {"total_steps": "256", "num_envs": "4", "num_steps": "32", "num_minibatches": "2", "update_epochs": "1"}),
+    ("dqn", {"total_steps": "256", "num_envs": "2", "num_steps": "32", "learning_starts": "64", "buffer_size": "512",
+             "gradient_steps": "2", "batch_size": "16"}),
+    ("sqirl", {"total_steps": "1000", "num_envs": "2", "num_minibatches": "2", "update_epochs": "1"}),
+])
+def test_the_value_based_algorithms_train_on_gymnasium_unchanged(tmp_path, algo, overrides):
+    """PQN, DQN and SQIRL (its time feature wrapping the env group) run their own modules on a
+    gymnasium environment; every step they were asked for is taken and the greedy evaluation is a
+    CartPole return (1 per step, at most 500)."""
+    summary = train(RunSpec(algo=algo, env="gymnasium:CartPole-v1", num_chunks=1, out=str(tmp_path / algo), quiet=True,
+                            config_overrides=overrides))
+    assert summary["status"] == "completed" and summary["total_env_steps"] == int(overrides["total_steps"])
+    assert all(1 <= r <= 500 for r in summary["final_eval_return"])
