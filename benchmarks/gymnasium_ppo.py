@@ -393,7 +393,10 @@ def main() -> None:
     results: dict = {"command": " ".join([".venv/bin/python", "benchmarks/gymnasium_ppo.py", *sys.argv[1:]]),
                      "settings": settings, "rounds": [], "by_env": {},
                      "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                                 "jax": jax.__version__, "platform": jax.devices()[0].platform}}
+                                 "jax": jax.__version__, "platform": jax.devices()[0].platform},
+                     # the code measured: other work may change the engine between runs
+                     "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True,
+                                                  text=True).stdout.strip()}
     if peer is not None:
         results["machine"]["peers"] = {p: peer_version(peer, p) for p in ("sbx-rl", "stable-baselines3", "torch", "jax", "gymnasium")}
     lh_env = {"LONGHORIZON_COMPILE_CACHE": "0"}  # cold compiles, as in the other benchmarks
