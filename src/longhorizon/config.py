@@ -135,7 +135,8 @@ def stack_configs(configs: Sequence[AlgoConfig], traced: Sequence[str]) -> AlgoC
         for f in dataclasses.fields(first):
             if f.name not in traced and getattr(config, f.name) != getattr(first, f.name):
                 raise ValueError(f"field {f.name} differs between rows but is not traced")
-    stacked = _unflatten(type(first), ((), tuple((f.name, getattr(first, f.name)) for f in dataclasses.fields(first))), ())
+    shared = tuple((f.name, getattr(first, f.name)) for f in dataclasses.fields(first))
+    stacked = _unflatten(type(first), ((), shared), ())
     object.__setattr__(stacked, "_traced", tuple(traced))
     for name in traced:
         object.__setattr__(stacked, name, np.asarray([getattr(c, name) for c in configs], np.float32))

@@ -5,7 +5,6 @@ run of that config and seed."""
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import serialization

@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -34,8 +35,8 @@ from typing import Any, Optional
 import numpy as np
 import typer
 
-from longhorizon import algos as algo_registry
-from longhorizon.config import AlgoConfig, apply_overrides, config_fields, flag, parse_field, stack_configs, traceable_fields
+from longhorizon.config import (AlgoConfig, apply_overrides, config_fields, flag, parse_field, stack_configs,
+                                traceable_fields)
 from longhorizon.errors import UsageError
 
 
@@ -120,6 +121,7 @@ class Plan:
 
 def plan(spec, grid_items: list[str]) -> Plan:
     """Check the whole sweep (every combination's config is built and validated) before compiling anything."""
+    from longhorizon.engine.fused import FusedEngine
     from longhorizon.runner.run import Run, default_out_dir
 
     if spec.engine != "fused":
@@ -130,8 +132,6 @@ def plan(spec, grid_items: list[str]) -> Plan:
         raise UsageError(f"--seeds must be at least 1 (got {spec.seeds}); pass --seeds 1 or more.")
     run = Run(spec)  # the algorithm, environment and fixed settings, checked as `train` checks them
     algo, env, base = run.algo, run.env, run.config
-    from longhorizon.engine.fused import FusedEngine
-
     if not isinstance(run.engine, FusedEngine):
         raise UsageError(f"a sweep needs an environment that runs inside XLA; {spec.env} is stepped on the host.")
     grid = parse_grid(grid_items, base)
@@ -188,7 +188,8 @@ def run_program(sweep_plan: Plan, program: Program) -> dict[str, Any]:
 
     class ProgramRun(Run):
         def resolved_config(self) -> dict[str, Any]:  # config.json also names each seed row's combination
-            return {**super().resolved_config(), "sweep": {"numeric_fields": sweep_plan.numeric_fields, "rows": named_rows}}
+            sweep_rows = {"numeric_fields": sweep_plan.numeric_fields, "rows": named_rows}
+            return {**super().resolved_config(), "sweep": sweep_rows}
 
     run = ProgramRun(spec)
     if sweep_plan.numeric_fields:
@@ -284,10 +285,11 @@ def plot_sweep(sweep_plan: Plan, results: list[dict[str, Any]], out: Path) -> Pa
                 curves.fill_between(x, low, high, color=color, alpha=0.15)
             result = results[index]
             if result.get("final_eval_return"):
+                spread = [[result["mean"] - result["min"]], [result["max"] - result["mean"]]]
                 bars.bar(index, result["mean"], color=color, alpha=0.8)
-                bars.errorbar(index, result["mean"], yerr=[[result["mean"] - result["min"]], [result["max"] - result["mean"]]],
-                              color="black", capsize=3)
-                bars.scatter([index] * len(result["final_eval_return"]), result["final_eval_return"], color="black", s=8, zorder=3)
+                bars.errorbar(index, result["mean"], yerr=spread, color="black", capsize=3)
+                per_seed = result["final_eval_return"]
+                bars.scatter([index] * len(per_seed), per_seed, color="black", s=8, zorder=3)
             index += 1
     curves.set_xlabel("environment steps per agent")
     curves.set_ylabel("training episode return")
@@ -321,7 +323,8 @@ def register(app) -> None:
         ctx: typer.Context,
         algo: str = typer.Argument(None, help="Algorithm: ppo, pqn, dqn, sqirl ..."),
         env: Optional[str] = typer.Option(None, help="Environment id (see `longhorizon envs`)."),
-        grid: Optional[list[str]] = typer.Option(None, "--grid", help="FIELD=V1,V2,... (repeatable); tuple values as 64x64."),
+        grid: Optional[list[str]] = typer.Option(None, "--grid", help="FIELD=V1,V2,... (repeatable); tuple "
+                                                 "values as 64x64."),
         seeds: int = typer.Option(1, help="Seeds per combination."),
         seed: int = typer.Option(0, help="Base random seed."),
         total_steps: Optional[str] = typer.Option(None, help="Environment steps per agent."),
@@ -335,13 +338,16 @@ def register(app) -> None:
                                      "compile and write nothing."),
     ) -> None:
         """Train ALGO on --env for every combination of the --grid values x --seeds, numeric fields in one program."""
-        from longhorizon.cli import _check_resolved, _given, _parse_env_args, _parse_extra, _print_json, setup_compilation_cache
+        from longhorizon.cli import (_check_resolved, _given, _parse_env_args, _parse_extra, _print_json,
+                                     setup_compilation_cache)
         from longhorizon.runner.run import RunSpec
 
         if not algo:
-            raise UsageError("missing algorithm; write e.g. `longhorizon sweep ppo --env CartPole-v1 --grid learning_rate=1e-4,3e-4`.")
+            raise UsageError("missing algorithm; write e.g. `longhorizon sweep ppo --env CartPole-v1 "
+                             "--grid learning_rate=1e-4,3e-4`.")
         if not env:
-            raise UsageError("missing --env; pass an environment id such as --env CartPole-v1 (list them with `longhorizon envs`).")
+            raise UsageError("missing --env; pass an environment id such as --env CartPole-v1 "
+                             "(list them with `longhorizon envs`).")
         if eval_every < 0:
             raise UsageError(f"--eval-every must be 0 or more (got {eval_every}); pass 0 to evaluate only at the end.")
         extra = _parse_extra(list(ctx.args))
@@ -364,6 +370,11 @@ def register(app) -> None:
             _print_json({**record, "quiet": quiet})
             return
         setup_compilation_cache()
-        record = sweep(spec, grid or [])
+        try:
+            record = sweep(spec, grid or [])
+        except KeyboardInterrupt as stop:
+            print(f"interrupted: the finished chunks' checkpoints are in {sweep_plan.spec.out}; a sweep cannot be "
+                  "resumed, so run it again with another --out.", file=sys.stderr)
+            raise typer.Exit(130) from stop
         print(markdown(record))
         print(f"results: {record['out']} (sweep.md, sweep.json, sweep.png)")
