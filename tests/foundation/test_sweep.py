@@ -151,3 +151,35 @@ def test_cli_sweep_with_a_structural_field_writes_table_and_plot(tmp_path):
     assert main(["train", "--resume", str(out / "hidden=8"), "--dry-run"]) == 2  # rows of a sweep cannot resume as one run
     assert main(["eval", str(out / "hidden=8"), "--episodes", "1"]) == 0  # but its checkpoints evaluate like a run's
     assert main([*args[:-1], str(tmp_path / "other"), "--chunks", "9"]) == 2  # 8 updates cannot fill 9 chunks
+
+
+@pytest.mark.parametrize("name, overrides, grid", [
+    ("pqn", {"num_envs": "4", "num_steps": "8", "total_steps": "256", "num_minibatches": "2", "hidden": "8,8"},
+     [{"learning_rate": "1e-3", "epsilon_fraction": "0.5", "q_lambda": "0.9"},
+      {"learning_rate": "1e-2", "epsilon_fraction": "0.1", "q_lambda": "0.5"}]),
+    ("dqn", {"num_envs": "2", "num_steps": "8", "total_steps": "256", "gradient_steps": "4", "learning_starts": "16",
+             "hidden": "8,8", "buffer_size": "64"},
+     [{"learning_rate": "1e-3", "tau": "1.0", "gamma": "0.99"}, {"learning_rate": "1e-2", "tau": "0.5", "gamma": "0.9"}]),
+])
+def test_q_learning_sweep_rows_equal_plain_engines(name, overrides, grid):
+    """PQN and DQN read their traced settings in schedules (epsilon, learning rate) and targets (gamma,
+    lambda, tau): a row of the stacked program ends where the plain program of its config ends."""
+    from longhorizon import algos
+    from longhorizon.config import apply_overrides
+    from longhorizon.engine.fused import FusedEngine
+    from longhorizon.envs import make
+
+    algo, env = algos.get(name), make("CartPole-v1")
+    base = apply_overrides(algo.default_config("CartPole-v1"), overrides)
+    configs = [apply_overrides(base, combo) for combo in grid]
+    stacked = stack_configs([c for c in configs for _ in range(2)], list(grid[0]))
+    engine = FusedEngine(algo, env, base, 4, 4, rows=([0, 1, 0, 1], stacked))
+    state, _ = engine.run_chunk(engine.init(0))
+    swept = jax.tree.leaves(algo.agent_params(state).weights)
+    for c, config in enumerate(configs):
+        plain_engine = FusedEngine(algo, env, config, 2, 4)
+        plain, _ = plain_engine.run_chunk(plain_engine.init(0))
+        for a, b in zip(swept, jax.tree.leaves(algo.agent_params(plain).weights)):
+            np.testing.assert_allclose(np.asarray(a)[2 * c:2 * c + 2], np.asarray(b), rtol=1e-5, atol=1e-6)
+    first = np.asarray(swept[0])
+    assert not np.allclose(first[0], first[2])  # the two configs trained differently
