@@ -109,7 +109,7 @@ def test_chunk_plan_of_the_reported_case():
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(num_updates=st.integers(1, 90), extra_steps=st.integers(0, STEPS_PER_UPDATE - 1), chunks=st.integers(1, 30))
 def test_the_runner_runs_every_update_once(counting, monkeypatch, num_updates, extra_steps, chunks):
-    monkeypatch.setattr(run_module, "evaluate", lambda algo, state, env, key, episodes: [0.0])
+    monkeypatch.setattr(run_module, "evaluate", lambda algo, state, env, key, episodes, **kw: [0.0])
     total_steps = num_updates * STEPS_PER_UPDATE + extra_steps
     captured = {}
     original = run_module._finish
