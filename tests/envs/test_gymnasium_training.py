@@ -2,6 +2,7 @@
 stops, resumes from its checkpoint through the CLI, and `eval --render` draws an episode to a GIF;
 a gymnax environment object trains from Python through RunSpec."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -52,6 +53,13 @@ def test_ppo_on_gymnasium_cartpole_stops_resumes_through_the_cli_and_renders(tmp
 
     image = Image.open(gif)
     assert image.size == (600, 400) and image.n_frames > 1
+
+    mp4 = tmp_path / "episode.mp4"
+    code = main(["eval", str(out), "--episodes", "1", "--render", str(mp4)])
+    if importlib.util.find_spec("imageio_ffmpeg") is None:  # the `video` extra is not installed: refused up front
+        assert code == 2 and not mp4.exists()
+    else:
+        assert code == 0 and mp4.stat().st_size > 1000
 
 
 @pytest.mark.slow

@@ -85,7 +85,7 @@ def render_host_episode(run: Run, state, out: Path, greedy: bool = True, max_fra
     if suffix not in (".gif", ".mp4"):
         raise UsageError(f"--render {out}: name the file .gif or .mp4.")
     if suffix == ".mp4" and not any(importlib.util.find_spec(m) for m in ("imageio_ffmpeg", "av")):
-        raise UsageError(f"writing {out} needs imageio with ffmpeg; `pip install imageio imageio-ffmpeg`, or render to .gif.")
+        raise UsageError(f"writing {out} needs imageio with ffmpeg; `pip install 'longhorizon[video]'`, or render to .gif.")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen; no window, no sound device
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -149,5 +149,5 @@ def render_host_episode(run: Run, state, out: Path, greedy: bool = True, max_fra
             imageio.mimwrite(out, frames, fps=30)
         except (ImportError, ValueError, RuntimeError) as error:
             raise UsageError(f"writing {out} needs imageio with ffmpeg ({type(error).__name__}); "
-                             f"`pip install imageio imageio-ffmpeg`, or render to .gif.") from None
+                             f"`pip install 'longhorizon[video]'`, or render to .gif.") from None
     return out
