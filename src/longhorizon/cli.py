@@ -362,6 +362,10 @@ def envs() -> None:
     if not console.is_terminal:  # piped: do not squeeze ids into an 80-column table
         console = Console(width=200)
     console.print(table)
+    console.print("Also accepted by --env: gymnasium:ID for any registered gymnasium environment (e.g. "
+                  "gymnasium:CartPole-v1; gymnasium:Hopper-v5 with longhorizon[mujoco]), gymnasium:pkg.module:Class, "
+                  "pkg.module:factory for your own gymnax-style environment, and a tabular MDP file.npz "
+                  "(docs/gymnasium.md).", markup=False)
 
 
 @app.command(name="eval")
