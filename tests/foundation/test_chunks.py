@@ -106,19 +106,24 @@ def test_chunk_plan_of_the_reported_case():
     assert plan_chunks(10, 25) == (1, 10)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(num_updates=st.integers(1, 90), extra_steps=st.integers(0, STEPS_PER_UPDATE - 1), chunks=st.integers(1, 30))
-def test_the_runner_runs_every_update_once(counting, monkeypatch, num_updates, extra_steps, chunks):
-    monkeypatch.setattr(run_module, "evaluate", lambda algo, state, env, key, episodes, **kw: [0.0])
-    total_steps = num_updates * STEPS_PER_UPDATE + extra_steps
-    captured = {}
-    original = run_module._finish
+def capture_final_state(monkeypatch) -> dict:
+    """A dict that receives the runner's final training state under "state" when the run finishes."""
+    captured, original = {}, run_module._finish
 
     def keep_state(run, state, *args, **kwargs):
         captured["state"] = state
         return original(run, state, *args, **kwargs)
 
     monkeypatch.setattr(run_module, "_finish", keep_state)
+    return captured
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num_updates=st.integers(1, 90), extra_steps=st.integers(0, STEPS_PER_UPDATE - 1), chunks=st.integers(1, 30))
+def test_the_runner_runs_every_update_once(counting, monkeypatch, num_updates, extra_steps, chunks):
+    monkeypatch.setattr(run_module, "evaluate", lambda algo, state, env, key, episodes, **kw: [0.0])
+    total_steps = num_updates * STEPS_PER_UPDATE + extra_steps
+    captured = capture_final_state(monkeypatch)
     with tempfile.TemporaryDirectory() as folder:
         summary = train(RunSpec(algo=counting, env="CartPole-v1", config_overrides={"total_steps": str(total_steps)},
                                 out=folder, num_chunks=chunks, quiet=True))
@@ -134,14 +139,7 @@ def test_the_runner_runs_every_update_once(counting, monkeypatch, num_updates, e
 
 def test_ppo_learning_rate_reaches_zero_with_a_partial_last_chunk(tmp_path, monkeypatch):
     """The reported case on the real PPO: 43 updates in 4 chunks, linear annealing to 0."""
-    captured = {}
-    original = run_module._finish
-
-    def keep_state(run, state, *args, **kwargs):
-        captured["state"] = state
-        return original(run, state, *args, **kwargs)
-
-    monkeypatch.setattr(run_module, "_finish", keep_state)
+    captured = capture_final_state(monkeypatch)
     overrides = {"num_envs": "2", "num_steps": "8", "num_minibatches": "2", "update_epochs": "1", "hidden": "8",
                  "total_steps": str(43 * 16)}
     summary = train(RunSpec(algo="ppo", env="CartPole-v1", config_overrides=overrides, out=str(tmp_path / "r"),
