@@ -337,7 +337,8 @@ def register(app) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Check the grid and print the programs as JSON; "
                                      "compile and write nothing."),
     ) -> None:
-        """Train ALGO on --env for every combination of the --grid values x --seeds, numeric fields in one program."""
+        """Train ALGO on --env for every combination of the --grid values x --seeds, numeric fields in one
+        program; any other config field is fixed as --field value."""
         from longhorizon.cli import (_check_resolved, _given, _parse_env_args, _parse_extra, _print_json,
                                      setup_compilation_cache)
         from longhorizon.runner.run import RunSpec
