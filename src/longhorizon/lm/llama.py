@@ -1,0 +1,263 @@
+"""Llama-family decoder (Llama, Qwen2) in flax linen, loadable from Hugging Face checkpoints.
+
+Pre-norm blocks with RMSNorm, grouped-query attention and a SwiGLU MLP::
+
+    h = x + W_o Attn(rope(W_q n1(x) + b_q), rope(W_k n1(x) + b_k), W_v n1(x) + b_v)
+    y = h + W_down (silu(W_gate n2(h)) * W_up n2(h))
+    n(x) = w * x / sqrt(mean(x^2) + eps)                       (RMSNorm)
+
+``n_kv_heads`` key/value heads each serve ``n_heads / n_kv_heads`` consecutive query heads
+(grouped-query attention); the q/k/v biases are Qwen2's. Rotary embeddings use the halves-split
+("rotate half") convention of ``transformers``. The output head is the token embedding (tied) or its
+own matrix. Shapes and the cache follow :mod:`longhorizon.lm.model`: slots are columns,
+prompts are left-padded, ``positions = cumsum(valid) - 1``, and a :class:`KVCache` holds
+``[n_layers, batch, slots, n_kv_heads, head_dim]`` keys and values.
+
+:func:`config_from_hf` reads a ``config.json`` dict, :func:`params_from_hf` maps a dict of
+HF-named arrays (``model.layers.N.self_attn.q_proj.weight`` ...) onto this module's parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longhorizon.errors import UsageError
+from longhorizon.lm.model import KVCache, dense_attention, positions_from_valid, rotary
+
+FAMILIES = ("llama", "qwen2")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int = 128
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    d_ff: int = 128
+    head_size: int = 0  # 0 means d_model // n_heads
+    rope_base: float = 10_000.0
+    rms_eps: float = 1e-6
+    qkv_bias: bool = False  # Qwen2
+    tie_embeddings: bool = True
+    max_len: int = 2048  # the checkpoint's context length (prompts longer than it are refused by callers)
+    dtype: str = "float32"  # compute and parameter dtype
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_len"):
+            if int(getattr(self, name)) < 1:
+                raise UsageError(f"model {name} must be a positive integer, got {getattr(self, name)}; set it to 1 or more.")
+        if self.n_heads % self.n_kv_heads:
+            raise UsageError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}; "
+                "each key/value head must serve the same number of query heads."
+            )
+        if not self.head_size and self.d_model % self.n_heads:
+            raise UsageError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set head_size or pick n_heads that divides d_model."
+            )
+        if self.head_dim % 2:
+            raise UsageError(f"rotary positions need an even head size, got {self.head_dim}; change head_size.")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise UsageError(f"dtype={self.dtype!r} is unknown; use float32 or bfloat16.")
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_size or self.d_model // self.n_heads
+
+
+def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
+    """A :class:`LlamaConfig` from a ``transformers`` ``config.json`` dict; features this module lacks are refused."""
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise UsageError(f"model_type {family!r} is not supported; use a checkpoint of one of {FAMILIES}.")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise UsageError(f"hidden_act {hf['hidden_act']!r} is not supported; Llama-family MLPs use 'silu'.")
+    # transformers 4 writes rope_theta / rope_scaling at the top level, transformers 5 one rope_parameters dict
+    rope = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise UsageError(f"rope type {rope_type!r} (rotary scaling) is not supported yet; use a checkpoint with default rotary embeddings.")
+    if hf.get("mlp_bias"):
+        raise UsageError("mlp_bias=true is not supported; use a checkpoint whose MLP has no biases.")
+    if family == "llama" and hf.get("attention_bias"):
+        raise UsageError("attention_bias=true (biases on q/k/v/o) is not supported for llama; use a checkpoint without them.")
+    if hf.get("use_sliding_window") or any(t != "full_attention" for t in hf.get("layer_types") or []):
+        raise UsageError("sliding-window attention is not supported; use a checkpoint whose layers all use full attention.")
+    n_heads = int(hf["num_attention_heads"])
+    return LlamaConfig(
+        vocab_size=int(hf["vocab_size"]),
+        d_model=int(hf["hidden_size"]),
+        n_layers=int(hf["num_hidden_layers"]),
+        n_heads=n_heads,
+        n_kv_heads=int(hf.get("num_key_value_heads") or n_heads),
+        d_ff=int(hf["intermediate_size"]),
+        head_size=int(hf.get("head_dim") or 0),
+        rope_base=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
+        rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        qkv_bias=family == "qwen2",
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        max_len=int(hf.get("max_position_embeddings", 2048)),
+        dtype=dtype,
+    )
+
+
+class RMSNorm(nn.Module):
+    """``w * x / sqrt(mean(x^2) + eps)``, normalised in float32 then cast back before the weight (as HF does)."""
+
+    eps: float
+    dtype: str
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.dtype)
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return scale * normed.astype(x.dtype)
+
+
+class Block(nn.Module):
+    cfg: LlamaConfig
+
+    @nn.compact
+    def __call__(self, x, positions, mask, kv, index):
+        cfg = self.cfg
+        dense = lambda heads, name, bias: nn.DenseGeneral(  # noqa: E731
+            (heads, cfg.head_dim), use_bias=bias, dtype=cfg.dtype, param_dtype=cfg.dtype, name=name)
+        h = RMSNorm(cfg.rms_eps, cfg.dtype, name="attn_norm")(x)
+        q = rotary(dense(cfg.n_heads, "q", cfg.qkv_bias)(h), positions, cfg.rope_base)
+        k = rotary(dense(cfg.n_kv_heads, "k", cfg.qkv_bias)(h), positions, cfg.rope_base)
+        v = dense(cfg.n_kv_heads, "v", cfg.qkv_bias)(h)
+        if kv is not None:  # write this layer's new keys/values into the whole cache (in place under jit)
+            cache_k, cache_v, layer = kv
+            cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
+            cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
+            k, v = cache_k[layer], cache_v[layer]
+        group = cfg.n_heads // cfg.n_kv_heads  # query heads g*group .. g*group+group-1 read kv head g
+        attn = dense_attention(q, jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2), mask)
+        x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype,
+                                name="o")(attn)
+        h = RMSNorm(cfg.rms_eps, cfg.dtype, name="mlp_norm")(x)
+        linear = lambda n, name: nn.Dense(n, use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype, name=name)  # noqa: E731
+        x = x + linear(cfg.d_model, "down")(jax.nn.silu(linear(cfg.d_ff, "gate")(h)) * linear(cfg.d_ff, "up")(h))
+        return x, None if kv is None else (cache_k, cache_v)
+
+
+class Llama(nn.Module):
+    cfg: LlamaConfig
+
+    @nn.compact
+    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0):
+        """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
+
+        Query slot ``i`` attends to key slot ``j`` iff ``j <= i`` and ``kv_valid[b, j]``; with a
+        cache, the ``T`` tokens occupy slots ``index .. index+T-1``.
+        Returns ``(logits [B, T, V] float32, new_cache or None)``.
+        """
+        cfg = self.cfg
+        embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.dtype, name="embed")
+        x = embed(tokens)
+        t = tokens.shape[1]
+        if cache is None:
+            q_slots, k_slots = jnp.arange(t), jnp.arange(t)
+        else:
+            q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
+        mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
+        kv = None if cache is None else (cache.k, cache.v)
+        for i in range(cfg.n_layers):
+            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index)
+        x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(x)
+        if cfg.tie_embeddings:
+            logits = embed.attend(x)
+        else:
+            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype, name="lm_head")(x)
+        return logits.astype(jnp.float32), None if kv is None else KVCache(*kv)
+
+
+def empty_cache(cfg: LlamaConfig, batch: int, slots: int) -> KVCache:
+    shape = (cfg.n_layers, batch, slots, cfg.n_kv_heads, cfg.head_dim)
+    return KVCache(jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
+
+
+def init_params(key: jax.Array, cfg: LlamaConfig):
+    tokens = jnp.zeros((1, 2), jnp.int32)
+    return Llama(cfg).init(key, tokens, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2), bool))["params"]
+
+
+def params_from_hf(weights: Mapping[str, np.ndarray], cfg: LlamaConfig):
+    """This module's parameters from HF-named arrays (torch ``Linear`` weights are ``[out, in]``).
+
+    A tied checkpoint may omit ``lm_head.weight``; an untied one must have it. Missing or
+    misshapen tensors are refused by name.
+    """
+    h, kvh, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+
+    def get(name, shape):
+        if name not in weights:
+            raise UsageError(f"the checkpoint has no tensor {name!r}; it does not match its config.json ({cfg.n_layers} layers).")
+        w = np.asarray(weights[name], np.float32)
+        if w.shape != shape:
+            raise UsageError(f"tensor {name!r} has shape {w.shape}, the config implies {shape}; the checkpoint does not match its config.json.")
+        return jnp.asarray(w, cfg.dtype)
+
+    def proj(name, heads):  # [heads*d, d_model] -> kernel [d_model, heads, d]
+        out = {"kernel": get(f"{name}.weight", (heads * d, cfg.d_model)).T.reshape(cfg.d_model, heads, d)}
+        if cfg.qkv_bias:
+            out["bias"] = get(f"{name}.bias", (heads * d,)).reshape(heads, d)
+        return out
+
+    params = {"embed": {"embedding": get("model.embed_tokens.weight", (cfg.vocab_size, cfg.d_model))},
+              "norm": {"scale": get("model.norm.weight", (cfg.d_model,))}}
+    for i in range(cfg.n_layers):
+        p = f"model.layers.{i}."
+        params[f"block_{i}"] = {
+            "attn_norm": {"scale": get(p + "input_layernorm.weight", (cfg.d_model,))},
+            "q": proj(p + "self_attn.q_proj", h),
+            "k": proj(p + "self_attn.k_proj", kvh),
+            "v": proj(p + "self_attn.v_proj", kvh),
+            "o": {"kernel": get(p + "self_attn.o_proj.weight", (cfg.d_model, h * d)).T.reshape(h, d, cfg.d_model)},
+            "mlp_norm": {"scale": get(p + "post_attention_layernorm.weight", (cfg.d_model,))},
+            "gate": {"kernel": get(p + "mlp.gate_proj.weight", (cfg.d_ff, cfg.d_model)).T},
+            "up": {"kernel": get(p + "mlp.up_proj.weight", (cfg.d_ff, cfg.d_model)).T},
+            "down": {"kernel": get(p + "mlp.down_proj.weight", (cfg.d_model, cfg.d_ff)).T},
+        }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = {"kernel": get("lm_head.weight", (cfg.vocab_size, cfg.d_model)).T}
+    return params
+
+
+def forward(params, cfg: LlamaConfig, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """Causal logits ``[B, T, V]`` of left-padded ``tokens`` (``valid`` marks real tokens), no cache."""
+    logits, _ = Llama(cfg).apply({"params": params}, tokens, positions_from_valid(valid), valid)
+    return logits
+
+
+def greedy_generate(params, cfg: LlamaConfig, prompt: jax.Array, valid: jax.Array, new_tokens: int) -> jax.Array:
+    """``new_tokens`` argmax tokens after each left-padded prompt ``[B, P]``, decoded with a KV cache.
+
+    The prompt fills slots ``0 .. P-1`` in one call; each new token is written to the next slot
+    at the next position. No stop token: exactly ``new_tokens`` columns come back.
+    """
+    b, p = prompt.shape
+    model = Llama(cfg)
+    slots_valid = jnp.concatenate([valid.astype(bool), jnp.ones((b, new_tokens), bool)], axis=1)
+    positions = positions_from_valid(valid)
+    logits, cache = model.apply({"params": params}, prompt, positions, slots_valid,
+                                empty_cache(cfg, b, p + new_tokens), 0)
+    token = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
+
+    def step(carry, i):
+        token, cache = carry
+        pos = positions[:, -1:] + 1 + i
+        logits, cache = model.apply({"params": params}, token[:, None], pos, slots_valid, cache, p + i)
+        nxt = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
+        return (nxt, cache), token
+
+    (_, _), out = jax.lax.scan(step, (token, cache), jnp.arange(new_tokens))
+    return out.T

@@ -1,0 +1,117 @@
+"""The Llama-family decoder against ``transformers`` on tiny random checkpoints (tests/fixtures/hf/README.md)."""
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from longhorizon.errors import UsageError
+from longhorizon.lm import llama
+from longhorizon.lm.model import positions_from_valid
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+
+
+def load(name: str):
+    folder = FIXTURES / name
+    cfg = llama.config_from_hf(json.loads((folder / "config.json").read_text()))
+    params = llama.params_from_hf(load_file(folder / "model.safetensors"), cfg)
+    return cfg, params, np.load(folder / "reference.npz")
+
+
+def test_configs_read_from_hf():
+    llama_cfg, _, _ = load("tiny-llama")
+    qwen_cfg, _, _ = load("tiny-qwen2")
+    assert (llama_cfg.n_heads, llama_cfg.n_kv_heads, llama_cfg.head_dim, llama_cfg.rope_base) == (4, 2, 16, 1e5)
+    assert llama_cfg.tie_embeddings and not llama_cfg.qkv_bias
+    assert qwen_cfg.qkv_bias and not qwen_cfg.tie_embeddings
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+def test_logits_and_greedy_tokens_match_transformers(name):
+    cfg, params, ref = load(name)
+    tokens, valid = jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])
+    # the prompts are left-padded here; transformers ran each one alone, so padding must not change a logit
+    logits = np.asarray(llama.forward(params, cfg, tokens, valid))
+    mask = ref["valid"]
+    assert mask.sum() == 15 and np.abs(ref["logits"][mask]).max() > 1.0  # real prompts, logits far from uniform
+    np.testing.assert_allclose(logits[mask], ref["logits"][mask], atol=1e-4, rtol=0)
+    greedy = np.asarray(llama.greedy_generate(params, cfg, tokens, valid, 8))
+    np.testing.assert_array_equal(greedy, ref["greedy"])
+
+
+def test_kv_cache_decoding_equals_the_full_forward():
+    """Prefill then one token per call: every step's logits equal the no-cache forward at that column."""
+    cfg, params, ref = load("tiny-qwen2")
+    prompt, valid = jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])
+    b, p = prompt.shape
+    full = jnp.concatenate([prompt, jnp.asarray(ref["greedy"])], axis=1)
+    full_valid = jnp.concatenate([valid, jnp.ones((b, 8), bool)], axis=1)
+    expected = np.asarray(llama.forward(params, cfg, full, full_valid))
+    model, positions = llama.Llama(cfg), positions_from_valid(full_valid)
+    got, cache = model.apply({"params": params}, prompt, positions[:, :p], full_valid, llama.empty_cache(cfg, b, p + 8), 0)
+    steps = [np.asarray(got)]
+    for i in range(p, p + 8):
+        got, cache = model.apply({"params": params}, full[:, i:i + 1], positions[:, i:i + 1], full_valid, cache, i)
+        steps.append(np.asarray(got))
+    got = np.concatenate(steps, axis=1)
+    mask = np.asarray(full_valid)
+    np.testing.assert_allclose(got[mask], expected[mask], atol=1e-5, rtol=0)
+    # the cache holds n_kv_heads heads, not n_heads
+    assert cache.k.shape == (cfg.n_layers, b, p + 8, cfg.n_kv_heads, cfg.head_dim)
+
+
+def test_grouped_query_heads_share_their_key_value_head():
+    """Query heads 0,1 read kv head 0 and heads 2,3 read kv head 1 (transformers' repeat_kv order).
+
+    Zeroing kv head 1's value weights changes the logits, but not once the output projection of
+    query heads 2,3 is zeroed too: no other query head reads kv head 1.
+    """
+    cfg, params, ref = load("tiny-llama")
+    tokens, valid = jnp.asarray(ref["input_ids"][:1]), jnp.asarray(ref["valid"][:1])
+    run = lambda p: np.asarray(llama.forward(p, cfg, tokens, valid))  # noqa: E731
+    no_v1 = with_leaf(params, ("block_1", "v", "kernel"), lambda k: k.at[:, 1].set(0.0))
+    no_o23 = with_leaf(params, ("block_1", "o", "kernel"), lambda k: k.at[2:].set(0.0))
+    both = with_leaf(no_v1, ("block_1", "o", "kernel"), lambda k: k.at[2:].set(0.0))
+    assert np.abs(run(no_v1) - run(params)).max() > 1e-2
+    np.testing.assert_allclose(run(both), run(no_o23), atol=1e-6)
+
+
+def with_leaf(params, path, fn):
+    """A copy of the nested parameter dict with the leaf at ``path`` replaced by ``fn(leaf)``."""
+    out = dict(params)
+    node = out
+    for key in path[:-1]:
+        node[key] = dict(node[key])
+        node = node[key]
+    node[path[-1]] = fn(node[path[-1]])
+    return out
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e5}}, "rope type 'yarn'"),
+        ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ({"use_sliding_window": True}, "sliding-window"),
+        ({"num_key_value_heads": 3}, "not a multiple of n_kv_heads=3"),
+    ],
+)
+def test_unsupported_config_is_refused_in_one_sentence(change, words):
+    hf = json.loads((FIXTURES / "tiny-qwen2" / "config.json").read_text())
+    with pytest.raises(UsageError) as err:
+        llama.config_from_hf({**hf, **change})
+    message = str(err.value)
+    assert words in message and message.count(". ") == 0 and message.endswith(".")
+
+
+def test_checkpoint_missing_a_tensor_is_refused_by_name():
+    cfg, _, _ = load("tiny-qwen2")
+    weights = load_file(FIXTURES / "tiny-qwen2" / "model.safetensors")
+    del weights["model.layers.1.self_attn.k_proj.bias"]
+    with pytest.raises(UsageError, match="model.layers.1.self_attn.k_proj.bias"):
+        llama.params_from_hf(weights, cfg)
