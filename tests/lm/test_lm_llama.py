@@ -43,6 +43,23 @@ def test_logits_and_greedy_tokens_match_transformers(name):
     np.testing.assert_array_equal(greedy, ref["greedy"])
 
 
+def test_bfloat16_runs_in_bfloat16_close_to_the_float32_reference():
+    cfg, params, ref = load("tiny-llama")
+    cfg16 = llama.config_from_hf(json.loads((FIXTURES / "tiny-llama" / "config.json").read_text()), dtype="bfloat16")
+    params16 = llama.params_from_hf(load_file(FIXTURES / "tiny-llama" / "model.safetensors"), cfg16)
+    assert params16["block_0"]["q"]["kernel"].dtype == jnp.bfloat16
+    logits = np.asarray(llama.forward(params16, cfg16, jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])))
+    error = np.abs(logits[ref["valid"]] - ref["logits"][ref["valid"]])
+    # bf16 keeps 8 mantissa bits (relative step 2^-8): logits up to ~6 move by a few hundredths, not 1e-6
+    assert logits.dtype == np.float32 and 1e-3 < error.max() < 0.3 and error.mean() < 0.05
+
+
+def test_generation_past_the_context_is_refused():
+    cfg, params, ref = load("tiny-llama")
+    with pytest.raises(UsageError, match="exceed the model's context of 256"):
+        llama.greedy_generate(params, cfg, jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"]), 250)
+
+
 def test_kv_cache_decoding_equals_the_full_forward():
     """Prefill then one token per call: every step's logits equal the no-cache forward at that column."""
     cfg, params, ref = load("tiny-qwen2")

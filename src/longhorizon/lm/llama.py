@@ -245,6 +245,10 @@ def greedy_generate(params, cfg: LlamaConfig, prompt: jax.Array, valid: jax.Arra
     at the next position. No stop token: exactly ``new_tokens`` columns come back.
     """
     b, p = prompt.shape
+    if p + new_tokens > cfg.max_len:
+        raise UsageError(
+            f"{p} prompt slots + {new_tokens} new tokens exceed the model's context of {cfg.max_len}; shorten the prompt or generate fewer tokens."
+        )
     model = Llama(cfg)
     slots_valid = jnp.concatenate([valid.astype(bool), jnp.ones((b, new_tokens), bool)], axis=1)
     positions = positions_from_valid(valid)
