@@ -1,4 +1,4 @@
-"""Make the tiny random Llama and Qwen2 checkpoints that ``tests/lm/test_lm_llama.py`` checks against.
+"""Make the tiny random Llama, Qwen2 and Qwen3 checkpoints that ``tests/lm/test_lm_llama.py`` checks against.
 
 ``transformers`` builds each model from a fixed torch seed and writes, under
 ``tests/fixtures/hf/<name>/``: ``config.json`` + ``model.safetensors`` (``save_pretrained``, fp32)
@@ -27,9 +27,11 @@ NEW_TOKENS = 8
 COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, rope_theta=1e5, max_position_embeddings=256,
               rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
-# tied head for Llama, untied for Qwen2, so both output paths are covered
+# tied head for Llama, untied for Qwen2, so both output paths are covered; Qwen3 (q/k norms) with a
+# head size of 32 that is not hidden / heads
 MODELS = {"tiny-llama": ("LlamaForCausalLM", "LlamaConfig", dict(tie_word_embeddings=True), 0),
-          "tiny-qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(tie_word_embeddings=False), 1)}
+          "tiny-qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(tie_word_embeddings=False), 1),
+          "tiny-qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(tie_word_embeddings=True, head_dim=32), 2)}
 
 
 def ensure_venv() -> None:

@@ -28,9 +28,12 @@ def test_configs_read_from_hf():
     assert (llama_cfg.n_heads, llama_cfg.n_kv_heads, llama_cfg.head_dim, llama_cfg.rope_base) == (4, 2, 16, 1e5)
     assert llama_cfg.tie_embeddings and not llama_cfg.qkv_bias
     assert qwen_cfg.qkv_bias and not qwen_cfg.tie_embeddings
+    qwen3_cfg, qwen3_params, _ = load("tiny-qwen3")
+    assert qwen3_cfg.qk_norm and qwen3_cfg.head_dim == 32  # explicit head_dim, not 64 / 4
+    assert qwen3_params["block_0"]["q"]["kernel"].shape == (64, 4, 32)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
 def test_logits_and_greedy_tokens_match_transformers(name):
     cfg, params, ref = load(name)
     tokens, valid = jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])

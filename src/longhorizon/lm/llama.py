@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama, Qwen2) in flax linen, loadable from Hugging Face checkpoints.
+"""Llama-family decoder (Llama, Qwen2, Qwen3) in flax linen, loadable from Hugging Face checkpoints.
 
 Pre-norm blocks with RMSNorm, grouped-query attention and a SwiGLU MLP::
 
@@ -7,7 +7,8 @@ Pre-norm blocks with RMSNorm, grouped-query attention and a SwiGLU MLP::
     n(x) = w * x / sqrt(mean(x^2) + eps)                       (RMSNorm)
 
 ``n_kv_heads`` key/value heads each serve ``n_heads / n_kv_heads`` consecutive query heads
-(grouped-query attention); the q/k/v biases are Qwen2's. Rotary embeddings use the halves-split
+(grouped-query attention); the q/k/v biases are Qwen2's, and Qwen3 RMS-normalises each head of
+``q`` and ``k`` (weights of size ``head_dim``) before the rotary embedding. Rotary embeddings use the halves-split
 ("rotate half") convention of ``transformers``. The output head is the token embedding (tied) or its
 own matrix. Shapes and the cache follow :mod:`longhorizon.lm.model`: slots are columns,
 prompts are left-padded, ``positions = cumsum(valid) - 1``, and a :class:`KVCache` holds
@@ -30,7 +31,7 @@ import numpy as np
 from longhorizon.errors import UsageError
 from longhorizon.lm.model import KVCache, dense_attention, positions_from_valid, rotary
 
-FAMILIES = ("llama", "qwen2")
+FAMILIES = ("llama", "qwen2", "qwen3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,7 @@ class LlamaConfig:
     rope_base: float = 10_000.0
     rms_eps: float = 1e-6
     qkv_bias: bool = False  # Qwen2
+    qk_norm: bool = False  # Qwen3
     tie_embeddings: bool = True
     max_len: int = 2048  # the checkpoint's context length (prompts longer than it are refused by callers)
     dtype: str = "float32"  # compute and parameter dtype
@@ -86,8 +88,8 @@ def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
         raise UsageError(f"rope type {rope_type!r} (rotary scaling) is not supported yet; use a checkpoint with default rotary embeddings.")
     if hf.get("mlp_bias"):
         raise UsageError("mlp_bias=true is not supported; use a checkpoint whose MLP has no biases.")
-    if family == "llama" and hf.get("attention_bias"):
-        raise UsageError("attention_bias=true (biases on q/k/v/o) is not supported for llama; use a checkpoint without them.")
+    if family != "qwen2" and hf.get("attention_bias"):
+        raise UsageError(f"attention_bias=true (biases on q/k/v/o) is not supported for {family}; use a checkpoint without them.")
     if hf.get("use_sliding_window") or any(t != "full_attention" for t in hf.get("layer_types") or []):
         raise UsageError("sliding-window attention is not supported; use a checkpoint whose layers all use full attention.")
     n_heads = int(hf["num_attention_heads"])
@@ -102,6 +104,7 @@ def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
         rope_base=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         qkv_bias=family == "qwen2",
+        qk_norm=family == "qwen3",
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         max_len=int(hf.get("max_position_embeddings", 2048)),
         dtype=dtype,
@@ -131,8 +134,10 @@ class Block(nn.Module):
         dense = lambda heads, name, bias: nn.DenseGeneral(  # noqa: E731
             (heads, cfg.head_dim), use_bias=bias, dtype=cfg.dtype, param_dtype=cfg.dtype, name=name)
         h = RMSNorm(cfg.rms_eps, cfg.dtype, name="attn_norm")(x)
-        q = rotary(dense(cfg.n_heads, "q", cfg.qkv_bias)(h), positions, cfg.rope_base)
-        k = rotary(dense(cfg.n_kv_heads, "k", cfg.qkv_bias)(h), positions, cfg.rope_base)
+        q, k = dense(cfg.n_heads, "q", cfg.qkv_bias)(h), dense(cfg.n_kv_heads, "k", cfg.qkv_bias)(h)
+        if cfg.qk_norm:
+            q, k = RMSNorm(cfg.rms_eps, cfg.dtype, name="q_norm")(q), RMSNorm(cfg.rms_eps, cfg.dtype, name="k_norm")(k)
+        q, k = rotary(q, positions, cfg.rope_base), rotary(k, positions, cfg.rope_base)
         v = dense(cfg.n_kv_heads, "v", cfg.qkv_bias)(h)
         if kv is not None:  # write this layer's new keys/values into the whole cache (in place under jit)
             cache_k, cache_v, layer = kv
@@ -221,6 +226,8 @@ def params_from_hf(weights: Mapping[str, np.ndarray], cfg: LlamaConfig):
             "q": proj(p + "self_attn.q_proj", h),
             "k": proj(p + "self_attn.k_proj", kvh),
             "v": proj(p + "self_attn.v_proj", kvh),
+            **({"q_norm": {"scale": get(p + "self_attn.q_norm.weight", (d,))},
+                "k_norm": {"scale": get(p + "self_attn.k_norm.weight", (d,))}} if cfg.qk_norm else {}),
             "o": {"kernel": get(p + "self_attn.o_proj.weight", (cfg.d_model, h * d)).T.reshape(h, d, cfg.d_model)},
             "mlp_norm": {"scale": get(p + "post_attention_layernorm.weight", (cfg.d_model,))},
             "gate": {"kernel": get(p + "mlp.gate_proj.weight", (cfg.d_ff, cfg.d_model)).T},
