@@ -222,5 +222,11 @@ def test_real_smollm2():
     for text in ["Hello, world!", "x = 12345 + 678", "naïve café — 日本語 🙂", "  two  spaces\nnew\tline"]:
         assert tok.decode(tok.encode(text)) == text
     assert tok.encode("<|im_start|>user\nhi<|im_end|>") == [1, 4093, 198, 6004, 2]
+    # Ids from transformers 4.57's own GGUF tokenizer conversion of this file (AutoTokenizer, gguf_file=...).
+    assert tok.encode("x = 12345 + 678") == [104, 446, 216, 33, 34, 35, 36, 37, 1232, 216, 38, 39, 40]
+    assert tok.encode("naïve café — 日本語 🙂") == [3546, 46494, 37366, 1841, 17097, 241, 115, 40993, 179, 120, 248,
+                                                   47526]
+    assert tok.encode("def f(x):\n    return x**2  # square\n") == [1604, 275, 24, 104, 727, 472, 1003, 1792, 828, 34,
+                                                                     216, 907, 5222, 198]
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).endswith(
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
