@@ -80,6 +80,7 @@ def write_gguf(path, arch="llama", extra_tensor=None, tokenizer_model="gpt2"):
     writer.add_token_merges(MERGES)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
+    writer.add_pad_token_id(0)
     writer.add_chat_template(CHATML)
     for name, (value, kind) in originals().items():
         if name.endswith(("attn_q.weight", "attn_k.weight")):
@@ -181,7 +182,7 @@ def test_tokenizer_matches_an_independent_tokenizers_bpe(tiny):
         assert tok.decode(ids) == text
     # SmolLM's pre-tokenizer splits digits one by one, so the merge "1 2" never applies.
     assert tok.encode("12") == [3 + byte_alphabet().index("1"), 3 + byte_alphabet().index("2")]
-    assert (tok.bos_id, tok.eos_id) == (1, 2) and 0 in tok.eos_ids
+    assert (tok.bos_id, tok.eos_id, tok.pad_id) == (1, 2, 0) and tok.eos_ids == (2, 0)
 
 
 def test_chat_template(tiny):
@@ -209,7 +210,8 @@ def test_fetch_cli(tmp_path, capsys):
 SMOLLM2 = model_path("smollm2")
 
 
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
+@pytest.mark.skipif(not SMOLLM2.is_file(),
+                    reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
 def test_real_smollm2():
     ckpt = read_gguf(SMOLLM2)
     spec = ckpt.spec
@@ -224,8 +226,8 @@ def test_real_smollm2():
     assert tok.encode("<|im_start|>user\nhi<|im_end|>") == [1, 4093, 198, 6004, 2]
     # Ids from transformers 4.57's own GGUF tokenizer conversion of this file (AutoTokenizer, gguf_file=...).
     assert tok.encode("x = 12345 + 678") == [104, 446, 216, 33, 34, 35, 36, 37, 1232, 216, 38, 39, 40]
-    assert tok.encode("naïve café — 日本語 🙂") == [3546, 46494, 37366, 1841, 17097, 241, 115, 40993, 179, 120, 248,
-                                                   47526]
+    assert tok.encode("naïve café — 日本語 🙂") == [3546, 46494, 37366, 1841, 17097, 241, 115, 40993, 179, 120,
+                                                   248, 47526]
     assert tok.encode("def f(x):\n    return x**2  # square\n") == [1604, 275, 24, 104, 727, 472, 1003, 1792, 828, 34,
                                                                      216, 907, 5222, 198]
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).endswith(

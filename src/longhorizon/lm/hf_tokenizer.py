@@ -27,13 +27,15 @@ class HFTokenizer:
     """``encode``/``decode`` through a `tokenizers.Tokenizer`, with bos/eos ids and the model's chat template."""
 
     def __init__(self, tokenizer, bos_id: int | None, eos_ids: Sequence[int], chat_template: str | None,
-                 add_bos: bool = False):
+                 add_bos: bool = False, pad_id: int | None = None):
         self.tokenizer = tokenizer
         self.bos_id = bos_id
         self.eos_ids = tuple(eos_ids)
         self.eos_id = self.eos_ids[0] if self.eos_ids else None
         self.chat_template = chat_template
         self.add_bos = add_bos
+        # Padding never reaches the loss (masked), so without a stated pad id the first eos id serves.
+        self.pad_id = pad_id if pad_id is not None else self.eos_id
 
     @property
     def vocab_size(self) -> int:
@@ -100,6 +102,7 @@ def from_metadata(metadata: dict, source: str = "the GGUF file") -> HFTokenizer:
     special = [t for t, kind_ in zip(tokens, types) if kind_ == CONTROL]
     tok = byte_level_bpe(tokens, merges, special, split_digits=metadata.get("tokenizer.ggml.pre") in DIGIT_SPLITTING)
     bos, eos = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")
+    pad = metadata.get("tokenizer.ggml.padding_token_id")
     eos_ids = [int(eos)] if eos is not None else []
     # An instruct model ends its turn with <|im_end|> (or <|eot_id|>): a stop id as much as EOS.
     for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
@@ -107,7 +110,8 @@ def from_metadata(metadata: dict, source: str = "the GGUF file") -> HFTokenizer:
         if i is not None and i not in eos_ids and name in special:
             eos_ids.append(i)
     return HFTokenizer(tok, None if bos is None else int(bos), eos_ids, metadata.get("tokenizer.chat_template"),
-                       add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", False)))
+                       add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+                       pad_id=None if pad is None else int(pad))
 
 
 def from_gguf(path: str | Path) -> HFTokenizer:

@@ -146,7 +146,8 @@ def read_gguf(path: str | Path, tensors: bool = True) -> GGUFCheckpoint:
     try:
         reader = GGUFReader(path)
     except (ValueError, OSError) as err:
-        raise UsageError(f"{path} is not a readable GGUF file ({err}); pass a .gguf file written by llama.cpp.") from err
+        raise UsageError(f"{path} is not a readable GGUF file ({err}); "
+                         "pass a .gguf file written by llama.cpp.") from err
     metadata = _field_values(reader)
     names = {t.name for t in reader.tensors}
     spec = read_spec(metadata, path, has_output="output.weight" in names)
