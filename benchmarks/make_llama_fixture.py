@@ -1,4 +1,4 @@
-"""Make the tiny random Llama, Qwen2 and Qwen3 checkpoints that ``tests/lm/test_lm_llama.py`` checks against.
+"""Make the tiny random Llama (plain and with llama3 rotary scaling), Qwen2 and Qwen3 checkpoints that ``tests/lm/test_lm_llama.py`` checks against.
 
 ``transformers`` builds each model from a fixed torch seed and writes, under
 ``tests/fixtures/hf/<name>/``: ``config.json`` + ``model.safetensors`` (``save_pretrained``, fp32)
@@ -31,7 +31,12 @@ COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_
 # head size of 32 that is not hidden / heads
 MODELS = {"tiny-llama": ("LlamaForCausalLM", "LlamaConfig", dict(tie_word_embeddings=True), 0),
           "tiny-qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(tie_word_embeddings=False), 1),
-          "tiny-qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(tie_word_embeddings=True, head_dim=32), 2)}
+          "tiny-qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(tie_word_embeddings=True, head_dim=32), 2),
+          # llama3 rotary scaling with a pretraining context of 32, so the 6.3 .. 1.5e5-token wavelengths of
+          # head size 16 fall in all three bands (kept, smoothed, divided by the factor)
+          "tiny-llama-rope-llama3": ("LlamaForCausalLM", "LlamaConfig", dict(tie_word_embeddings=True, rope_parameters=dict(
+              rope_type="llama3", rope_theta=1e5, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=32)), 3)}
 
 
 def ensure_venv() -> None:

@@ -1,5 +1,6 @@
 """The Llama-family decoder against ``transformers`` on tiny random checkpoints (tests/fixtures/hf/README.md)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_configs_read_from_hf():
     assert qwen3_params["block_0"]["q"]["kernel"].shape == (64, 4, 32)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama-rope-llama3"])
 def test_logits_and_greedy_tokens_match_transformers(name):
     cfg, params, ref = load(name)
     tokens, valid = jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])
@@ -44,6 +45,21 @@ def test_logits_and_greedy_tokens_match_transformers(name):
     np.testing.assert_allclose(logits[mask], ref["logits"][mask], atol=1e-4, rtol=0)
     greedy = np.asarray(llama.greedy_generate(params, cfg, tokens, valid, 8))
     np.testing.assert_array_equal(greedy, ref["greedy"])
+
+
+def test_llama3_rope_frequencies_by_band():
+    """Head size 16, base 1e5: f_i = 1e5^(-i/8). Context 32, factor 8, low 1, high 4, so wavelengths
+    2 pi / f_i below 8 stay, above 32 are divided by 8, and f_1 = 0.2371 (wavelength 26.5) is smoothed:
+    s = (32 / 26.5 - 1) / 3 = 0.0692, f = (1 - s) * f_1 / 8 + s * f_1 = 0.04401 (transformers: 4.4010e-02)."""
+    cfg, params, ref = load("tiny-llama-rope-llama3")
+    assert (cfg.rope_type, cfg.rope_factor, cfg.rope_original_max_len) == ("llama3", 8.0, 32)
+    base = 1e5 ** (-np.arange(8) / 8)
+    expected = np.concatenate([[1.0, 4.4010e-02], base[2:] / 8])
+    np.testing.assert_allclose(np.asarray(llama.rope_frequencies(cfg)), expected, rtol=1e-4)
+    # the scaling is visible in the logits: the unscaled frequencies miss the reference
+    plain = dataclasses.replace(cfg, rope_type="default")
+    logits = np.asarray(llama.forward(params, plain, jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])))
+    assert np.abs(logits[ref["valid"]] - ref["logits"][ref["valid"]]).max() > 1e-2
 
 
 def test_bfloat16_runs_in_bfloat16_close_to_the_float32_reference():

@@ -9,7 +9,7 @@ Pre-norm blocks with RMSNorm, grouped-query attention and a SwiGLU MLP::
 ``n_kv_heads`` key/value heads each serve ``n_heads / n_kv_heads`` consecutive query heads
 (grouped-query attention); the q/k/v biases are Qwen2's, and Qwen3 RMS-normalises each head of
 ``q`` and ``k`` (weights of size ``head_dim``) before the rotary embedding. Rotary embeddings use the halves-split
-("rotate half") convention of ``transformers``. The output head is the token embedding (tied) or its
+("rotate half") convention of ``transformers``, with its linear and llama3 frequency scaling. The output head is the token embedding (tied) or its
 own matrix. Shapes and the cache follow :mod:`longhorizon.lm.model`: slots are columns,
 prompts are left-padded, ``positions = cumsum(valid) - 1``, and a :class:`KVCache` holds
 ``[n_layers, batch, slots, n_kv_heads, head_dim]`` keys and values.
@@ -21,6 +21,7 @@ HF-named arrays (``model.layers.N.self_attn.q_proj.weight`` ...) onto this modul
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -32,6 +33,7 @@ from longhorizon.errors import UsageError
 from longhorizon.lm.model import KVCache, dense_attention, positions_from_valid, rotary
 
 FAMILIES = ("llama", "qwen2", "qwen3")
+ROPE_TYPES = ("default", "linear", "llama3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,11 @@ class LlamaConfig:
     d_ff: int = 128
     head_size: int = 0  # 0 means d_model // n_heads
     rope_base: float = 10_000.0
+    rope_type: str = "default"  # "linear" and "llama3" scale the frequencies (see rope_frequencies)
+    rope_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0  # llama3 only
+    rope_high_freq_factor: float = 4.0  # llama3 only
+    rope_original_max_len: int = 8192  # llama3 only: the context the model was pretrained with
     rms_eps: float = 1e-6
     qkv_bias: bool = False  # Qwen2
     qk_norm: bool = False  # Qwen3
@@ -66,6 +73,10 @@ class LlamaConfig:
             )
         if self.head_dim % 2:
             raise UsageError(f"rotary positions need an even head size, got {self.head_dim}; change head_size.")
+        if self.rope_type not in ROPE_TYPES:
+            raise UsageError(f"rope type {self.rope_type!r} (rotary scaling) is not supported; use one of {ROPE_TYPES}.")
+        if self.rope_type == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
+            raise UsageError("llama3 rope scaling needs high_freq_factor > low_freq_factor; fix rope_parameters in config.json.")
         if self.dtype not in ("float32", "bfloat16"):
             raise UsageError(f"dtype={self.dtype!r} is unknown; use float32 or bfloat16.")
 
@@ -84,8 +95,6 @@ def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
     # transformers 4 writes rope_theta / rope_scaling at the top level, transformers 5 one rope_parameters dict
     rope = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        raise UsageError(f"rope type {rope_type!r} (rotary scaling) is not supported yet; use a checkpoint with default rotary embeddings.")
     if hf.get("mlp_bias"):
         raise UsageError("mlp_bias=true is not supported; use a checkpoint whose MLP has no biases.")
     if family != "qwen2" and hf.get("attention_bias"):
@@ -102,6 +111,11 @@ def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
         d_ff=int(hf["intermediate_size"]),
         head_size=int(hf.get("head_dim") or 0),
         rope_base=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
+        rope_type=rope_type,
+        rope_factor=float(rope.get("factor", 1.0)),
+        rope_low_freq_factor=float(rope.get("low_freq_factor", 1.0)),
+        rope_high_freq_factor=float(rope.get("high_freq_factor", 4.0)),
+        rope_original_max_len=int(rope.get("original_max_position_embeddings", 8192)),
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         qkv_bias=family == "qwen2",
         qk_norm=family == "qwen3",
@@ -109,6 +123,28 @@ def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
         max_len=int(hf.get("max_position_embeddings", 2048)),
         dtype=dtype,
     )
+
+
+def rope_frequencies(cfg: LlamaConfig) -> jax.Array:
+    """Rotary frequencies ``f_i = base^(-2i/d)``, scaled as the checkpoint asks.
+
+    * linear: ``f_i / factor`` (positions interpolated by ``factor``);
+    * llama3: with wavelength ``w_i = 2 pi / f_i`` and pretraining context ``L``, frequencies with
+      ``w_i > L / low`` become ``f_i / factor``, those with ``w_i < L / high`` stay, and in between
+      ``(1 - s) f_i / factor + s f_i`` with ``s = (L / w_i - low) / (high - low)``.
+    """
+    d = cfg.head_dim
+    freqs = cfg.rope_base ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2.0 / d)
+    if cfg.rope_type == "linear":
+        return freqs / cfg.rope_factor
+    if cfg.rope_type == "llama3":
+        low, high, context = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_original_max_len
+        wavelength = 2 * math.pi / freqs
+        smooth = (context / wavelength - low) / (high - low)
+        medium = (1 - smooth) * freqs / cfg.rope_factor + smooth * freqs
+        return jnp.where(wavelength > context / low, freqs / cfg.rope_factor,
+                         jnp.where(wavelength < context / high, freqs, medium))
+    return freqs
 
 
 class RMSNorm(nn.Module):
@@ -137,7 +173,8 @@ class Block(nn.Module):
         q, k = dense(cfg.n_heads, "q", cfg.qkv_bias)(h), dense(cfg.n_kv_heads, "k", cfg.qkv_bias)(h)
         if cfg.qk_norm:
             q, k = RMSNorm(cfg.rms_eps, cfg.dtype, name="q_norm")(q), RMSNorm(cfg.rms_eps, cfg.dtype, name="k_norm")(k)
-        q, k = rotary(q, positions, cfg.rope_base), rotary(k, positions, cfg.rope_base)
+        freqs = rope_frequencies(cfg)
+        q, k = rotary(q, positions, cfg.rope_base, freqs), rotary(k, positions, cfg.rope_base, freqs)
         v = dense(cfg.n_kv_heads, "v", cfg.qkv_bias)(h)
         if kv is not None:  # write this layer's new keys/values into the whole cache (in place under jit)
             cache_k, cache_v, layer = kv

@@ -84,13 +84,15 @@ class KVCache(NamedTuple):
         return KVCache(jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
 
 
-def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
+def rotary(x: jax.Array, positions: jax.Array, base: float, freqs: jax.Array | None = None) -> jax.Array:
     """Rotary embedding (RoFormer): rotate feature pairs (x1_i, x2_i) by angle pos * base^(-2i/d).
 
-    ``x`` is ``[B, T, H, D]``, ``positions`` is ``[B, T]``; halves-split convention.
+    ``x`` is ``[B, T, H, D]``, ``positions`` is ``[B, T]``; halves-split convention. ``freqs``
+    (``[D/2]``) replaces ``base^(-2i/d)`` for scaled rotary embeddings.
     """
     d = x.shape[-1]
-    freqs = base ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2.0 / d)
+    if freqs is None:
+        freqs = base ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2.0 / d)
     angles = positions[..., None].astype(jnp.float32) * freqs  # [B, T, D/2]
     sin, cos = jnp.sin(angles)[:, :, None, :], jnp.cos(angles)[:, :, None, :]
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
