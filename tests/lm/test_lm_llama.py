@@ -4,10 +4,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 from longhorizon.errors import UsageError
 from longhorizon.lm import llama
@@ -56,6 +57,8 @@ def test_llama3_rope_frequencies_by_band():
     base = 1e5 ** (-np.arange(8) / 8)
     expected = np.concatenate([[1.0, 4.4010e-02], base[2:] / 8])
     np.testing.assert_allclose(np.asarray(llama.rope_frequencies(cfg)), expected, rtol=1e-4)
+    linear = dataclasses.replace(cfg, rope_type="linear")
+    np.testing.assert_allclose(np.asarray(llama.rope_frequencies(linear)), base / 8, rtol=1e-5)
     # the scaling is visible in the logits: the unscaled frequencies miss the reference
     plain = dataclasses.replace(cfg, rope_type="default")
     logits = np.asarray(llama.forward(params, plain, jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])))
@@ -143,6 +146,22 @@ def test_unsupported_config_is_refused_in_one_sentence(change, words):
         llama.config_from_hf({**hf, **change})
     message = str(err.value)
     assert words in message and message.count(". ") == 0 and message.endswith(".")
+
+
+def test_sharded_folder_loads_like_one_file(tmp_path):
+    cfg, params, _ = load("tiny-qwen2")
+    weights = load_file(FIXTURES / "tiny-qwen2" / "model.safetensors")
+    names = sorted(weights)
+    save_file({n: weights[n] for n in names[:7]}, tmp_path / "model-00001-of-00002.safetensors")
+    save_file({n: weights[n] for n in names[7:]}, tmp_path / "model-00002-of-00002.safetensors")
+    (tmp_path / "config.json").write_text((FIXTURES / "tiny-qwen2" / "config.json").read_text())
+    cfg2, params2 = llama.load_hf_folder(tmp_path)
+    assert cfg2 == cfg
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(params2), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(UsageError, match="is not a Hugging Face checkpoint folder"):
+        llama.load_hf_folder(tmp_path)
 
 
 def test_checkpoint_missing_a_tensor_is_refused_by_name():

@@ -21,8 +21,10 @@ HF-named arrays (``model.layers.N.self_attn.q_proj.weight`` ...) onto this modul
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -274,6 +276,21 @@ def params_from_hf(weights: Mapping[str, np.ndarray], cfg: LlamaConfig):
     if not cfg.tie_embeddings:
         params["lm_head"] = {"kernel": get("lm_head.weight", (cfg.vocab_size, cfg.d_model)).T}
     return params
+
+
+def load_hf_folder(folder: str | Path, dtype: str = "float32"):
+    """``(config, params)`` from a Hugging Face model folder: ``config.json`` and one or more ``*.safetensors`` shards."""
+    from safetensors.numpy import load_file  # the `lm` extra
+
+    folder = Path(folder)
+    shards = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not (folder / "config.json").is_file() or not shards:
+        raise UsageError(f"{folder} is not a Hugging Face checkpoint folder; give a folder with config.json and *.safetensors files.")
+    cfg = config_from_hf(json.loads((folder / "config.json").read_text()), dtype=dtype)
+    weights = {}
+    for shard in shards:
+        weights.update(load_file(shard))
+    return cfg, params_from_hf(weights, cfg)
 
 
 def forward(params, cfg: LlamaConfig, tokens: jax.Array, valid: jax.Array) -> jax.Array:
