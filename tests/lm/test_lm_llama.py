@@ -170,3 +170,60 @@ def test_checkpoint_missing_a_tensor_is_refused_by_name():
     del weights["model.layers.1.self_attn.k_proj.bias"]
     with pytest.raises(UsageError, match="model.layers.1.self_attn.k_proj.bias"):
         llama.params_from_hf(weights, cfg)
+
+
+def llama_cpp_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """HF q/k rows -> llama.cpp's: per head, the two rotary halves (2, D/2) are interleaved as (D/2, 2)."""
+    rows, cols = w.shape
+    return w.reshape(n_heads, 2, rows // n_heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def test_tiny_llama_through_a_gguf_file_matches_transformers(tmp_path):
+    """The transformers checkpoint written as an F32 GGUF file in llama.cpp's layout, read back by
+    :func:`read_gguf`: the same logits (1e-4) and greedy tokens as transformers."""
+    gguf = pytest.importorskip("gguf")
+    from longhorizon.lm.checkpoints.gguf_file import read_gguf
+
+    hf = json.loads((FIXTURES / "tiny-llama" / "config.json").read_text())
+    weights = load_file(FIXTURES / "tiny-llama" / "model.safetensors")
+    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    writer = gguf.GGUFWriter(str(tmp_path / "tiny.gguf"), "llama")
+    writer.add_block_count(hf["num_hidden_layers"])
+    writer.add_context_length(hf["max_position_embeddings"])
+    writer.add_embedding_length(hf["hidden_size"])
+    writer.add_feed_forward_length(hf["intermediate_size"])
+    writer.add_head_count(hf["num_attention_heads"])
+    writer.add_head_count_kv(hf["num_key_value_heads"])
+    writer.add_rope_freq_base(hf["rope_parameters"]["rope_theta"])
+    writer.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    writer.add_vocab_size(hf["vocab_size"])
+    for name, value in weights.items():
+        if name == "model.embed_tokens.weight":
+            gname = "token_embd.weight"
+        elif name == "model.norm.weight":
+            gname = "output_norm.weight"
+        else:
+            _, _, n, rest = name.split(".", 3)
+            gname = f"blk.{n}.{layer[rest.rsplit('.', 1)[0]]}.weight"
+        if gname.endswith("attn_q.weight"):
+            value = llama_cpp_rows(value, hf["num_attention_heads"])
+        elif gname.endswith("attn_k.weight"):
+            value = llama_cpp_rows(value, hf["num_key_value_heads"])
+        writer.add_tensor(gname, np.ascontiguousarray(value, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    checkpoint = read_gguf(tmp_path / "tiny.gguf")
+    cfg = llama.config_from_gguf_spec(checkpoint.spec)
+    assert cfg.rms_eps == pytest.approx(1e-6)  # GGUF stores it as float32
+    assert cfg == dataclasses.replace(llama.config_from_hf(hf), rms_eps=cfg.rms_eps)
+    params = llama.params_from_hf(checkpoint.tensors, cfg)
+    ref = np.load(FIXTURES / "tiny-llama" / "reference.npz")
+    tokens, valid = jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])
+    logits = np.asarray(llama.forward(params, cfg, tokens, valid))
+    np.testing.assert_allclose(logits[ref["valid"]], ref["logits"][ref["valid"]], atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(np.asarray(llama.greedy_generate(params, cfg, tokens, valid, 8)), ref["greedy"])

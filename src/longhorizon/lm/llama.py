@@ -14,8 +14,8 @@ own matrix. Shapes and the cache follow :mod:`longhorizon.lm.model`: slots are c
 prompts are left-padded, ``positions = cumsum(valid) - 1``, and a :class:`KVCache` holds
 ``[n_layers, batch, slots, n_kv_heads, head_dim]`` keys and values.
 
-:func:`config_from_hf` reads a ``config.json`` dict, :func:`params_from_hf` maps a dict of
-HF-named arrays (``model.layers.N.self_attn.q_proj.weight`` ...) onto this module's parameters.
+:func:`config_from_hf` reads a ``config.json`` dict (:func:`config_from_gguf_spec` a GGUF file's
+spec), :func:`params_from_hf` maps a dict of HF-named arrays (``model.layers.N.self_attn.q_proj.weight`` ...) onto this module's parameters.
 """
 
 from __future__ import annotations
@@ -124,6 +124,18 @@ def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         max_len=int(hf.get("max_position_embeddings", 2048)),
         dtype=dtype,
+    )
+
+
+def config_from_gguf_spec(spec, dtype: str = "float32") -> LlamaConfig:
+    """A :class:`LlamaConfig` from a GGUF checkpoint's spec (:class:`longhorizon.lm.checkpoints.gguf_file.CheckpointSpec`)."""
+    if spec.architecture not in FAMILIES:
+        raise UsageError(f"GGUF architecture {spec.architecture!r} is not supported; use a checkpoint of one of {FAMILIES}.")
+    return LlamaConfig(
+        vocab_size=spec.vocab_size, d_model=spec.d_model, n_layers=spec.n_layers, n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads, d_ff=spec.ffn_dim, head_size=spec.head_dim, rope_base=spec.rope_base,
+        rms_eps=spec.rms_eps, qkv_bias=spec.architecture == "qwen2", qk_norm=spec.architecture == "qwen3",
+        tie_embeddings=spec.tied_output, max_len=spec.context_length, dtype=dtype,
     )
 
 
