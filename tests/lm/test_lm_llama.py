@@ -164,6 +164,19 @@ def test_sharded_folder_loads_like_one_file(tmp_path):
         llama.load_hf_folder(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama-rope-llama3"])
+def test_saved_folder_has_the_checkpoints_tensors_and_reads_back(name, tmp_path):
+    """save_hf_folder writes the original HF tensors bit for bit (transformers loading them is checked by
+    benchmarks/check_llama_export.py) and a config that reads back to the same model."""
+    cfg, params = llama.load_hf_folder(FIXTURES / name)
+    llama.save_hf_folder(tmp_path, params, cfg)
+    original, saved = load_file(FIXTURES / name / "model.safetensors"), load_file(tmp_path / "model.safetensors")
+    assert sorted(saved) == sorted(original)
+    for key, value in original.items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
+    assert llama.load_hf_folder(tmp_path)[0] == cfg
+
+
 def test_checkpoint_missing_a_tensor_is_refused_by_name():
     cfg, _, _ = load("tiny-qwen2")
     weights = load_file(FIXTURES / "tiny-qwen2" / "model.safetensors")

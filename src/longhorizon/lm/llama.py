@@ -15,7 +15,8 @@ prompts are left-padded, ``positions = cumsum(valid) - 1``, and a :class:`KVCach
 ``[n_layers, batch, slots, n_kv_heads, head_dim]`` keys and values.
 
 :func:`config_from_hf` reads a ``config.json`` dict (:func:`config_from_gguf_spec` a GGUF file's
-spec), :func:`params_from_hf` maps a dict of HF-named arrays (``model.layers.N.self_attn.q_proj.weight`` ...) onto this module's parameters.
+spec), :func:`params_from_hf` maps a dict of HF-named arrays (``model.layers.N.self_attn.q_proj.weight``
+...) onto this module's parameters; :func:`save_hf_folder` writes them back for ``transformers``.
 """
 
 from __future__ import annotations
@@ -303,6 +304,62 @@ def load_hf_folder(folder: str | Path, dtype: str = "float32"):
     for shard in shards:
         weights.update(load_file(shard))
     return cfg, params_from_hf(weights, cfg)
+
+
+def params_to_hf(params, cfg: LlamaConfig) -> dict[str, np.ndarray]:
+    """The inverse of :func:`params_from_hf`: HF-named float32 arrays (``lm_head.weight`` only when untied)."""
+    h, kvh, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    f32 = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))  # noqa: E731
+    out = {"model.embed_tokens.weight": f32(params["embed"]["embedding"]), "model.norm.weight": f32(params["norm"]["scale"])}
+    for i in range(cfg.n_layers):
+        p, b = f"model.layers.{i}.", params[f"block_{i}"]
+        out[p + "input_layernorm.weight"] = f32(b["attn_norm"]["scale"])
+        out[p + "post_attention_layernorm.weight"] = f32(b["mlp_norm"]["scale"])
+        for name, heads in (("q", h), ("k", kvh), ("v", kvh)):
+            out[p + f"self_attn.{name}_proj.weight"] = f32(b[name]["kernel"].reshape(cfg.d_model, heads * d).T)
+            if cfg.qkv_bias:
+                out[p + f"self_attn.{name}_proj.bias"] = f32(b[name]["bias"].reshape(heads * d))
+        if cfg.qk_norm:
+            out[p + "self_attn.q_norm.weight"] = f32(b["q_norm"]["scale"])
+            out[p + "self_attn.k_norm.weight"] = f32(b["k_norm"]["scale"])
+        out[p + "self_attn.o_proj.weight"] = f32(b["o"]["kernel"].reshape(h * d, cfg.d_model).T)
+        for name in ("gate", "up", "down"):
+            out[p + f"mlp.{name}_proj.weight"] = f32(b[name]["kernel"].T)
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = f32(params["lm_head"]["kernel"].T)
+    return out
+
+
+def config_to_hf(cfg: LlamaConfig) -> dict:
+    """A ``config.json`` dict that :func:`config_from_hf` reads back to ``cfg`` (transformers 4 key names, which 5 also reads)."""
+    family = "qwen3" if cfg.qk_norm else "qwen2" if cfg.qkv_bias else "llama"
+    architecture = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[family]
+    scaling = None
+    if cfg.rope_type == "linear":
+        scaling = {"rope_type": "linear", "factor": cfg.rope_factor}
+    elif cfg.rope_type == "llama3":
+        scaling = {"rope_type": "llama3", "factor": cfg.rope_factor, "low_freq_factor": cfg.rope_low_freq_factor,
+                   "high_freq_factor": cfg.rope_high_freq_factor,
+                   "original_max_position_embeddings": cfg.rope_original_max_len}
+    return {
+        "architectures": [architecture], "model_type": family, "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads, "intermediate_size": cfg.d_ff,
+        **({"head_dim": cfg.head_size} if cfg.head_size else {}), "hidden_act": "silu", "rope_theta": cfg.rope_base, "rope_scaling": scaling, "rms_norm_eps": cfg.rms_eps,
+        "tie_word_embeddings": cfg.tie_embeddings, "max_position_embeddings": cfg.max_len,
+        "torch_dtype": "float32",
+    }
+
+
+def save_hf_folder(folder: str | Path, params, cfg: LlamaConfig) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` (float32) that ``transformers`` ``from_pretrained`` loads."""
+    from safetensors.numpy import save_file  # the `lm` extra
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config_to_hf(cfg), indent=2) + "\n")
+    save_file(params_to_hf(params, cfg), folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
 
 
 def forward(params, cfg: LlamaConfig, tokens: jax.Array, valid: jax.Array) -> jax.Array:
