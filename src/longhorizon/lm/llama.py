@@ -58,7 +58,7 @@ class LlamaConfig:
     qkv_bias: bool = False  # Qwen2
     qk_norm: bool = False  # Qwen3
     tie_embeddings: bool = True
-    max_len: int = 2048  # the checkpoint's context length (prompts longer than it are refused by callers)
+    max_len: int = 2048  # the checkpoint's context length (greedy_generate refuses to run past it)
     dtype: str = "float32"  # compute and parameter dtype
 
     def __post_init__(self):
