@@ -263,3 +263,22 @@ def test_real_smollm2():
                                                                      216, 907, 5222, 198]
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).endswith(
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.skipif(not SMOLLM2.is_file(),
+                    reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
+def test_real_smollm2_answers_through_the_llama_model():
+    """The whole path on the real checkpoint: GGUF -> HF layout -> lm.llama -> greedy decoding, with the
+    chat template and tokenizer from the same file. Measured answer: "The capital of France is Paris."."""
+    import jax.numpy as jnp
+
+    from longhorizon.lm import llama
+
+    ckpt = read_gguf(SMOLLM2)
+    cfg = llama.config_from_gguf_spec(ckpt.spec)
+    params = llama.params_from_hf(ckpt.tensors, cfg)
+    tok = from_gguf(SMOLLM2)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    ids = jnp.asarray([tok.encode(prompt)], jnp.int32)
+    out = llama.greedy_generate(params, cfg, ids, jnp.ones_like(ids, bool), 8)
+    assert tok.decode([int(t) for t in out[0]]).startswith("The capital of France is Paris")
