@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.model import KVCache, dense_attention, positions_from_valid, rotary
+from longhorizon.lm.model import KVCache, causal_slot_mask, dense_attention, positions_from_valid, rotary
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -220,12 +220,7 @@ class Llama(nn.Module):
         cfg = self.cfg
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.dtype, name="embed")
         x = embed(tokens)
-        t = tokens.shape[1]
-        if cache is None:
-            q_slots, k_slots = jnp.arange(t), jnp.arange(t)
-        else:
-            q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
-        mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
+        mask = causal_slot_mask(tokens.shape[1], kv_valid, cache, index)
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
             x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index)

@@ -100,6 +100,16 @@ def rotary(x: jax.Array, positions: jax.Array, base: float, freqs: jax.Array | N
     return out.astype(x.dtype)
 
 
+def causal_slot_mask(t: int, kv_valid: jax.Array, cache: "KVCache | None", index) -> jax.Array:
+    """``[B, T, S]``: query slot ``i`` sees key slot ``j`` iff ``j <= i`` and ``kv_valid[b, j]``. Without a
+    cache the ``T`` tokens are slots ``0 .. T-1``; with one they occupy ``index .. index+T-1`` of its slots."""
+    if cache is None:
+        q_slots, k_slots = jnp.arange(t), jnp.arange(t)
+    else:
+        q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
+    return (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
+
+
 def _masked_softmax(scores: jax.Array, mask: jax.Array, dtype) -> jax.Array:
     """Softmax over the last axis of float32 ``scores`` where ``mask`` holds (a fully masked row is uniform, never NaN)."""
     return jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(dtype)
@@ -220,13 +230,7 @@ class Transformer(nn.Module):
                 jnp.minimum(positions, cfg.max_len - 1)
             )
         t = tokens.shape[1]
-        mask = None  # an `attend` function brings its own
-        if attend is None:
-            if cache is None:
-                q_slots, k_slots = jnp.arange(t), jnp.arange(t)
-            else:
-                q_slots, k_slots = index + jnp.arange(t), jnp.arange(cache.k.shape[2])
-            mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
+        mask = causal_slot_mask(t, kv_valid, cache, index) if attend is None else None  # `attend` brings its own
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
             x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
