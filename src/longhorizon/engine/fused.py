@@ -62,23 +62,45 @@ def init_over_seeds(init, num_seeds: int):
     return lambda keys: jax.lax.map(init, keys)
 
 
-def make_update(algo: ModuleType):
-    """One collect -> learn step, returning learn's metrics plus episode statistics."""
+def make_learn(algo: ModuleType):
+    """``algo.learn`` plus what the engine tracks per update: the batch's episode statistics and
+    whether every loss is finite (the Ray learner calls this directly, its actors collect)."""
 
-    def update(state, _):
-        state, batch = algo.collect(state)
+    def learn(state, batch):
         state, metrics = algo.learn(state, batch)
         stats = chunk_statistics(batch.episode_return, batch.episode_done)
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(metrics)] or [jnp.asarray(True)]))
         return state, {**metrics, **stats, "loss_finite": finite}
 
+    return learn
+
+
+def make_update(algo: ModuleType):
+    """One collect -> learn step, returning learn's metrics plus episode statistics."""
+    learn = make_learn(algo)
+
+    def update(state, _):
+        return learn(*algo.collect(state))
+
     return update
+
+
+SUMMED = ("episode_return_sum", "episodes")  # summed over a chunk; every other metric is averaged
 
 
 def mean_where(values: jax.Array, ran: jax.Array) -> jax.Array:
     """Mean of ``values`` [updates, ...] over the updates where ``ran`` [updates] holds."""
     mask = jnp.broadcast_to(ran.reshape(ran.shape + (1,) * (values.ndim - 1)), values.shape)
     return jnp.sum(jnp.where(mask, values, 0)) / jnp.maximum(1, jnp.sum(mask))
+
+
+def summarize_chunk(algo: ModuleType, metrics: dict[str, jax.Array], state, ran: jax.Array) -> dict[str, jax.Array]:
+    """One seed's chunk summary from its per-update ``metrics`` [updates, ...] (``make_update``'s):
+    episode statistics summed, every other metric averaged over the updates that ``ran``, and
+    ``finite`` (every loss of those updates and the final parameters)."""
+    summary = {k: (jnp.sum(v) if k in SUMMED else mean_where(v, ran)) for k, v in metrics.items() if k != "loss_finite"}
+    summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"] | ~ran), tree_all_finite(algo.agent_params(state)))
+    return summary
 
 
 def make_chunk(algo: ModuleType, updates_per_chunk: int):
@@ -102,11 +124,7 @@ def make_chunk(algo: ModuleType, updates_per_chunk: int):
 
         state, metrics = jax.lax.scan(masked_update, state, jnp.arange(updates_per_chunk))
         ran = metrics.pop("ran")
-        summary = {k: (jnp.sum(v) if k in ("episode_return_sum", "episodes") else mean_where(v, ran))
-                   for k, v in metrics.items() if k != "loss_finite"}
-        summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"] | ~ran),
-                                            tree_all_finite(algo.agent_params(state)))
-        return state, summary
+        return state, summarize_chunk(algo, metrics, state, ran)
 
     return chunk
 

@@ -49,14 +49,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.core.nets import tree_all_finite
-from longhorizon.engine.fused import chunk_statistics, init_over_seeds, over_seeds
+from longhorizon.engine.fused import init_over_seeds, make_learn, over_seeds, summarize_chunk
 from longhorizon.errors import UsageError
 
 MODES = ("sync", "async")
-SUMMED = ("episode_return_sum", "episodes")  # summed over a chunk; every other metric is averaged
-
-
 # ----------------------------------------------------------------------------- options
 @dataclasses.dataclass(frozen=True)
 class RayOptions:
@@ -292,18 +288,10 @@ class RayEngine:
         self._chunk_restarts = 0
         self._init = jax.jit(init_over_seeds(lambda key: algo.init(key, env, config), num_seeds))
 
-        def learn(state, batch):  # the fused engine's update, less collect
-            state, metrics = algo.learn(state, batch)
-            stats = chunk_statistics(batch.episode_return, batch.episode_done)
-            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(metrics)] or [jnp.asarray(True)]))
-            return state, {**metrics, **stats, "loss_finite": finite}
+        def summarize(metrics, state):  # per seed, over the chunk's updates (all of which ran), as the fused engine does
+            return summarize_chunk(algo, metrics, state, jnp.ones(metrics["loss_finite"].shape, bool))
 
-        def summarize(metrics, state):  # per seed, over the chunk's updates, as the fused engine does
-            summary = {k: (jnp.sum(v) if k in SUMMED else jnp.mean(v)) for k, v in metrics.items() if k != "loss_finite"}
-            summary["finite"] = jnp.logical_and(jnp.all(metrics["loss_finite"]), tree_all_finite(algo.agent_params(state)))
-            return summary
-
-        self._learn = jax.jit(over_seeds(learn, num_seeds))  # the fused engine's batching: exact equality
+        self._learn = jax.jit(over_seeds(make_learn(algo), num_seeds))  # batched as fused: exact equality
         self._summarize = jax.jit(over_seeds(summarize, num_seeds))
         self._seed = 0
         self._workers: list[Any] = []
