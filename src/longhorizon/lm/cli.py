@@ -119,17 +119,6 @@ def _given(ctx: typer.Context) -> set[str]:
             if (source := ctx.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"}
 
 
-def _check_folder(out: Path, resume: bool) -> None:
-    """A new run may not reuse a folder that holds a run; a resumed one needs a checkpoint (nothing is created)."""
-    from longhorizon.runner import checkpoint
-
-    saved = checkpoint.latest_meta(Path(out) / "checkpoints")
-    if resume and saved is None:
-        raise UsageError(f"no checkpoint in {Path(out) / 'checkpoints'}; the run saved none, so start it again without --resume.")
-    if not resume and ((Path(out) / "metrics.jsonl").exists() or saved):
-        raise UsageError(f"{out} already holds a run; pass --resume {out} to continue it or choose another --out.")
-
-
 def _print_plan(plan: dict) -> None:
     """A dry run's output: the config.json the command would write, with its results folder."""
     import json
@@ -180,7 +169,9 @@ def sft(
     o = _options(ctx, resume, "lm sft")
     _check_steps(o)
     if dry_run:
-        _check_folder(Path(o["out"]), resume is not None)
+        from longhorizon.runner.run import check_folder
+
+        check_folder(Path(o["out"]), resume is not None)
         _print_plan({"out": o["out"], **_sft_setup(o)})
         return
     _run_sft(o, resume is not None)
@@ -334,7 +325,9 @@ def rl(
     _check_steps(o)
     _check_rl_options(o, _given(ctx))
     if dry_run:
-        _check_folder(Path(o["out"]), resume is not None)
+        from longhorizon.runner.run import check_folder
+
+        check_folder(Path(o["out"]), resume is not None)
         _print_plan({"out": o["out"], **_rl_setup(o, _base_config(Path(o["init"])))[0]})
         return
     _run_rl(o, resume is not None)

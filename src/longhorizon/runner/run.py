@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
-import math
 import os
 import time
 from pathlib import Path
@@ -189,13 +188,18 @@ def dry_run(spec: RunSpec, resume: bool = False) -> dict[str, Any]:
     close = getattr(run.engine, "close", None)
     if close is not None:
         close()
-    saved = checkpoint.latest_meta(run.out / "checkpoints")
-    if resume and saved is None:
-        raise UsageError(f"no checkpoint in {run.out / 'checkpoints'}; the run stopped before its first chunk finished, "
-                         "so start it again without --resume.")
-    if not resume and ((run.out / "metrics.jsonl").exists() or saved):
-        raise UsageError(f"{run.out} already holds a run; pass --resume {run.out} to continue it or choose another --out.")
+    check_folder(run.out, resume)
     return {"out": str(run.out), **run.resolved_config()}
+
+
+def check_folder(out: Path, resume: bool) -> None:
+    """``out`` as a run needs it: a new run may not reuse a folder that holds a run, a resumed one needs a checkpoint."""
+    saved = checkpoint.latest_meta(out / "checkpoints")
+    if resume and saved is None:
+        raise UsageError(f"no checkpoint in {out / 'checkpoints'}; the run saved none before it stopped, "
+                         "so start it again without --resume.")
+    if not resume and ((out / "metrics.jsonl").exists() or saved):
+        raise UsageError(f"{out} already holds a run; pass --resume {out} to continue it or choose another --out.")
 
 
 def _as_cli(value: Any) -> str:
@@ -224,20 +228,18 @@ def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None, ru
 def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
     spec, results, engine = run.spec, run.results, run.engine
     start_wall = time.perf_counter()
+    check_folder(run.out, resume)
     state = engine.init(spec.seed)
-    first_chunk, prior = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}
+    first_chunk, prior, resume_step = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}, None
     if resume:
         state, meta = checkpoint.restore(results.checkpoints, state)
-        first_chunk = int(meta["chunk"])
+        first_chunk, resume_step = int(meta["chunk"]), int(meta["env_steps"])
         prior = {k: float(meta.get(k, 0.0)) for k in prior}
         results.truncate_metrics(run.env_steps_after(first_chunk))
     else:
-        if results.metrics_path.exists() or checkpoint.latest_meta(results.checkpoints):
-            raise UsageError(f"{results.root} already holds a run; pass --resume {results.root} to continue it or choose another --out.")
         results.write_config(run.resolved_config())
-    saved = checkpoint.latest_meta(results.checkpoints) if resume else None
     run.loggers = MetricsLoggers(results.root, read_json(results.config_path), wandb_project=spec.wandb,
-                                 resume_step=None if saved is None else int(saved["env_steps"]))
+                                 resume_step=resume_step)
 
     compile_seconds = engine.compile(state) if first_chunk < run.num_chunks else 0.0
     eval_key = jax.random.PRNGKey(spec.seed + 10_000)
