@@ -231,7 +231,7 @@ class GymnasiumVecEnv(Environment):
 
     def step(self, key, state, action, params=None):
         obs, reward, terminated, truncated, final_obs = jax.pure_callback(
-            self._host_step_packed, self._shapes(), self._pack(state, action), vmap_method="expand_dims")
+            self._host_step, self._shapes(), self._pack(state, action), vmap_method="expand_dims")
         state = GymnasiumState(state.group, state.steps + 1)
         return obs, state, reward, terminated, truncated, {"final_obs": final_obs}
 
@@ -250,18 +250,13 @@ class GymnasiumVecEnv(Environment):
                 jax.lax.bitcast_convert_type(action.astype(jnp.float32), jnp.int32))
         return jnp.concatenate([jnp.stack([state.group, state.steps]).astype(jnp.int32), bits.reshape(-1)])
 
-    def _host_step_packed(self, packed):
+    def _host_step(self, packed):
+        """One step of every env group in ``packed`` ``[..., 2 + actions]`` (see :meth:`_pack`)."""
         packed = np.asarray(packed)
-        lead, bits = packed.shape[:-1], packed[..., 2:]
-        action = bits if self.act_info.discrete else bits.view(np.float32)
-        return self._host_step(packed[..., 0], packed[..., 1],
-                               action.reshape(lead + (self.num_envs,) + self.act_info.shape))
-
-    def _host_step(self, group, steps, action):
-        lead = np.shape(group)
-        groups, steps = np.ravel(group), np.ravel(np.broadcast_to(steps, lead))
-        actions = np.broadcast_to(action, lead + np.shape(action)[len(lead):]).reshape((-1,) + np.shape(action)[len(lead):])
-        entries = [GROUPS.get(self.env, self.num_envs, int(g), int(s))[0] for g, s in zip(groups, steps)]
+        lead, rows = packed.shape[:-1], packed.reshape(-1, packed.shape[-1])
+        bits = rows[:, 2:] if self.act_info.discrete else rows[:, 2:].view(np.float32)
+        actions = bits.reshape((-1, self.num_envs) + self.act_info.shape)
+        entries = [GROUPS.get(self.env, self.num_envs, int(g), int(s))[0] for g, s in rows[:, :2]]
         if self.env.vector == "async":  # every group's workers step at once
             for entry, a in zip(entries, actions):
                 entry[0].step_async(self.env.host_action(a))
