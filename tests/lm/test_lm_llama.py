@@ -12,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 
 from longhorizon.errors import UsageError
 from longhorizon.lm import llama
-from longhorizon.lm.model import positions_from_valid
+from longhorizon.lm.model import KVCache, positions_from_valid
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 
@@ -91,7 +91,7 @@ def test_kv_cache_decoding_equals_the_full_forward():
     full_valid = jnp.concatenate([valid, jnp.ones((b, 8), bool)], axis=1)
     expected = np.asarray(llama.forward(params, cfg, full, full_valid))
     model, positions = llama.Llama(cfg), positions_from_valid(full_valid)
-    got, cache = model.apply({"params": params}, prompt, positions[:, :p], full_valid, llama.empty_cache(cfg, b, p + 8), 0)
+    got, cache = model.apply({"params": params}, prompt, positions[:, :p], full_valid, KVCache.zeros(cfg, b, p + 8), 0)
     steps = [np.asarray(got)]
     for i in range(p, p + 8):
         got, cache = model.apply({"params": params}, full[:, i:i + 1], positions[:, i:i + 1], full_valid, cache, i)

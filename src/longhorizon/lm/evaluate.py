@@ -40,7 +40,8 @@ def evaluate(
         prompts = [p.prompt for p in chunk] + [""] * (batch_size - len(chunk))
         ptok, pvalid = tokenizer.encode_prompts(prompts, max_prompt_length)
         key, sub = jax.random.split(key)
-        gen = generate(params, ptok, pvalid, sub, cfg=model_cfg, max_new_tokens=max_new_tokens, temperature=temperature)
+        gen = generate(params, ptok, pvalid, sub, cfg=model_cfg, max_new_tokens=max_new_tokens, temperature=temperature,
+                       eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id)
         tokens, valid = np.asarray(gen.tokens)[: len(chunk)], np.asarray(gen.valid)[: len(chunk)]
         n_tokens += int(valid.sum() + pvalid[: len(chunk)].sum())
         for p, text in zip(chunk, tokenizer.decode_batch(tokens)):

@@ -1,7 +1,8 @@
 """Batched sampling under jit with a KV cache.
 
 ``generate`` prefills each (left-padded) prompt once into a cache of its own, then decodes one
-token per step inside a ``lax.while_loop`` that stops as soon as every sequence has emitted EOS;
+token per step inside a ``lax.while_loop`` that stops as soon as every sequence has emitted one of
+its stop ids (``eos_ids``: an instruct model ends its turn with e.g. ``<|im_end|>`` as well as EOS);
 a group's rows read their prompt's single cached copy and keep a cache of ``max_new_tokens``
 slots for their own tokens. A finished sequence emits PAD with ``valid = False`` from then on.
 
@@ -20,14 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from longhorizon.lm.model import (
-    KVCache,
-    ModelConfig,
-    Transformer,
-    cached_prefix_attention,
-    positions_from_valid,
-    prefill_prompts,
-)
+from longhorizon.lm.model import KVCache, ModelConfig, cached_prefix_attention, positions_from_valid, prefill_prompts
 from longhorizon.lm.tokenizer import EOS, PAD
 
 
@@ -68,7 +62,7 @@ def sample_token(key, logits, temperature: float, top_p: float):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_p", "eos_id", "pad_id", "group_size")
+    jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_p", "eos_ids", "pad_id", "group_size")
 )
 def generate(
     params,
@@ -80,7 +74,7 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    eos_id: int = EOS,
+    eos_ids: tuple[int, ...] = (EOS,),
     pad_id: int = PAD,
     group_size: int = 1,
 ) -> Generation:
@@ -88,8 +82,10 @@ def generate(
 
     With ``group_size = S`` each of the ``G`` prompts is prefilled once and continued by ``S`` rows
     (a GRPO group): the result has ``G * S`` rows, rows ``g*S .. g*S+S-1`` continuing prompt ``g``.
+    ``cfg`` is any model config (:class:`ModelConfig`, :class:`longhorizon.lm.llama.LlamaConfig`).
     """
-    model = Transformer(cfg)
+    model = cfg.module()
+    stops = jnp.asarray(eos_ids, jnp.int32)
     n = max_new_tokens
     logits, prompt_cache, next_pos = prefill_prompts(params, cfg, prompt, prompt_valid)
     logits, next_pos = jnp.repeat(logits, group_size, axis=0), jnp.repeat(next_pos, group_size)
@@ -109,7 +105,7 @@ def generate(
         out_tok = out_tok.at[:, t].set(token)
         out_lp = out_lp.at[:, t].set(jnp.where(valid, logp, 0.0))
         out_valid = out_valid.at[:, t].set(valid)
-        done = done | (token == eos_id)
+        done = done | jnp.isin(token, stops)
         kv_valid = kv_valid.at[:, t].set(valid)
         attend = cached_prefix_attention(prompt_cache, prompt_valid, kv_valid, group_size)
         new_logits, cache = model.apply(
@@ -132,13 +128,14 @@ def generate(
     return Generation(tokens, logprobs, valid, t)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_id", "pad_id"))
-def greedy_no_cache(params, prompt, prompt_valid, *, cfg: ModelConfig, max_new_tokens: int, eos_id: int = EOS, pad_id: int = PAD):
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "eos_ids", "pad_id"))
+def greedy_no_cache(params, prompt, prompt_valid, *, cfg: ModelConfig, max_new_tokens: int,
+                    eos_ids: tuple[int, ...] = (EOS,), pad_id: int = PAD):
     """Reference greedy decoder that re-runs the full forward pass each step (no cache).
 
     Quadratic and slow: it exists to test :func:`generate` against.
     """
-    model = Transformer(cfg)
+    model = cfg.module()
     b, p = prompt.shape
     seq = jnp.concatenate([prompt, jnp.full((b, max_new_tokens), pad_id, jnp.int32)], axis=1)
     valid = jnp.concatenate([prompt_valid.astype(bool), jnp.zeros((b, max_new_tokens), bool)], axis=1)
@@ -151,7 +148,7 @@ def greedy_no_cache(params, prompt, prompt_valid, *, cfg: ModelConfig, max_new_t
         token = jnp.where(ok, token, pad_id)
         seq = seq.at[:, p + t].set(token)
         valid = valid.at[:, p + t].set(ok)
-        return (seq, valid, done | (token == eos_id)), None
+        return (seq, valid, done | jnp.isin(token, jnp.asarray(eos_ids, jnp.int32))), None
 
     (seq, valid, _), _ = jax.lax.scan(step, (seq, valid, jnp.zeros((b,), bool)), jnp.arange(max_new_tokens))
     return seq[:, p:], valid[:, p:]

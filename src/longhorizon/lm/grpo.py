@@ -11,10 +11,13 @@ Advantages (``scale_rewards``)::
 with unbiased (n - 1) standard deviations, as ``torch.std`` computes them in TRL. Groups may
 have different sizes (sGPO); a group of one has advantage 0.
 
-Per-token loss, with ``rho = pi_theta(o_t | .) / pi_old(o_t | .)``::
+Per-token loss, with the importance weight ``rho`` of ``importance_sampling_level``::
 
-    l_t = -min(rho A_t, clip(rho, 1 - epsilon, 1 + epsilon_high) A_t) + beta k3_t
+    l_t = -min(rho_t A_t, clip(rho_t, 1 - epsilon, 1 + epsilon_high) A_t) + beta k3_t
     k3_t = exp(log pi_ref - log pi_theta) - (log pi_ref - log pi_theta) - 1
+
+    "token"     rho_t = pi_theta(o_t | .) / pi_old(o_t | .)                            (GRPO)
+    "sequence"  rho_t = s_i = exp( sum_t M_it log(pi_theta / pi_old)_it / T_i )        (GSPO)
 
 Reduction (``loss_type``), over the optimiser batch split into ``gradient_accumulation_steps``
 micro-batches m (``M_t`` the token mask, ``T_i = sum_t M_it``, ``L`` = max_completion_length)::
@@ -24,10 +27,18 @@ micro-batches m (``M_t`` the token mask, ``T_i = sum_t M_it``, ``L`` = max_compl
     dr_grpo  mean over micro-batches of  sum_{i in m,t} M l / (|m| L)
     dapo     sum_{all i,t} M l / sum_{all i,t} M          (tokens of the whole optimiser batch)
 
-Each generation batch is split into ``steps_per_generation`` optimiser batches and replayed
-``num_iterations`` times; ``pi_old`` is the sampler's own log-probabilities (exact for the
+Each generation batch is split into ``steps_per_generation`` micro-batches (TRL's meaning: the
+generation batch holds ``steps_per_generation`` per-device batches; default
+``gradient_accumulation_steps``), every ``gradient_accumulation_steps`` of them one optimiser
+step, and replayed ``num_iterations`` times; ``pi_old`` is the sampler's own log-probabilities (exact for the
 parameters that generated the batch, see :mod:`longhorizon.lm.generate`). Dynamic sampling
 (DAPO) drops groups whose rewards are all equal before the update and reports how many.
+``reward_std`` is TRL's: the mean over groups of the within-group (unbiased) standard deviation.
+
+The trainer runs any model config with a ``module()`` (:class:`longhorizon.lm.model.ModelConfig`,
+:class:`longhorizon.lm.llama.LlamaConfig`) and any tokenizer with ``encode_prompts``,
+``decode_batch``, ``eos_ids`` and ``pad_id`` (the character :class:`Tokenizer`, or
+:class:`longhorizon.lm.hf_tokenizer.HFTokenizer` for pretrained models).
 """
 
 from __future__ import annotations
@@ -47,9 +58,10 @@ from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.lm.generate import generate
 from longhorizon.lm.model import ModelConfig, shared_prompt_logprobs, token_logprobs
 from longhorizon.lm.tasks import Problem, score, segment_ids, segment_rewards
-from longhorizon.lm.tokenizer import EOS, PAD, Tokenizer
+from longhorizon.lm.tokenizer import Tokenizer
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+IMPORTANCE_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 ADVANTAGES = ("sequence", "segment")
 STD_EPS = 1e-4
@@ -64,9 +76,10 @@ class GRPOConfig:
     loss_type: str = "dapo"
     scale_rewards: str = "group"
     num_iterations: int = 1
-    steps_per_generation: int = 1
+    steps_per_generation: int | None = None  # micro-batches per generation batch; None: gradient_accumulation_steps
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-4
+    importance_sampling_level: str = "token"  # "sequence": GSPO's length-normalised sequence ratio
+    learning_rate: float = 1e-6  # TRL's default
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     temperature: float = 1.0
@@ -88,14 +101,22 @@ class GRPOConfig:
             raise UsageError(f"loss_type={self.loss_type!r} is unknown; use one of {LOSS_TYPES}.")
         if self.scale_rewards not in SCALE_REWARDS:
             raise UsageError(f"scale_rewards={self.scale_rewards!r} is unknown; use one of {SCALE_REWARDS}.")
+        if self.importance_sampling_level not in IMPORTANCE_LEVELS:
+            raise UsageError(f"importance_sampling_level={self.importance_sampling_level!r} is unknown; use one of "
+                             f"{IMPORTANCE_LEVELS}.")
         if self.advantage not in ADVANTAGES:
             raise UsageError(f"advantage={self.advantage!r} is unknown; use one of {ADVANTAGES}.")
         if self.beta < 0 or self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
             raise UsageError("beta, epsilon and epsilon_high must be non-negative; fix the negative value.")
-        for name in ("num_iterations", "steps_per_generation", "gradient_accumulation_steps", "max_prompt_length",
+        for name in ("num_iterations", "generation_micro_batches", "gradient_accumulation_steps", "max_prompt_length",
                      "max_completion_length", "batch_multiple"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name}={getattr(self, name)} must be a positive integer.")
+        if self.generation_micro_batches % self.gradient_accumulation_steps:
+            raise UsageError(
+                f"steps_per_generation={self.steps_per_generation} is not a multiple of gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps}, so an optimiser step would mix two generation batches; "
+                "make it a multiple (or leave it unset).")
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate={self.learning_rate} must be positive.")
         if self.temperature <= 0:
@@ -106,6 +127,15 @@ class GRPOConfig:
     @property
     def eps_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def generation_micro_batches(self) -> int:
+        """Micro-batches a generation batch is split into (TRL's ``steps_per_generation``)."""
+        return self.gradient_accumulation_steps if self.steps_per_generation is None else self.steps_per_generation
+
+    @property
+    def optimizer_steps_per_generation(self) -> int:
+        return self.generation_micro_batches // self.gradient_accumulation_steps
 
 
 # ----------------------------------------------------------------------------- advantages
@@ -133,6 +163,16 @@ def group_advantages(rewards, group_ids, scale_rewards: str = "group") -> np.nda
     return adv.astype(np.float32)
 
 
+def mean_group_std(rewards, group_ids) -> float:
+    """TRL's ``reward_std``: the mean over groups of each group's unbiased standard deviation
+    (groups of one count as 0)."""
+    rewards = np.asarray(rewards, np.float64)
+    _, inverse, counts = np.unique(np.asarray(group_ids), return_inverse=True, return_counts=True)
+    centred = rewards - (np.bincount(inverse, rewards) / counts)[inverse]
+    sq = np.bincount(inverse, centred**2)
+    return float(np.mean(np.sqrt(np.divide(sq, counts - 1, out=np.zeros_like(sq), where=counts > 1))))
+
+
 def all_equal_groups(rewards, group_ids) -> np.ndarray:
     """Per sample: True if every reward in its group is equal (such a group carries no signal)."""
     rewards = np.asarray(rewards, np.float64)
@@ -147,9 +187,22 @@ def all_equal_groups(rewards, group_ids) -> np.ndarray:
 # ----------------------------------------------------------------------------- loss
 
 
-def per_token_loss(logp, old_logp, ref_logp, advantages, *, epsilon: float, epsilon_high: float, beta: float):
-    """``(l_t, rho_t, k3_t)`` elementwise (module docstring)."""
-    ratio = jnp.exp(logp - old_logp)
+def log_importance_weights(logp, old_logp, mask, level: str = "token"):
+    """``log rho`` ``[B, T]`` (or ``[B, 1]`` for ``"sequence"``, GSPO's ``log s_i``, the masked mean of the
+    token log-ratios; module docstring)."""
+    log_ratio = logp - old_logp
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        return (log_ratio * mask).sum(-1, keepdims=True) / jnp.maximum(mask.sum(-1, keepdims=True), 1.0)
+    raise UsageError(f"importance_sampling_level={level!r} is unknown; use one of {IMPORTANCE_LEVELS}.")
+
+
+def per_token_loss(logp, old_logp, ref_logp, advantages, *, epsilon: float, epsilon_high: float, beta: float,
+                   mask=None, level: str = "token"):
+    """``(l_t, rho_t, k3_t)`` elementwise (module docstring); ``mask`` is needed for ``level="sequence"``."""
+    ratio = jnp.exp(log_importance_weights(logp, old_logp, jnp.ones_like(logp) if mask is None else mask, level))
+    ratio = jnp.broadcast_to(ratio, logp.shape)
     clipped = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
     loss = -jnp.minimum(ratio * advantages, clipped * advantages)
     kl = kl_k3(logp, ref_logp) if beta != 0.0 else jnp.zeros_like(logp)
@@ -196,7 +249,7 @@ def grpo_loss(params, batch, total_tokens, *, model_cfg: ModelConfig, cfg: GRPOC
     mask = batch["mask"]
     tok, ratio, kl = per_token_loss(
         logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
-        epsilon=cfg.epsilon, epsilon_high=cfg.eps_high, beta=cfg.beta,
+        epsilon=cfg.epsilon, epsilon_high=cfg.eps_high, beta=cfg.beta, mask=mask, level=cfg.importance_sampling_level,
     )
     loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=mask.shape[1], total_tokens=total_tokens, n_micro=n_micro)
     adv = batch["advantages"]
@@ -261,7 +314,10 @@ class GRPOTrainer:
 
     ``token_weights(problem, text, n)`` (optional) returns an array of ``n`` 0/1 weights over a
     completion's tokens that multiplies the loss mask (to exclude segments from the loss).
-    ``reward_fn(problem, text)`` defaults to the task's verifier, :func:`longhorizon.lm.tasks.score`.
+    ``reward_fn(problem, text)`` defaults to the task's verifier, :func:`longhorizon.lm.tasks.score`;
+    ``batch_rewards(problems, texts, completion_ids) -> (rewards [n], metrics)`` (optional, e.g.
+    :class:`longhorizon.lm.data.RewardFunctions`) scores a whole rollout at once instead.
+    Problems are any objects with a ``prompt`` string.
     """
 
     def __init__(
@@ -275,7 +331,13 @@ class GRPOTrainer:
         seed: int = 0,
         token_weights: Callable[[Problem, str, int], np.ndarray] | None = None,
         reward_fn: Callable[[Problem, str], float] = score,
+        batch_rewards: Callable | None = None,
     ):
+        context = model_cfg.context_length
+        if context is not None and cfg.max_prompt_length + cfg.max_completion_length > context:
+            raise UsageError(
+                f"max_prompt_length {cfg.max_prompt_length} + max_completion_length {cfg.max_completion_length} exceed the "
+                f"model's context of {context} tokens; shorten the prompts or lower max_completion_length.")
         self.model_cfg, self.cfg, self.tokenizer = model_cfg, cfg, tokenizer
         self.params = jax.tree_util.tree_map(jnp.array, params)
         self.ref_params = self.params if ref_params is None else ref_params
@@ -285,6 +347,7 @@ class GRPOTrainer:
         self.key = jax.random.PRNGKey(seed)
         self.token_weights = token_weights
         self.reward_fn = reward_fn
+        self.batch_rewards = batch_rewards
         self.counters = {"generations": 0, "rollout_tokens": 0, "generated_tokens": 0, "update_tokens": 0,
                          "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0}
 
@@ -303,11 +366,18 @@ class GRPOTrainer:
         ptok, pvalid = tok.encode_prompts([p.prompt for p in units] + [""] * (b - len(units)), cfg.max_prompt_length)
         self.key, sub = jax.random.split(self.key)
         gen = generate(self.params, ptok, pvalid, sub, cfg=self.model_cfg, max_new_tokens=cfg.max_completion_length,
-                       temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size)
+                       temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size,
+                       eos_ids=tuple(tok.eos_ids), pad_id=tok.pad_id)
         ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
         ptok, pvalid = (np.repeat(x, group_size, axis=0) if group_size > 1 else x for x in (ptok, pvalid))
         texts = tok.decode_batch(ctok)
-        rewards = np.array([self.reward_fn(p, t) for (_, p), t in zip(rows, texts)], np.float64)
+        reward_metrics = {}
+        if self.batch_rewards is not None:
+            completion_ids = [row[v].tolist() for row, v in zip(ctok, cvalid)]
+            rewards, reward_metrics = self.batch_rewards([p for _, p in rows], texts, completion_ids)
+            rewards = np.asarray(rewards, np.float64)
+        else:
+            rewards = np.array([self.reward_fn(p, t) for (_, p), t in zip(rows, texts)], np.float64)
         n_real = len(rows)
         self.counters["generations"] += n_real
         self.counters["generated_tokens"] += int(cvalid.sum())
@@ -315,8 +385,8 @@ class GRPOTrainer:
         return {
             "rows": rows, "texts": texts, "rewards": rewards, "group_ids": np.array([q for q, _ in rows]),
             "prompt_tokens": ptok[:n_real], "prompt_valid": pvalid[:n_real],
-            "tokens": ctok, "valid": cvalid, "logprobs": clp,
-            "truncated": ~((ctok == EOS) & cvalid).any(axis=1),
+            "tokens": ctok, "valid": cvalid, "logprobs": clp, "reward_metrics": reward_metrics,
+            "truncated": ~(np.isin(ctok, tok.eos_ids) & cvalid).any(axis=1),
             "group_size": group_size if group_size > 1 else 0,  # > 0: rows g*S .. g*S+S-1 are group g
         }
 
@@ -359,7 +429,8 @@ class GRPOTrainer:
         self.counters["groups_dropped"] += dropped
         metrics = {
             "reward": float(ro["rewards"].mean()),
-            "reward_std": float(ro["rewards"].std()),
+            "reward_std": mean_group_std(ro["rewards"], ro["group_ids"]),
+            **ro["reward_metrics"],
             "groups": n_groups,
             "groups_all_equal": int(len(np.unique(ro["group_ids"][degenerate]))),
             "groups_dropped": dropped,
@@ -369,7 +440,7 @@ class GRPOTrainer:
         train_metrics = []
         if keep.any():
             batch = self._train_batch(ro, adv, mask, keep)
-            n_opt = cfg.steps_per_generation
+            n_opt = cfg.optimizer_steps_per_generation
             kept_tokens = int(ro["valid"][keep].sum() + ro["prompt_valid"][keep].sum())
             for _ in range(cfg.num_iterations):
                 for s in range(n_opt):
@@ -397,7 +468,7 @@ class GRPOTrainer:
     def _train_batch(self, ro, adv, mask, keep):
         cfg = self.cfg
         group_size = ro.get("group_size", 0)
-        steps = cfg.steps_per_generation * cfg.gradient_accumulation_steps
+        steps = cfg.generation_micro_batches
         # Shuffle once per generation batch (TRL shuffles rows before splitting into steps; groups that
         # share their prompt are shuffled as wholes).
         rng = np.random.default_rng(self.counters["optimizer_steps"])
@@ -421,11 +492,13 @@ class GRPOTrainer:
         batch = {"mask": take(mask), "old_logp": old_logp, "advantages": take(adv), "ref_logp": old_logp}
         if group_size:
             first = groups * group_size  # each group's prompt, from its first row
-            batch.update(prompt=take(ro["prompt_tokens"], PAD, first), prompt_valid=take(ro["prompt_valid"], False, first),
-                         completion=take(ro["tokens"], PAD), completion_valid=take(ro["valid"], False))
+            pad_id = self.tokenizer.pad_id
+            batch.update(prompt=take(ro["prompt_tokens"], pad_id, first), prompt_valid=take(ro["prompt_valid"], False, first),
+                         completion=take(ro["tokens"], pad_id), completion_valid=take(ro["valid"], False))
             batch["prompt_valid"][len(groups):, -1] = True  # padding groups: one valid token, zero loss mask
         else:
-            batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], PAD), take(ro["tokens"], PAD)], axis=1)
+            pad_id = self.tokenizer.pad_id
+            batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], pad_id), take(ro["tokens"], pad_id)], axis=1)
             batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(ro["valid"], False)], axis=1)
             batch["valid"][len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
         if cfg.beta != 0.0:

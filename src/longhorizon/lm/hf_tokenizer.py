@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from longhorizon.errors import UsageError
 
 CONTROL = 3  # llama.cpp's token type for control (special) tokens
@@ -48,6 +50,33 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def decode_batch(self, ids) -> list[str]:
+        """The text of each row of generated ``ids [B, N]`` up to its first stop id (special tokens dropped)."""
+        texts = []
+        for row in np.asarray(ids).tolist():
+            stop = next((i for i, t in enumerate(row) if t in self.eos_ids), len(row))
+            texts.append(self.tokenizer.decode(row[:stop], skip_special_tokens=True))
+        return texts
+
+    def encode_prompts(self, texts: Sequence[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Left-padded prompt ids ``(tokens [B, length] int32, valid [B, length] bool)``.
+
+        ``valid`` comes from the lengths, never from comparing with ``pad_id`` (which may be a real
+        token, e.g. EOS). An empty text is a filler row of one valid pad token (generation needs one).
+        """
+        rows = [self.encode(t) or [self.pad_id] for t in texts]
+        longest = max(map(len, rows), default=1)
+        length = longest if length is None else length
+        if longest > length:
+            raise UsageError(f"a prompt has {longest} tokens but the maximum prompt length is {length}; raise "
+                             "max_prompt_length (--max-prompt-length) or shorten the prompt.")
+        tokens = np.full((len(rows), length), self.pad_id, np.int32)
+        valid = np.zeros((len(rows), length), bool)
+        for b, row in enumerate(rows):
+            tokens[b, length - len(row):] = row
+            valid[b, length - len(row):] = True
+        return tokens, valid
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)

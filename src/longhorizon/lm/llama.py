@@ -87,6 +87,19 @@ class LlamaConfig:
     def head_dim(self) -> int:
         return self.head_size or self.d_model // self.n_heads
 
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads
+
+    @property
+    def context_length(self) -> int:
+        return self.max_len
+
+    def module(self) -> "Llama":
+        """The flax module this config describes (so every function of :mod:`longhorizon.lm.model`,
+        :mod:`longhorizon.lm.generate` and the GRPO trainer runs it unchanged)."""
+        return Llama(self)
+
 
 def config_from_hf(hf: Mapping, dtype: str = "float32") -> LlamaConfig:
     """A :class:`LlamaConfig` from a ``transformers`` ``config.json`` dict; features this module lacks are refused."""
@@ -180,7 +193,7 @@ class Block(nn.Module):
     cfg: LlamaConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, kv, index):
+    def __call__(self, x, positions, mask, kv, index, attend=None, layer=0):
         cfg = self.cfg
         dense = lambda heads, name, bias: nn.DenseGeneral(  # noqa: E731
             (heads, cfg.head_dim), use_bias=bias, dtype=cfg.dtype, param_dtype=cfg.dtype, name=name)
@@ -196,8 +209,8 @@ class Block(nn.Module):
             cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
             cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
             k, v = cache_k[layer], cache_v[layer]
-        group = cfg.n_heads // cfg.n_kv_heads  # query heads g*group .. g*group+group-1 read kv head g
-        attn = dense_attention(q, jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2), mask)
+        # query heads g*R .. g*R+R-1 read kv head g (R = n_heads / n_kv_heads), in either attention
+        attn = dense_attention(q, k, v, mask) if attend is None else attend(q, k, v, layer)
         x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype,
                                 name="o")(attn)
         h = RMSNorm(cfg.rms_eps, cfg.dtype, name="mlp_norm")(x)
@@ -210,31 +223,28 @@ class Llama(nn.Module):
     cfg: LlamaConfig
 
     @nn.compact
-    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0):
+    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None):
         """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
 
         Query slot ``i`` attends to key slot ``j`` iff ``j <= i`` and ``kv_valid[b, j]``; with a
-        cache, the ``T`` tokens occupy slots ``index .. index+T-1``.
+        cache, the ``T`` tokens occupy slots ``index .. index+T-1``. ``attend(q, k, v, layer)``
+        replaces that masked attention as in :class:`longhorizon.lm.model.Transformer` (``q`` has
+        ``n_heads`` heads, ``k, v`` ``n_kv_heads``), so a GRPO group reads one copy of its prompt.
         Returns ``(logits [B, T, V] float32, new_cache or None)``.
         """
         cfg = self.cfg
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.dtype, name="embed")
         x = embed(tokens)
-        mask = causal_slot_mask(tokens.shape[1], kv_valid, cache, index)
+        mask = causal_slot_mask(tokens.shape[1], kv_valid, cache, index) if attend is None else None
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
-            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index)
+            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
         x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(x)
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:
             logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype, name="lm_head")(x)
         return logits.astype(jnp.float32), None if kv is None else KVCache(*kv)
-
-
-def empty_cache(cfg: LlamaConfig, batch: int, slots: int) -> KVCache:
-    shape = (cfg.n_layers, batch, slots, cfg.n_kv_heads, cfg.head_dim)
-    return KVCache(jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
 
 
 def init_params(key: jax.Array, cfg: LlamaConfig):
@@ -378,7 +388,7 @@ def greedy_generate(params, cfg: LlamaConfig, prompt: jax.Array, valid: jax.Arra
     slots_valid = jnp.concatenate([valid.astype(bool), jnp.ones((b, new_tokens), bool)], axis=1)
     positions = positions_from_valid(valid)
     logits, cache = model.apply({"params": params}, prompt, positions, slots_valid,
-                                empty_cache(cfg, b, p + new_tokens), 0)
+                                KVCache.zeros(cfg, b, p + new_tokens), 0)
     token = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
 
     def step(carry, i):

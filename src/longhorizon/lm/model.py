@@ -68,8 +68,21 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        return self.n_heads
+
+    @property
+    def context_length(self) -> int | None:
+        """Tokens a sequence may hold (learned positions end at ``max_len``; rotary ones do not)."""
+        return self.max_len if self.positions == "learned" else None
+
+    @property
     def ff_dim(self) -> int:
         return self.d_ff or 4 * self.d_model
+
+    def module(self) -> "Transformer":
+        """The flax module this config describes (every function here dispatches through it)."""
+        return Transformer(self)
 
 
 class KVCache(NamedTuple):
@@ -79,8 +92,9 @@ class KVCache(NamedTuple):
     v: jax.Array
 
     @staticmethod
-    def zeros(cfg: ModelConfig, batch: int, slots: int) -> KVCache:
-        shape = (cfg.n_layers, batch, slots, cfg.n_heads, cfg.head_dim)
+    def zeros(cfg, batch: int, slots: int) -> KVCache:
+        """An empty cache for ``cfg`` (any model config: ``kv_heads`` key/value heads of ``head_dim``)."""
+        shape = (cfg.n_layers, batch, slots, cfg.kv_heads, cfg.head_dim)
         return KVCache(jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
 
 
@@ -115,28 +129,44 @@ def _masked_softmax(scores: jax.Array, mask: jax.Array, dtype) -> jax.Array:
     return jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(dtype)
 
 
+def _grouped(q: jax.Array, kv_heads: int) -> jax.Array:
+    """``[..., H, D] -> [..., Hk, H/Hk, D]``: query heads ``g*R .. g*R+R-1`` read key/value head ``g``
+    (grouped-query attention; ``R = 1`` is multi-head attention)."""
+    return q.reshape(q.shape[:-2] + (kv_heads, q.shape[-2] // kv_heads, q.shape[-1]))
+
+
 def dense_attention(q, k, v, mask):
-    """``softmax(q k^T / sqrt(d), masked) v`` for ``q [B, T, H, D]``, ``k, v [B, S, H, D]``, ``mask [B, T, S]``."""
-    scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
-    return jnp.einsum("bhts,bshd->bthd", _masked_softmax(scores, mask[:, None], v.dtype), v)
+    """``softmax(q k^T / sqrt(d), masked) v`` for ``q [B, T, H, D]``, ``k, v [B, S, Hk, D]``, ``mask [B, T, S]``.
+
+    ``Hk`` divides ``H``; each key/value head serves ``H / Hk`` consecutive query heads without being copied.
+    """
+    b, t, h, d = q.shape
+    qg = _grouped(q, k.shape[2])  # [B, T, Hk, R, D]
+    scores = jnp.einsum("btgrd,bsgd->bgrts", qg, k).astype(jnp.float32) / math.sqrt(d)
+    out = jnp.einsum("bgrts,bsgd->btgrd", _masked_softmax(scores, mask[:, None, None], v.dtype), v)
+    return out.reshape(b, t, h, d)
 
 
 def prefix_attention(q, prefix_k, prefix_v, own_k, own_v, mask):
     """Attention of grouped rows to their group's shared prefix and to their own keys.
 
-    ``q [G, S, T, H, D]``; ``prefix_k, prefix_v [G, P, H, D]`` (one copy per group, read by its
-    ``S`` rows); ``own_k, own_v [G, S, K, H, D]``; ``mask [G, S, 1, T, P + K]`` (prefix keys
+    ``q [G, S, T, H, D]``; ``prefix_k, prefix_v [G, P, Hk, D]`` (one copy per group, read by its
+    ``S`` rows); ``own_k, own_v [G, S, K, Hk, D]``; ``mask [G, S, 1, T, P + K]`` (prefix keys
     first). One softmax over both key sets: the attention of the concatenated rows
-    ``[prefix_g, own]`` without a per-row copy of the prefix.
+    ``[prefix_g, own]`` without a per-row copy of the prefix. ``Hk`` divides ``H`` (grouped-query
+    attention, as in :func:`dense_attention`).
     """
     p = prefix_k.shape[1]
+    g, s, t, h, d = q.shape
+    qg = _grouped(q, prefix_k.shape[2])  # [G, S, T, Hk, R, D]
     scores = jnp.concatenate(
-        [jnp.einsum("gsqhd,gkhd->gshqk", q, prefix_k), jnp.einsum("gsqhd,gskhd->gshqk", q, own_k)], axis=-1
-    ).astype(jnp.float32) / math.sqrt(q.shape[-1])
-    weights = _masked_softmax(scores, mask, own_v.dtype)
-    return jnp.einsum("gshqk,gkhd->gsqhd", weights[..., :p], prefix_v) + jnp.einsum(
-        "gshqk,gskhd->gsqhd", weights[..., p:], own_v
+        [jnp.einsum("gsqhrd,gkhd->gshrqk", qg, prefix_k), jnp.einsum("gsqhrd,gskhd->gshrqk", qg, own_k)], axis=-1
+    ).astype(jnp.float32) / math.sqrt(d)
+    weights = _masked_softmax(scores, mask[:, :, :, None], own_v.dtype)
+    out = jnp.einsum("gshrqk,gkhd->gsqhrd", weights[..., :p], prefix_v) + jnp.einsum(
+        "gshrqk,gskhd->gsqhrd", weights[..., p:], own_v
     )
+    return out.reshape(g, s, t, h, d)
 
 
 def shared_prefix_attention(groups: int, group_size: int, prompt_valid, completion_valid):
@@ -155,10 +185,10 @@ def shared_prefix_attention(groups: int, group_size: int, prompt_valid, completi
     completion_mask = jnp.concatenate([to_prompt_mask, own_mask], axis=-1)[:, :, None]  # [G, S, 1, N, P+N]
 
     def attend(q, k, v, layer):
-        h, d = q.shape[2], q.shape[3]
+        h, hk, d = q.shape[2], k.shape[2], q.shape[3]
         split = g * p
-        qp, kp, vp = (x[0, :split].reshape(g, p, h, d) for x in (q, k, v))
-        qc, kc, vc = (x[0, split:].reshape(g, s, n, h, d) for x in (q, k, v))
+        qp, (kp, vp) = q[0, :split].reshape(g, p, h, d), (x[0, :split].reshape(g, p, hk, d) for x in (k, v))
+        qc, (kc, vc) = q[0, split:].reshape(g, s, n, h, d), (x[0, split:].reshape(g, s, n, hk, d) for x in (k, v))
         prompt_out = dense_attention(qp, kp, vp, prompt_mask)
         completion_out = prefix_attention(qc, kp, vp, kc, vc, completion_mask)
         return jnp.concatenate([prompt_out.reshape(1, g * p, h, d), completion_out.reshape(1, g * s * n, h, d)], axis=1)
@@ -176,7 +206,7 @@ def cached_prefix_attention(prefix: KVCache, prefix_valid, own_valid, group_size
 
     def attend(q, k, v, layer):
         b, t, h, d = q.shape
-        own = (x.reshape(g, s, k_slots, h, d) for x in (k, v))
+        own = (x.reshape(g, s, k_slots, k.shape[2], d) for x in (k, v))
         out = prefix_attention(q.reshape(g, s, t, h, d), prefix.k[layer], prefix.v[layer], *own,
                                jnp.broadcast_to(mask, (g, s, 1, t, p + k_slots)))
         return out.reshape(b, t, h, d)
@@ -246,7 +276,7 @@ def positions_from_valid(valid: jax.Array) -> jax.Array:
 
 def init_params(key: jax.Array, cfg: ModelConfig):
     tokens = jnp.zeros((1, 2), jnp.int32)
-    return Transformer(cfg).init(key, tokens, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2), bool))["params"]
+    return cfg.module().init(key, tokens, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2), bool))["params"]
 
 
 def count_params(params) -> int:
@@ -255,7 +285,7 @@ def count_params(params) -> int:
 
 def forward(params, cfg: ModelConfig, tokens: jax.Array, valid: jax.Array) -> jax.Array:
     """Logits ``[B, T, V]`` for a whole (padded) sequence, no cache."""
-    logits, _ = Transformer(cfg).apply({"params": params}, tokens, positions_from_valid(valid), valid)
+    logits, _ = cfg.module().apply({"params": params}, tokens, positions_from_valid(valid), valid)
     return logits
 
 
@@ -286,7 +316,7 @@ def prefill_prompts(params, cfg: ModelConfig, prompt: jax.Array, prompt_valid: j
     """
     g, p = prompt.shape
     positions = positions_from_valid(prompt_valid)
-    logits, cache = Transformer(cfg).apply(
+    logits, cache = cfg.module().apply(
         {"params": params}, prompt, positions, prompt_valid.astype(bool), KVCache.zeros(cfg, g, p), 0
     )
     return logits[:, -1], cache, positions[:, -1] + 1
@@ -313,7 +343,7 @@ def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, compl
     tokens = jnp.concatenate([prompt.reshape(1, -1), completion.reshape(1, -1)], axis=1)
     positions = jnp.concatenate([prompt_positions.reshape(1, -1), completion_positions.reshape(1, -1)], axis=1)
     attend = shared_prefix_attention(g, s, prompt_valid, completion_valid)
-    logits, _ = Transformer(cfg).apply({"params": params}, tokens, positions, None, attend=attend)
+    logits, _ = cfg.module().apply({"params": params}, tokens, positions, None, attend=attend)
     last = jnp.repeat(logits[0, : g * p].reshape(g, p, -1)[:, -1], s, axis=0)
     logits = jnp.concatenate([last[:, None], logits[0, g * p:].reshape(rows, n, -1)[:, :-1]], axis=1)
     return _logp_entropy(logits, completion, temperature)

@@ -22,6 +22,7 @@ class Tokenizer:
     """Maps characters of ``alphabet`` to ids ``3..`` and back."""
 
     pad_id, bos_id, eos_id = PAD, BOS, EOS
+    eos_ids = (EOS,)  # stop ids of generation (a pretrained tokenizer may have several)
 
     def __init__(self, alphabet: str = DEFAULT_ALPHABET):
         if len(set(alphabet)) != len(alphabet) or not alphabet:
