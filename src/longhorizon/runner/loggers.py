@@ -24,7 +24,8 @@ any other key               ``losses/<key>``: what the algorithm's ``learn`` rep
                             ``losses/td_loss``, ``losses/q_mean``, ``losses/target_mean``
 ==========================  =====================================================================
 
-``env_steps`` is the step axis and ``time`` the event's wall time; neither is a tag. Empty values
+``env_steps`` is the step axis and ``time`` the event's wall time; neither is a tag (the LM loop,
+:func:`longhorizon.lm.run.run_rl`, logs on its RL ``step`` instead: ``step_key="step"``). Empty values
 (``None``: no episode ended yet, a seed without an episode) are skipped, never written as 0.
 
 The TensorBoard events live in ``RUN/tensorboard/``, beside ``metrics.jsonl``. A fresh run also writes
@@ -104,11 +105,13 @@ def hparams(config: dict[str, Any]) -> dict[str, str | float | bool]:
 class TensorBoardLogger:
     """Writes metrics rows as TensorBoard scalars in ``root/tensorboard`` (one event file per session)."""
 
-    def __init__(self, root: str | Path, config: dict[str, Any], resume_step: int | None = None):
+    def __init__(self, root: str | Path, config: dict[str, Any], resume_step: int | None = None,
+                 step_key: str = "env_steps"):
         from tensorboardX import SummaryWriter
         from tensorboardX.summary import hparams as hparams_summaries
 
         self.logdir = Path(root) / "tensorboard"
+        self.step_key = step_key
         # Each session opens with a session-start marker at purge_step; at T + 1 TensorBoard hides what an
         # interrupted session logged after the checkpoint. A fresh run's marker (step 0) hides nothing, but
         # TensorBoard's server takes a folder's first marker as the start, not a restart, so it must exist.
@@ -123,8 +126,8 @@ class TensorBoardLogger:
             self.writer.flush()
 
     def log(self, row: dict[str, Any]) -> None:
-        step, walltime = int(row["env_steps"]), row.get("time")
-        for tag, value in scalars(row).items():
+        step, walltime = int(row[self.step_key]), row.get("time")
+        for tag, value in scalars({k: v for k, v in row.items() if k != self.step_key}).items():
             self.writer.add_scalar(tag, value, step, walltime=walltime)
         self.writer.flush()  # one row per chunk: cheap, and TensorBoard shows it at once
 
@@ -135,8 +138,9 @@ class TensorBoardLogger:
 class WandbLogger:
     """Logs the same tags to Weights & Biases; resuming continues the same W&B run (its id is kept in the folder)."""
 
-    def __init__(self, project: str, root: str | Path, config: dict[str, Any], resume: bool):
+    def __init__(self, project: str, root: str | Path, config: dict[str, Any], resume: bool, step_key: str = "env_steps"):
         wandb = require_wandb()
+        self.step_key = step_key
         root = Path(root)
         id_path = root / "wandb-run-id"
         if resume and id_path.exists():
@@ -148,7 +152,7 @@ class WandbLogger:
 
     def log(self, row: dict[str, Any]) -> None:
         # W&B steps only go forward: after a resume it ignores steps it already holds.
-        self.run.log(scalars(row), step=int(row["env_steps"]))
+        self.run.log(scalars({k: v for k, v in row.items() if k != self.step_key}), step=int(row[self.step_key]))
 
     def close(self) -> None:
         self.run.finish()
@@ -168,10 +172,11 @@ class MetricsLoggers:
     """Every live view of a run's metrics: TensorBoard always, W&B when a project is named."""
 
     def __init__(self, root: str | Path, config: dict[str, Any], resume_step: int | None = None,
-                 wandb_project: str | None = None):
-        self.loggers: list[Any] = [TensorBoardLogger(root, config, resume_step)]
+                 wandb_project: str | None = None, step_key: str = "env_steps"):
+        self.loggers: list[Any] = [TensorBoardLogger(root, config, resume_step, step_key)]
         if wandb_project:
-            self.loggers.append(WandbLogger(wandb_project, root, config, resume=resume_step is not None))
+            self.loggers.append(WandbLogger(wandb_project, root, config, resume=resume_step is not None,
+                                            step_key=step_key))
 
     def log(self, row: dict[str, Any]) -> None:
         for logger in self.loggers:

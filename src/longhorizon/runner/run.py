@@ -192,10 +192,15 @@ def dry_run(spec: RunSpec, resume: bool = False) -> dict[str, Any]:
     return {"out": str(run.out), **run.resolved_config()}
 
 
-def check_folder(out: Path, resume: bool) -> None:
-    """``out`` as a run needs it: a new run may not reuse a folder that holds a run, a resumed one needs a checkpoint."""
-    saved = checkpoint.latest_meta(out / "checkpoints")
-    if resume and saved is None:
+def check_folder(out: Path, resume: bool, saved: bool | None = None) -> None:
+    """``out`` as a run needs it: a new run may not reuse a folder that holds a run, a resumed one needs a checkpoint.
+
+    ``saved`` says whether ``out/checkpoints`` holds one, for runs whose checkpoints are not this
+    runner's msgpack files (the LM loop's orbax steps); by default the msgpack index is read.
+    """
+    if saved is None:
+        saved = checkpoint.latest_meta(out / "checkpoints") is not None
+    if resume and not saved:
         raise UsageError(f"no checkpoint in {out / 'checkpoints'}; the run saved none before it stopped, "
                          "so start it again without --resume.")
     if not resume and ((out / "metrics.jsonl").exists() or saved):
