@@ -76,7 +76,10 @@ def _materialise(argv: list[str], plan: dict) -> None:
     lm = argv[0] == "lm"
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(plan))
-    (out / "checkpoints" / "latest.json").write_text(json.dumps({"chunk": 1, "step": 1, "file": "chunk_000001.msgpack"}))
+    if argv[:2] == ["lm", "rl"]:
+        (out / "checkpoints" / "1").mkdir()  # an orbax step folder (lm.run_checkpoint)
+    else:
+        (out / "checkpoints" / "latest.json").write_text(json.dumps({"chunk": 1, "step": 1, "file": "chunk_000001.msgpack"}))
     row = {"step": 1, "reward": 0.0} if lm else {"chunk": 1, "env_steps": 1, "episode_return_mean": 1.0,
                                                   "episode_return_min": 1.0, "episode_return_max": 1.0}
     (out / "metrics.jsonl").write_text(json.dumps(row) + "\n")

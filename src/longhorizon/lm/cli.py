@@ -37,25 +37,6 @@ def _task_cfg(base: dict | None, digits, operators, const_max, names, reward, ga
     return TaskConfig(**fields)
 
 
-def _load_policy(init: Path):
-    """``(params, model_cfg, tokenizer, run_config)`` from a results folder written by ``lm sft`` or ``lm rl``."""
-    import jax
-
-    from longhorizon.lm.model import ModelConfig, init_params
-    from longhorizon.lm.resume import load_params
-    from longhorizon.lm.tokenizer import Tokenizer
-    from longhorizon.runner.results import read_json
-
-    config_path = Path(init) / "config.json"
-    if not config_path.exists():
-        raise UsageError(f"{init} has no config.json; pass --init a folder written by `longhorizon lm sft` or `lm rl`.")
-    config = read_json(config_path)
-    tokenizer = Tokenizer(config.get("alphabet", Tokenizer().alphabet))
-    model_cfg = ModelConfig(**config["model"])
-    params = load_params(Path(init) / "checkpoints", init_params(jax.random.PRNGKey(0), model_cfg))
-    return params, model_cfg, tokenizer, config
-
-
 def _plot(results, rows: list[dict], keys: tuple[str, ...], xkey: str, title: str) -> None:
     import matplotlib
 
@@ -283,8 +264,13 @@ def rl(
     task: str = typer.Option("chain", help=_TASK_HELP),
     horizons: str = typer.Option("1-5", help="Training horizons: one stage each with --curriculum, else sampled uniformly."),
     curriculum: bool = typer.Option(False, help="h1 curriculum: one stage per horizon, in order."),
-    steps_per_stage: int = typer.Option(0, help="Curriculum stage length (0: steps / number of stages)."),
-    advance_at: Optional[float] = typer.Option(None, help="Advance a stage early once held-out accuracy reaches this."),
+    steps_per_stage: int = typer.Option(0, help="Curriculum stage length (0: steps / number of stages); with "
+                                        "--advance-on, the longest a stage may last."),
+    advance_on: Optional[str] = typer.Option(None, help="--curriculum: end a stage early on train_reward (mean training "
+                                             "reward of the stage's last --gate-window steps) or heldout_accuracy "
+                                             "(held-out accuracy at the stage's horizon, at each --eval-every)."),
+    advance_at: Optional[float] = typer.Option(None, help="--advance-on: the threshold that ends a stage."),
+    gate_window: int = typer.Option(5, help="--advance-on train_reward: steps averaged (also a stage's shortest length)."),
     scaler_target: Optional[float] = typer.Option(None, help="SCALER: move the horizon toward this training success rate."),
     sgpo: bool = typer.Option(False, help="sGPO: profile a query pool once, group size ~ 1/success-rate, easy to hard."),
     pool_size: int = typer.Option(256, help="--sgpo: queries in the profiled pool (horizons from --horizons)."),
@@ -319,25 +305,36 @@ def rl(
     dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:
     """GRPO-family RL with verifiable rewards, optionally under the h1 curriculum, SCALER or sGPO."""
+    from longhorizon.lm.resume import resume_options
+    from longhorizon.lm.run import Interrupted, run_rl
+    from longhorizon.lm.run import dry_run as plan_run
+
     o = _options(ctx, resume, "lm rl")
+    folder = o["out"]
+    if resume is not None:  # config.json keeps the options as they were given, whatever path resumes them
+        o["out"] = resume_options(resume, "lm rl").get("out", folder)
     if o["init"] is None:
         raise UsageError("--init is required: the base policy folder written by `longhorizon lm sft`.")
-    _check_steps(o)
     _check_rl_options(o, _given(ctx))
+    spec = _rl_spec(o, folder)
     if dry_run:
-        from longhorizon.runner.run import check_folder
-
-        check_folder(Path(o["out"]), resume is not None)
-        _print_plan({"out": o["out"], **_rl_setup(o, _base_config(Path(o["init"])))[0]})
+        _print_plan(plan_run(spec, resume is not None))
         return
-    _run_rl(o, resume is not None)
+    try:
+        summary = run_rl(spec, resume=resume is not None)
+    except Interrupted as stop:
+        raise _interrupted("lm rl", stop.folder, stop.step) from None
+    _print_eval(summary["eval"])
+    counters = summary["counters"]
+    print(f"training tokens {summary['training_tokens']}  (rollout {counters['rollout_tokens']}, "
+          f"update {counters['update_tokens']}); groups dropped {counters['groups_dropped']}")
+    print(f"wrote {folder}")
 
 
 # Options that only one schedule or setting reads: (option, what it needs, how to ask for that).
 _RL_DEPENDS = (
     *((name, "sgpo", "--sgpo") for name in ("pool_size", "profile_samples", "min_group", "max_group", "unsolved_keep")),
-    ("steps_per_stage", "curriculum", "--curriculum"),
-    ("advance_at", "curriculum", "--curriculum"),
+    *((name, "curriculum", "--curriculum") for name in ("steps_per_stage", "advance_on", "advance_at", "gate_window")),
 )
 
 
@@ -346,41 +343,29 @@ def _check_rl_options(o: dict, given: set[str]) -> None:
     for name, needs, how in _RL_DEPENDS:
         if name in given and not o[needs]:
             raise UsageError(f"--{name.replace('_', '-')} applies to {how} runs only; add {how} or drop it.")
-    if o["advance_at"] is not None and not o["eval_every"]:
-        raise UsageError("--advance-at compares held-out accuracy, which only periodic evaluations measure; "
-                         "add --eval-every N or drop --advance-at.")
+    on, at = o.get("advance_on"), o.get("advance_at")
+    if at is not None and on is None:
+        raise UsageError("--advance-at needs --advance-on to say what it compares: train_reward (the stage's recent "
+                         "training reward) or heldout_accuracy (held-out accuracy at the stage's horizon).")
+    if on is not None and at is None:
+        raise UsageError(f"--advance-on {on} needs --advance-at THRESHOLD, the value that ends a stage.")
+    if "gate_window" in given and on != "train_reward":
+        raise UsageError("--gate-window averages the training reward of --advance-on train_reward only; "
+                         "add --advance-on train_reward or drop --gate-window.")
     if o["gamma"] is not None and o["reward"] != "discounted":
         raise UsageError("--gamma discounts only --reward discounted; add --reward discounted or drop --gamma.")
 
 
-def _base_config(init: Path) -> dict:
-    """The config.json of the base policy's run, checked to hold a policy (no parameters are loaded)."""
-    from longhorizon.runner import checkpoint
-    from longhorizon.runner.results import read_json
-
-    config_path = Path(init) / "config.json"
-    if not config_path.exists():
-        raise UsageError(f"{init} has no config.json; pass --init a folder written by `longhorizon lm sft` or `lm rl`.")
-    config = read_json(config_path)
-    if "model" not in config:
-        raise UsageError(f"{init} holds no policy (its config.json has no model); pass --init a folder written by "
-                         "`longhorizon lm sft` or `lm rl`.")
-    if checkpoint.latest_meta(Path(init) / "checkpoints") is None:
-        raise UsageError(f"no checkpoint in {Path(init) / 'checkpoints'}; that run saved none, so train it again or pick another folder.")
-    return config
-
-
-def _rl_setup(o: dict, base_config: dict) -> tuple[dict, dict]:
-    """``(config.json of an lm rl run, its built parts)``, every setting validated; nothing trained or written."""
-    from longhorizon.lm.curricula import AdaptiveDifficulty, HorizonCurriculum
+def _rl_spec(o: dict, out: str):
+    """The :class:`longhorizon.lm.run.RLSpec` of an ``lm rl`` run, every setting built and validated (nothing loaded)."""
+    from longhorizon.lm import samplers
+    from longhorizon.lm.curricula import SGPOConfig
     from longhorizon.lm.grpo import GRPOConfig
-    from longhorizon.lm.model import ModelConfig
-    from longhorizon.lm.tasks import max_lengths, parse_horizons
-    from longhorizon.lm.tokenizer import Tokenizer
+    from longhorizon.lm.run import EvalSpec, RLSpec, policy_config
+    from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths, parse_horizons
 
-    task, steps = o["task"], o["steps"]
-    model_cfg = ModelConfig(**base_config["model"])
-    tokenizer = Tokenizer(base_config.get("alphabet", Tokenizer().alphabet))
+    base_config = policy_config(o["init"])
+    task, steps, seed = o["task"], o["steps"], o["seed"]
     task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
     hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
     plen, clen = max_lengths(task, max(hs + eval_hs), task_cfg)
@@ -395,157 +380,31 @@ def _rl_setup(o: dict, base_config: dict) -> tuple[dict, dict]:
                                        ("--sgpo", o["sgpo"])) if on]
     if len(schedules) > 1:
         raise UsageError(f"{' and '.join(schedules)} are different schedules; pass only one of them.")
-    if o["sgpo"] and o["pool_size"] < 1:
-        raise UsageError(f"--pool-size must be positive, got {o['pool_size']}.")
-    curriculum = (HorizonCurriculum(hs, o["steps_per_stage"] or max(1, steps // len(hs)), o["advance_at"])
-                  if o["curriculum"] else None)
-    scaler = (AdaptiveDifficulty(target=o["scaler_target"], lo=min(hs), hi=max(hs), level=min(hs))
-              if o["scaler_target"] is not None else None)
-    config = {"command": "lm rl", "options": o, "init": o["init"], "task": task, "horizons": hs,
-              "curriculum": o["curriculum"], "scaler_target": o["scaler_target"], "sgpo": o["sgpo"],
-              "steps": steps, "prompts_per_step": o["prompts_per_step"], "grpo": grpo_cfg,
-              "task_config": task_cfg, "model": model_cfg, "seed": o["seed"], "alphabet": tokenizer.alphabet,
-              "eval_horizons": eval_hs}
-    parts = {"task_cfg": task_cfg, "hs": hs, "eval_hs": eval_hs, "plen": plen, "clen": clen, "grpo_cfg": grpo_cfg,
-             "curriculum": curriculum, "scaler": scaler}
-    return config, parts
-
-
-def _sgpo_batches(o: dict, trainer, pool, results, resume: bool, seed: int):
-    """sGPO: profile ``pool`` once (counted in the trainer's token counters), then the step batches."""
-    import numpy as np
-
-    from longhorizon.lm.curricula import SGPOConfig, batches_by_samples, sgpo_plan
-    from longhorizon.runner.results import read_json, write_json_atomic
-
-    scfg = SGPOConfig(profile_samples=o["profile_samples"], min_group=o["min_group"], max_group=o["max_group"],
-                      unsolved_keep=o["unsolved_keep"])
-    path = results.root / "sgpo.json"
-    if resume and path.exists():
-        saved = read_json(path)
-        plan, _ = sgpo_plan(pool, saved["success_rates"], scfg, np.random.default_rng(seed))
-        stats = saved["stats"]
+    if o["eval_problems"] < 1:
+        raise UsageError(f"--eval-problems must be at least 1 (got {o['eval_problems']}).")
+    source = samplers.TaskSource(task, task_cfg, seed)
+    if o["sgpo"]:
+        if o["pool_size"] < 1:
+            raise UsageError(f"--pool-size must be positive, got {o['pool_size']}.")
+        scfg = SGPOConfig(profile_samples=o["profile_samples"], min_group=o["min_group"], max_group=o["max_group"],
+                          unsolved_keep=o["unsolved_keep"])
+        pool = tuple(make_problems(task, hs, o["pool_size"], seed + SGPO_POOL_OFFSET, task_cfg))
+        sampler = samplers.SGPO(pool, scfg, samples_per_step=o["prompts_per_step"] * o["num_generations"],
+                                profile_batch=o["prompts_per_step"], seed=seed)
+    elif o["scaler_target"] is not None:
+        sampler = samplers.Scaler(source, lo=min(hs), hi=max(hs), target=o["scaler_target"])
+    elif o["curriculum"]:
+        gate = samplers.Gate(o.get("advance_on") or "steps", o.get("advance_at"), o.get("gate_window", 5))
+        sampler = samplers.Curriculum(source, tuple(hs), o["steps_per_stage"] or max(1, steps // len(hs)), gate)
     else:
-        rates = []
-        for i in range(0, len(pool), o["prompts_per_step"]):
-            chunk = pool[i:i + o["prompts_per_step"]]
-            ro = trainer.rollout(chunk, [scfg.profile_samples] * len(chunk))
-            rates.extend(np.bincount(ro["group_ids"], ro["rewards"], minlength=len(chunk)) / scfg.profile_samples)
-        plan, stats = sgpo_plan(pool, rates, scfg, np.random.default_rng(seed))
-        stats["profiling_tokens"] = trainer.counters["rollout_tokens"]
-        write_json_atomic(path, {"config": scfg, "success_rates": rates, "stats": stats})
-    if not plan:
-        raise UsageError("sGPO profiling kept no query (all solved, or none kept); use harder --horizons or raise "
-                         "--unsolved-keep.")
-    return list(batches_by_samples(plan, o["prompts_per_step"] * o["num_generations"])), stats
-
-
-def _run_rl(o: dict, resume: bool) -> None:
-    import numpy as np
-
-    from longhorizon.lm.evaluate import evaluate
-    from longhorizon.lm.grpo import GRPOTrainer
-    from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
-    from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems
-    from longhorizon.runner import checkpoint
-    from longhorizon.runner.results import ResultsDir
-
-    params, model_cfg, tokenizer, base_config = _load_policy(Path(o["init"]))
-    task, steps, seed, prompts_per_step = o["task"], o["steps"], o["seed"], o["prompts_per_step"]
-    config, parts = _rl_setup(o, base_config)
-    task_cfg, hs, eval_hs, plen, clen = (parts[k] for k in ("task_cfg", "hs", "eval_hs", "plen", "clen"))
-    grpo_cfg, curriculum, scaler = parts["grpo_cfg"], parts["curriculum"], parts["scaler"]
-    scaler_rng = np.random.default_rng(seed)
-    results = ResultsDir(o["out"])
-    check_fresh(results, resume)
-    if not resume:
-        results.write_config(config)
-    trainer = GRPOTrainer(model_cfg, params, tokenizer, grpo_cfg, seed=seed)
-    stream = ProblemStream(task, task_cfg, seed)
+        sampler = samplers.FixedMix(source, tuple(hs))
     held = make_problems(task, eval_hs, o["eval_problems"] * len(eval_hs), seed + HELD_OUT_OFFSET, task_cfg)
-    first = 0
-    if resume:
-        template = {"params": trainer.params, "opt_state": trainer.opt_state, "ref_params": trainer.ref_params,
-                    "key": trainer.key}
-        state, meta = checkpoint.restore(results.checkpoints, template)
-        trainer.params, trainer.opt_state, trainer.ref_params, trainer.key = (state[k] for k in template)
-        trainer.counters = dict(meta["counters"])
-        set_rng_state(stream.rng, meta["stream"])
-        set_rng_state(scaler_rng, meta["scaler_rng"])
-        if scaler is not None:
-            scaler.level = meta["scaler_level"]
-        if curriculum is not None:
-            curriculum.stage, curriculum.steps_in_stage = meta["curriculum"]
-        first = int(meta["step"])
-        results.truncate_metrics(first, key="step")
-
-    def save(step: int) -> None:
-        checkpoint.save(results.checkpoints, step, {"params": trainer.params, "opt_state": trainer.opt_state,
-                                                   "ref_params": trainer.ref_params, "key": trainer.key}, {
-            "step": step, "counters": trainer.counters, "stream": rng_state(stream.rng),
-            "scaler_rng": rng_state(scaler_rng), "scaler_level": scaler.level if scaler else None,
-            "curriculum": [curriculum.stage, curriculum.steps_in_stage] if curriculum else None})
-
-    def run_eval():
-        return evaluate(trainer.params, model_cfg, tokenizer, held, max_prompt_length=plen + 1, max_new_tokens=clen + 1)
-
-    every = o["checkpoint_every"] or max(1, steps // 10)
-    rows: list[dict] = results.read_metrics() if resume else []
-    sgpo_stats = None
-    with _progress() as bar, StopRequest() as stop:
-        sgpo_batches = None
-        if o["sgpo"]:
-            bar.console.print("sGPO: profiling the query pool")
-            pool = make_problems(task, hs, o["pool_size"], seed + SGPO_POOL_OFFSET, task_cfg)
-            sgpo_batches, sgpo_stats = _sgpo_batches(o, trainer, pool, results, resume, seed)
-        job = bar.add_task("rl", total=steps, info="", completed=first)
-        for step in range(first + 1, steps + 1):
-            if stop.requested:
-                break
-            sizes = None
-            if sgpo_batches is not None:
-                batch, sizes = sgpo_batches[(step - 1) % len(sgpo_batches)]
-                current = sorted({p.horizon for p in batch})
-            elif scaler is not None:
-                current = [int(h) for h in scaler.sample(scaler_rng, prompts_per_step)]
-                batch = [stream.sample([h], 1)[0] for h in current]
-            else:
-                current = [curriculum.horizon] if curriculum else hs
-                batch = stream.sample(current, prompts_per_step)
-            m = trainer.step(batch, sizes)
-            if scaler is not None:
-                m["difficulty"] = scaler.update(m["reward"])
-            if sizes is not None:
-                m["group_size_mean"] = float(np.mean(sizes))
-            row = {"step": step, "horizon": max(current), **m}
-            if o["eval_every"] and step % o["eval_every"] == 0:
-                ev = run_eval()
-                row.update(eval_accuracy=ev["accuracy"], eval_by_horizon=ev["by_horizon"])
-            if curriculum:
-                stage_acc = row.get("eval_by_horizon", {}).get(curriculum.horizon) if o["advance_at"] is not None else None
-                curriculum.advance(stage_acc)
-            rows.append(row)
-            results.append_metrics(row)
-            if stop.requested or step % every == 0 or step == steps:
-                save(step)
-            bar.update(job, completed=step, info=f"h={max(current)} reward {m['reward']:.3f} kl {m.get('kl', 0):.4f}")
-    if stop.requested and (not rows or rows[-1]["step"] < steps):
-        if (checkpoint.latest_meta(results.checkpoints) or {}).get("step") != (rows[-1]["step"] if rows else 0):
-            save(rows[-1]["step"] if rows else 0)  # stopped before the first step (e.g. while profiling)
-        raise _interrupted("lm rl", results.root, checkpoint.latest_meta(results.checkpoints)["step"])
-    ev = run_eval()
-    _print_eval(ev)
-    _plot(results, rows, ("reward", "entropy", "kl"), "step", "GRPO")
-    counters = trainer.counters
-    summary = {"eval": ev, "counters": counters,
-               "training_tokens": counters["rollout_tokens"] + counters["update_tokens"],
-               "mean_tokens_per_s": sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1)}
-    if sgpo_stats is not None:
-        summary["sgpo"] = sgpo_stats
-    results.write_summary(summary)
-    print(f"training tokens {summary['training_tokens']}  (rollout {counters['rollout_tokens']}, "
-          f"update {counters['update_tokens']}); groups dropped {counters['groups_dropped']}")
-    print(f"wrote {results.root}")
+    evaluation = EvalSpec(tuple(held), max_prompt_length=plen + 1, max_new_tokens=clen + 1, every=o["eval_every"])
+    record = {"command": "lm rl", "options": o, "task": task, "horizons": hs, "task_config": task_cfg,
+              "eval_horizons": eval_hs}
+    return RLSpec(out=str(out), init=o["init"], grpo=grpo_cfg, sampler=sampler, steps=steps,
+                  prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
+                  checkpoint_every=o["checkpoint_every"], seed=seed, record=record)
 
 
 # ----------------------------------------------------------------------------- eval
@@ -571,14 +430,19 @@ def eval_cmd(
     if problems < 1:
         raise UsageError(f"--problems must be at least 1 (got {problems}); pass 256 for example.")
     if dry_run:
-        config = _base_config(init)
+        from longhorizon.lm.run import policy_config
+
+        config = policy_config(init)
         task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
         hs = parse_horizons(horizons)
         max_lengths(task, max(hs), task_cfg)  # an unknown task fails here
         _print_plan({"command": "lm eval", "init": str(init), "task": task, "horizons": hs, "problems": problems,
                      "temperature": temperature, "seed": seed, "out": out and str(out)})
         return
-    params, model_cfg, tokenizer, config = _load_policy(init)
+    from longhorizon.lm.run import load_policy
+
+    policy = load_policy(init)
+    params, model_cfg, tokenizer, config = policy.params, policy.model_cfg, policy.tokenizer, policy.config
     task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
     hs = parse_horizons(horizons)
     plen, clen = max_lengths(task, max(hs), task_cfg)

@@ -1,0 +1,395 @@
+"""The LM RL spine: a run spec (:class:`RLSpec`) and the one loop that runs it (:func:`run_rl`).
+
+``lm rl`` and the reproductions only build specs. The loop owns the results folder (one writer:
+:class:`longhorizon.runner.lock.FolderLock`): ``config.json``, ``metrics.jsonl`` (one row per RL
+step, also as TensorBoard events in ``tensorboard/``), ``summary.json``, ``curve.png`` and
+``checkpoints/`` (orbax, :mod:`longhorizon.lm.run_checkpoint`). Per step::
+
+    items, sizes = sampler.sample(prompts_per_step)
+    metrics = trainer.step(items, sizes)            # GRPO family (lm.grpo.GRPOTrainer)
+    evaluation = evaluate(...)  on steps k * every and the last step, else None
+    row |= sampler.observe(metrics, evaluation)     # curriculum gates, SCALER's level, ...
+    append the row; checkpoint every `checkpoint_every` steps, at the end and on Ctrl-C
+
+Ctrl-C (:class:`longhorizon.lm.resume.StopRequest`) lets the step in flight finish, saves it and
+raises :class:`Interrupted`; ``run_rl(spec, resume=True)`` restores parameters, optimiser state,
+PRNG key, reference parameters (when ``beta > 0``; otherwise the reference is never read), counters
+and the sampler's state, drops metric rows after the checkpoint and continues, so the result
+equals an uninterrupted run bit for bit (XLA on CPU is deterministic).
+
+The policy comes from :func:`load_policy`, the one place that turns an ``init`` (a results folder
+of ``lm sft`` or ``lm rl``, or a :class:`Policy` already in memory) into parameters, model
+configuration and tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from longhorizon.errors import UsageError
+from longhorizon.lm.grpo import GRPOConfig
+from longhorizon.lm.resume import INTERRUPTED_EXIT  # noqa: F401  (re-exported: the CLI's exit code)
+
+# ----------------------------------------------------------------------------- the policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A policy in memory: parameters, model configuration, tokenizer; ``label`` is what config.json records."""
+
+    params: Any
+    model_cfg: Any
+    tokenizer: Any
+    label: str = "in memory"
+    config: dict = dataclasses.field(default_factory=dict)  # the config.json of the run that made it, if any
+
+
+def policy_config(init: str | Path) -> dict:
+    """The ``config.json`` of a policy folder, checked to hold a model and a checkpoint (no parameters loaded)."""
+    from longhorizon.lm import run_checkpoint
+    from longhorizon.runner import checkpoint
+    from longhorizon.runner.results import read_json
+
+    folder = Path(init)
+    if not (folder / "config.json").exists():
+        raise UsageError(f"{init} has no config.json; pass --init a folder written by `longhorizon lm sft` or `lm rl`.")
+    config = read_json(folder / "config.json")
+    if "model" not in config:
+        raise UsageError(f"{init} holds no policy (its config.json has no model); pass --init a folder written by "
+                         "`longhorizon lm sft` or `lm rl`.")
+    if run_checkpoint.latest_step(folder / "checkpoints") is None and checkpoint.latest_meta(folder / "checkpoints") is None:
+        raise UsageError(f"no checkpoint in {folder / 'checkpoints'}; that run saved none, so train it again or pick "
+                         "another folder.")
+    return config
+
+
+def load_policy(init: str | Path | Policy) -> Policy:
+    """The one place a run's policy is loaded: a :class:`Policy` as is, or a results folder of
+    ``lm sft`` (msgpack checkpoints) or ``lm rl`` (orbax checkpoints), newest checkpoint."""
+    if isinstance(init, Policy):
+        return init
+    import jax
+
+    from longhorizon.lm import run_checkpoint
+    from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.resume import load_params
+    from longhorizon.lm.tokenizer import Tokenizer
+
+    config = policy_config(init)
+    tokenizer = Tokenizer(config.get("alphabet", Tokenizer().alphabet))
+    model_cfg = ModelConfig(**config["model"])
+    template = init_params(jax.random.PRNGKey(0), model_cfg)
+    folder = Path(init) / "checkpoints"
+    if run_checkpoint.latest_step(folder) is not None:
+        with run_checkpoint.RunCheckpoints(folder, read_only=True) as store:
+            params = store.restore_params(template)
+    else:
+        params = load_params(folder, template)
+    return Policy(params, model_cfg, tokenizer, str(init), config)
+
+
+def _policy_record(init: str | Path | Policy) -> dict:
+    """What config.json says about the policy, without loading parameters."""
+    if isinstance(init, Policy):
+        return {"init": init.label, "model": init.model_cfg, "alphabet": getattr(init.tokenizer, "alphabet", None)}
+    config = policy_config(init)
+    return {"init": str(init), "model": config["model"], "alphabet": config.get("alphabet")}
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+    """Held-out evaluation (:func:`longhorizon.lm.evaluate.evaluate`, greedy) every ``every`` steps
+    (0: only after the last step, which is always evaluated)."""
+
+    problems: tuple = dataclasses.field(compare=False, repr=False)
+    max_prompt_length: int
+    max_new_tokens: int
+    every: int = 0
+
+    def describe(self) -> dict:
+        return {"problems": len(self.problems), "max_prompt_length": self.max_prompt_length,
+                "max_new_tokens": self.max_new_tokens, "every": self.every,
+                "horizons": sorted({int(p.horizon) for p in self.problems if hasattr(p, "horizon")})}
+
+
+@dataclasses.dataclass(frozen=True)
+class RLSpec:
+    """Everything one RL run needs; :func:`run_rl` runs it.
+
+    ``init``: the policy (see :func:`load_policy`); ``sampler``: a sampler spec of
+    :mod:`longhorizon.lm.samplers`; ``checkpoint_every``: steps between checkpoints (0: about ten per
+    run; the last step and Ctrl-C always save); ``seed``: the trainer's PRNG key (the sampler's
+    seeds are its own); ``record``: extra config.json fields of whoever built the spec (the CLI keeps
+    its options there for ``--resume``).
+    """
+
+    out: str
+    init: Any
+    grpo: GRPOConfig
+    sampler: Any
+    steps: int
+    prompts_per_step: int
+    evaluation: EvalSpec | None = None
+    checkpoint_every: int = 0
+    seed: int = 0
+    record: dict = dataclasses.field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse settings that cannot act, before anything loads or compiles."""
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1 (got {self.steps}).")
+        if self.prompts_per_step < 1:
+            raise UsageError(f"--prompts-per-step must be at least 1 (got {self.prompts_per_step}).")
+        if self.checkpoint_every < 0:
+            raise UsageError(f"--checkpoint-every must be 0 or positive (got {self.checkpoint_every}).")
+        ev = self.evaluation
+        if ev is not None:
+            if not ev.problems:
+                raise UsageError("the held-out set is empty; pass at least one held-out problem (--eval-problems).")
+            if ev.every < 0:
+                raise UsageError(f"--eval-every must be 0 or positive (got {ev.every}).")
+            if ev.every > self.steps:
+                raise UsageError(f"--eval-every {ev.every} is beyond the run's {self.steps} steps, so no periodic "
+                                 f"evaluation would happen; pass at most --eval-every {self.steps} (or 0).")
+        self.sampler.check(self.steps, ev)
+
+    @property
+    def checkpoint_interval(self) -> int:
+        return self.checkpoint_every or max(1, self.steps // 10)
+
+    def config(self) -> dict:
+        """The config.json this run writes (the policy's folder is read, its parameters are not)."""
+        return {**self.record, **_policy_record(self.init), "grpo": self.grpo, "sampler": self.sampler.describe(),
+                "steps": self.steps, "prompts_per_step": self.prompts_per_step,
+                "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
+                "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`run_rl` after a whole step; ``step`` is saved in ``folder``."""
+
+    def __init__(self, folder: Path, step: int):
+        super().__init__(f"interrupted: checkpoint saved at step {step} in {folder}")
+        self.folder, self.step = folder, step
+
+
+def check_folder(spec: RLSpec, resume: bool) -> None:
+    """A new run needs a folder without a run, a resumed one a checkpoint (the runner's one check)."""
+    from longhorizon.lm import run_checkpoint
+    from longhorizon.runner.run import check_folder as check
+
+    out = Path(spec.out)
+    check(out, resume, saved=run_checkpoint.latest_step(out / "checkpoints") is not None)
+
+
+def dry_run(spec: RLSpec, resume: bool = False) -> dict:
+    """The config.json :func:`run_rl` would write (with ``out``), checked as it checks; nothing loaded or written."""
+    spec.check()
+    check_folder(spec, resume)
+    return {"out": spec.out, **spec.config()}
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def run_rl(spec: RLSpec, *, resume: bool = False, quiet: bool = False) -> dict:
+    """Run ``spec`` to its last step (or continue it with ``resume``) and return the summary.
+
+    Raises :class:`Interrupted` after saving when Ctrl-C stopped it; a second Ctrl-C aborts at once
+    (``KeyboardInterrupt``), leaving the last saved checkpoint.
+    """
+    from longhorizon.runner.lock import FolderLock
+
+    spec.check()
+    lock = FolderLock(spec.out)  # one writer per results folder; released however this ends
+    try:
+        lock.acquire()
+        return _run(spec, resume, quiet)
+    finally:
+        lock.release()
+
+
+def _saved_config_matches(saved: dict, config: dict) -> None:
+    from longhorizon.runner.results import to_jsonable
+
+    now = json.loads(json.dumps(to_jsonable(config)))
+    for key in sorted(set(saved) | set(now)):
+        if saved.get(key) != now.get(key):
+            raise UsageError(f"the run in this folder was started with another {key!r} than the one given now; "
+                             "resume it with the settings it was started with (or start a new run elsewhere).")
+
+
+def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
+    import numpy as np
+
+    from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.grpo import GRPOTrainer
+    from longhorizon.lm.resume import StopRequest
+    from longhorizon.lm.run_checkpoint import RunCheckpoints
+    from longhorizon.runner.loggers import MetricsLoggers
+    from longhorizon.runner.results import ResultsDir, read_json, write_json_atomic
+
+    t_start = time.perf_counter()
+    check_folder(spec, resume)
+    config = spec.config()
+    policy = load_policy(spec.init)
+    results = ResultsDir(spec.out)
+    sampler = spec.sampler.build()
+    trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, spec.grpo, seed=spec.seed)
+    save_ref = spec.grpo.beta != 0.0  # the KL term is the only reader of the reference
+
+    def trainer_arrays() -> dict:
+        return {"opt_state": trainer.opt_state, "key": trainer.key,
+                **({"ref_params": trainer.ref_params} if save_ref else {})}
+
+    store = RunCheckpoints(results.checkpoints)
+    loggers = None
+    try:
+        first, prior_wall, sampler_record = 0, 0.0, None
+        if resume:
+            _saved_config_matches(read_json(results.config_path), config)
+            params, arrays, meta = store.restore(trainer.params, trainer_arrays())
+            trainer.params, trainer.opt_state, trainer.key = params, arrays["opt_state"], arrays["key"]
+            if save_ref:
+                trainer.ref_params = arrays["ref_params"]
+            trainer.counters = {k: int(v) for k, v in meta["counters"].items()}
+            sampler.restore(meta["sampler"])
+            first, prior_wall = int(meta["step"]), float(meta.get("wall_s", 0.0))
+            results.truncate_metrics(first, key="step")
+            if (results.root / "sampler.json").exists():
+                sampler_record = read_json(results.root / "sampler.json")
+        else:
+            results.write_config(config)
+        loggers = MetricsLoggers(results.root, read_json(results.config_path), resume_step=first if resume else None,
+                                 step_key="step")
+        rows: list[dict] = results.read_metrics() if resume else []
+        every, ev_spec = spec.checkpoint_interval, spec.evaluation
+        last_saved = first if resume else None
+
+        def wall() -> float:
+            return prior_wall + time.perf_counter() - t_start
+
+        def save(step: int) -> None:
+            nonlocal last_saved
+            store.save(step, trainer.params, trainer_arrays(),
+                       {"step": step, "counters": trainer.counters, "sampler": sampler.state(), "wall_s": wall()})
+            last_saved = step
+
+        def run_eval() -> dict:
+            return evaluate(trainer.params, policy.model_cfg, policy.tokenizer, list(ev_spec.problems),
+                            max_prompt_length=ev_spec.max_prompt_length, max_new_tokens=ev_spec.max_new_tokens)
+
+        last_eval = None
+        with _progress(quiet) as bar, StopRequest() as stop:
+            if not resume and hasattr(sampler, "prepare"):
+                bar.console.print(f"{type(spec.sampler).__name__}: preparing (one pass before the first step)")
+                sampler_record = sampler.prepare(trainer)
+                if sampler_record is not None:
+                    write_json_atomic(results.root / "sampler.json", sampler_record)
+            job = bar.add_task("rl", total=spec.steps, info="", completed=first)
+            step = first
+            for step in range(first + 1, spec.steps + 1):
+                if stop.requested:
+                    step -= 1
+                    break
+                items, sizes = sampler.sample(spec.prompts_per_step)
+                metrics = trainer.step(items, sizes)
+                row: dict = {"step": step}
+                horizons = [getattr(p, "horizon", None) for p in items]
+                if None not in horizons:
+                    row["horizon"] = int(max(horizons))
+                row.update(metrics)
+                if sizes is not None:
+                    row["group_size_mean"] = float(np.mean(sizes))
+                evaluation = None
+                if ev_spec is not None and ((ev_spec.every and step % ev_spec.every == 0) or step == spec.steps):
+                    evaluation = last_eval = run_eval()
+                    row.update(eval_accuracy=evaluation["accuracy"], eval_by_horizon=evaluation["by_horizon"])
+                row.update(sampler.observe(metrics, evaluation) or {})
+                written = results.append_metrics(row)
+                rows.append(written)
+                loggers.log(written)
+                if stop.requested or step % every == 0 or step == spec.steps:
+                    save(step)
+                info = f"reward {metrics['reward']:.3f} kl {metrics.get('kl', 0):.4f}"
+                bar.update(job, completed=step, info=(f"h={row['horizon']} " if "horizon" in row else "") + info)
+        if step < spec.steps:  # stopped by Ctrl-C (before the first step too, e.g. while sGPO profiled)
+            if last_saved != step:
+                save(step)
+            raise Interrupted(results.root, step)
+        evaluation = last_eval if last_eval is not None or ev_spec is None else run_eval()
+        counters = trainer.counters
+        summary = {"status": "completed", "steps": spec.steps, "eval": evaluation, "counters": counters,
+                   "training_tokens": counters["rollout_tokens"] + counters["update_tokens"],
+                   "mean_tokens_per_s": sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1),
+                   "wall_s": wall()}
+        if sampler_record is not None:
+            summary["sampler"] = sampler_record.get("stats", sampler_record)
+        results.write_summary(summary)
+        _plot(results, rows)
+        return summary
+    finally:
+        store.close()
+        if loggers is not None:
+            loggers.close()
+
+
+class _Quiet:
+    """A stand-in for the progress bar when ``quiet``."""
+
+    class console:  # noqa: N801
+        @staticmethod
+        def print(*args, **kwargs):
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def add_task(self, *args, **kwargs):
+        return 0
+
+    def update(self, *args, **kwargs):
+        pass
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return _Quiet()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    TextColumn("{task.fields[info]}"))
+
+
+def _plot(results, rows: Sequence[dict]) -> None:
+    """curve.png: training reward, entropy and KL per step, and held-out accuracy where evaluated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key in ("reward", "entropy", "kl"):
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        if pts:
+            ax.plot(*zip(*pts), label=key)
+    pts = [(r["step"], r["eval_accuracy"]) for r in rows if r.get("eval_accuracy") is not None]
+    if pts:
+        ax.plot(*zip(*pts), "o--", ms=3, label="held-out accuracy")
+    ax.set_xlabel("step")
+    ax.set_title("GRPO")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(results.curve_path, dpi=110)
+    plt.close(fig)
