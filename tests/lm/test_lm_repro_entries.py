@@ -1,5 +1,7 @@
 """The `longhorizon repro` entries of the LM reproductions resolve to the intended setups."""
 
+import json
+
 from longhorizon.repro import h1
 
 
@@ -56,13 +58,14 @@ def test_sgpo_verdict_needs_grpo_to_improve_and_sgpo_to_stay_matched():
     assert not flat["claim_held"] and "INCONCLUSIVE" in flat["verdict"]
 
 
-def test_h1_gated_curriculum_advances_when_the_stage_reward_passes_and_passes_beta_on():
+def test_h1_gated_curriculum_advances_when_the_stage_reward_passes_and_passes_beta_on(tmp_path):
     """advance_at=0 ends every stage after its 5-step minimum; beta reaches the trainer (KL reported)."""
     import dataclasses
 
     import jax
 
     from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.run import Policy
     from longhorizon.lm.tasks import make_problems, max_lengths
     from longhorizon.lm.tokenizer import Tokenizer
 
@@ -70,9 +73,61 @@ def test_h1_gated_curriculum_advances_when_the_stage_reward_passes_and_passes_be
                                 eval_horizons=(1,), advance_at=0.0, beta=0.04)
     tok = Tokenizer()
     cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2)
-    params = init_params(jax.random.PRNGKey(0), cfg)
+    policy = Policy(init_params(jax.random.PRNGKey(0), cfg), cfg, tok)
     plen, clen = max_lengths("chain", 2, h1.task_config())
     held = make_problems("chain", [1], 2, 5, h1.task_config())
-    _, curve, _ = h1.run_arm("curriculum", params, cfg, tok, setup, 0, held, (plen + 1, clen + 1))
+    _, curve, _ = h1.run_arm("curriculum", policy, setup, 0, held, (plen + 1, clen + 1), tmp_path / "arm")
     assert [c["horizon"] for c in curve] == [1] * 5 + [2] * 7  # the last stage never ends
     assert any(c["kl"] > 0 for c in curve)  # the reference is only scored when beta > 0
+    sampler = json.loads((tmp_path / "arm" / "config.json").read_text())["sampler"]
+    assert sampler["gate"] == {"on": "train_reward", "threshold": 0.0, "window": h1.GATE_WINDOW}  # the gate is explicit
+
+
+def test_the_reproductions_refuse_an_empty_sgpo_plan_as_the_cli_does():
+    """One sampler, one rule: a profile that keeps no query is a UsageError (sGPO used to train on pool[0])."""
+    import pytest
+
+    from longhorizon.errors import UsageError
+    from longhorizon.lm.tasks import make_problems
+    from longhorizon.repro import sgpo
+
+    setup = sgpo.SGPOSetup(unsolved_keep=0.0)
+    pool = make_problems("chain", [1], 3, 0, h1.task_config())
+    spec = sgpo.method_spec("sgpo", None, setup, 0, pool, pool, (30, 20), "unused")
+
+    class Solved:  # every query solved k/k: sGPO drops them all
+        counters = {"rollout_tokens": 0}
+
+        def rollout(self, problems, sizes):
+            import numpy as np
+
+            return {"group_ids": np.repeat(np.arange(len(problems)), sizes), "rewards": np.ones(sum(sizes))}
+
+    with pytest.raises(UsageError, match="kept no query"):
+        spec.sampler.build().prepare(Solved())
+
+
+def test_h1_and_sgpo_run_end_to_end_through_the_spine(tmp_path, monkeypatch):
+    """Smoke size (a tiny base, 2-3 RL steps per arm): one results folder per arm and seed, reports and verdicts."""
+    import dataclasses
+
+    from longhorizon.repro import sgpo
+
+    monkeypatch.setenv("LONGHORIZON_CACHE", str(tmp_path / "cache"))
+    base = h1.H1Setup(seeds=1, d_model=16, n_layers=1, n_heads=2, sft_steps=4, sft_batch=8)
+    setup = dataclasses.replace(base, rl_steps=5, prompts_per_step=2, num_generations=2, train_horizons=(1, 2),
+                                eval_horizons=(1, 2, 4), eval_per_horizon=8)
+    summary = h1.run(str(tmp_path / "h1"), setup=setup)
+    assert set(summary["table"]) == {"base", *h1.ARMS} and "h1:" in summary["verdict"]
+    for arm in h1.ARMS:
+        arm_dir = tmp_path / "h1" / "runs" / "seed0" / arm
+        assert json.loads((arm_dir / "config.json").read_text())["init"] == h1.base_label(setup)
+        assert len((arm_dir / "metrics.jsonl").read_text().splitlines()) == 5
+    assert (tmp_path / "h1" / "README.md").exists()
+    small = sgpo.SGPOSetup(seeds=1, base=base, pool_size=6, steps=3, prompts_per_step=2, num_generations=2,
+                           eval_every=2, eval_per_horizon=4, unsolved_keep=1.0)
+    summary = sgpo.run(str(tmp_path / "sgpo"), setup=small)
+    assert "sgpo:" in summary["verdict"]
+    runs = json.loads((tmp_path / "sgpo" / "runs.json").read_text())
+    assert [c["step"] for c in runs[0]["grpo"]["curve"]] == [0, 2, 3]  # the base, every eval_every and the last step
+    assert runs[0]["sgpo"]["curve"][0]["tokens"] == runs[0]["sgpo"]["stats"]["profiling_tokens"] > 0

@@ -51,10 +51,13 @@ class H1Setup:
     learning_rate: float = 2e-4
     beta: float = 0.0  # KL anchor to the base policy (k3 estimator), as in GRPOConfig
     # None: the curriculum's stages are equal shares of rl_steps (the protocol). A number: a stage
-    # ends once the mean training reward of its last GATE_WINDOW steps reaches it (fresh problems
-    # every step, so this is sampled accuracy on unseen chains); stages are then unbounded except
-    # by rl_steps.
+    # ends at the gate `advance_on` (lm.samplers.Gate): "train_reward", once the mean training
+    # reward of its last GATE_WINDOW steps reaches it (fresh problems every step, so this is sampled
+    # accuracy on unseen chains), or "heldout_accuracy", once held-out accuracy at the stage's
+    # horizon does at an evaluation (needs eval_every); stages are then unbounded except by rl_steps.
     advance_at: float | None = None
+    advance_on: str = "train_reward"
+    eval_every: int = 0  # held-out evaluations during RL (0: after the last step only)
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
     train_horizons: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -149,47 +152,58 @@ def cached_base(setup: H1Setup, seed: int = 0, log=print):
     return params, model_cfg, tokenizer
 
 
-def _arm_horizons(arm: str, step: int, setup: H1Setup) -> list[int]:
-    hs = list(setup.train_horizons)
-    if arm == "curriculum":
-        per = max(1, setup.rl_steps // len(hs))
-        return [hs[min(step // per, len(hs) - 1)]]
-    return {"only_h5": [max(hs)], "only_h1": [min(hs)], "uniform": hs}[arm]
+def base_label(setup: H1Setup, seed: int = 0) -> str:
+    """How config.json names the cached supervised base (:func:`cached_base`)."""
+    fields = ", ".join(f"{k}={getattr(setup, k)!r}" for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch",
+                                                             "sft_lr", "sft_packed", "sft_chain_fraction"))
+    return f"longhorizon.repro.h1.cached_base({fields}, seed={seed})"
 
 
-def run_arm(arm: str, params, model_cfg, tokenizer, setup: H1Setup, seed: int, held, lengths):
-    from longhorizon.lm.curricula import HorizonCurriculum
-    from longhorizon.lm.evaluate import evaluate
-    from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
-    from longhorizon.lm.tasks import ProblemStream, max_lengths
+def arm_spec(arm: str, policy, setup: H1Setup, seed: int, held, lengths, out):
+    """The :class:`longhorizon.lm.run.RLSpec` of one arm and seed (equal budgets: same steps x prompts x generations)."""
+    from longhorizon.lm import samplers
+    from longhorizon.lm.grpo import GRPOConfig
+    from longhorizon.lm.run import EvalSpec, RLSpec
+    from longhorizon.lm.tasks import max_lengths
 
     tcfg = task_config()
     plen, clen = lengths
     cfg = GRPOConfig(num_generations=setup.num_generations, loss_type=setup.loss_type, scale_rewards=setup.scale_rewards,
                      learning_rate=setup.learning_rate, beta=setup.beta, max_prompt_length=plen,
                      max_completion_length=max_lengths("chain", max(setup.train_horizons), tcfg)[1] + 1)
-    trainer = GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed)
-    stream = ProblemStream("chain", tcfg, seed * 7919 + list(ARMS).index(arm))
-    gated = arm == "curriculum" and setup.advance_at is not None
-    curriculum = HorizonCurriculum(stages=setup.train_horizons, steps_per_stage=setup.rl_steps,
-                                   threshold=setup.advance_at, min_steps_per_stage=GATE_WINDOW) if gated else None
-    curve, stage_rewards = [], []
-    for step in range(setup.rl_steps):
-        hs = [curriculum.horizon] if gated else _arm_horizons(arm, step, setup)
-        m = trainer.step(stream.sample(hs, setup.prompts_per_step))
-        if gated:
-            stage_rewards.append(m["reward"])
-            if curriculum.advance(float(np.mean(stage_rewards[-GATE_WINDOW:]))):
-                stage_rewards = []
-        curve.append({"step": step + 1, "horizon": max(hs), "reward": m["reward"],
-                      "groups_all_equal": m["groups_all_equal"], "groups": m["groups"],
-                      "kl": m.get("kl"), "entropy": m.get("entropy")})
-    ev = evaluate(trainer.params, model_cfg, tokenizer, held, max_prompt_length=plen, max_new_tokens=clen)
-    return ev, curve, dict(trainer.counters)
+    source = samplers.TaskSource("chain", tcfg, seed * 7919 + list(ARMS).index(arm))
+    hs = tuple(setup.train_horizons)
+    if arm == "curriculum" and setup.advance_at is None:  # the protocol: equal stages
+        sampler = samplers.Curriculum(source, hs, max(1, setup.rl_steps // len(hs)))
+    elif arm == "curriculum":  # stages end at the gate, bounded only by the run's length
+        sampler = samplers.Curriculum(source, hs, setup.rl_steps,
+                                      samplers.Gate(setup.advance_on, setup.advance_at, GATE_WINDOW))
+    else:
+        sampler = samplers.FixedMix(source, {"only_h5": (max(hs),), "only_h1": (min(hs),), "uniform": hs}[arm])
+    return RLSpec(out=str(out), init=policy, grpo=cfg, sampler=sampler, steps=setup.rl_steps,
+                  prompts_per_step=setup.prompts_per_step,
+                  evaluation=EvalSpec(tuple(held), plen, clen, every=setup.eval_every),
+                  checkpoint_every=setup.rl_steps, seed=seed, record={"repro": "h1", "arm": arm, "seed": seed})
+
+
+CURVE_KEYS = ("step", "horizon", "reward", "groups_all_equal", "groups", "kl", "entropy")
+
+
+def run_arm(arm: str, policy, setup: H1Setup, seed: int, held, lengths, out):
+    """Run one arm (:func:`longhorizon.lm.run.run_rl`, results in ``out``); ``(held-out eval, curve, counters)``."""
+    from longhorizon.lm.run import run_rl
+    from longhorizon.runner.results import ResultsDir
+
+    summary = run_rl(arm_spec(arm, policy, setup, seed, held, lengths, out), quiet=True)
+    curve = [{k: r.get(k) for k in CURVE_KEYS} for r in ResultsDir(out).read_metrics()]
+    return summary["eval"], curve, dict(summary["counters"])
 
 
 def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict:
+    import shutil
+
     from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.run import Policy
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
     from longhorizon.runner.results import ResultsDir, write_json_atomic
 
@@ -205,6 +219,8 @@ def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict
     print("supervised base on packed single problems" + (f" and {setup.sft_chain_fraction:.0%} h=2 chains (a deviation)"
           if setup.sft_chain_fraction else "") + " (shared by every RL seed)")
     params, model_cfg, tokenizer = cached_base(setup)
+    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup))
+    shutil.rmtree(Path(out_dir) / "runs", ignore_errors=True)  # one results folder per arm and seed, made afresh
     for seed in range(setup.seeds):
         held = make_problems("chain", setup.eval_horizons, setup.eval_per_horizon * len(setup.eval_horizons),
                              HELD_OUT_OFFSET + seed, tcfg)
@@ -212,7 +228,8 @@ def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict
         results["base"].append(base_ev)
         print(f"seed {seed}\n  base: {_fmt(base_ev['by_horizon'])}")
         for arm in ARMS:
-            ev, curve, counters = run_arm(arm, params, model_cfg, tokenizer, setup, seed, held, lengths)
+            ev, curve, counters = run_arm(arm, policy, setup, seed, held, lengths,
+                                          Path(out_dir) / "runs" / f"seed{seed}" / arm)
             results[arm].append({**ev, "counters": counters})
             curves[arm].append(curve)
             print(f"  {arm:>10}: {_fmt(ev['by_horizon'])}  ({time.perf_counter() - t0:.0f}s)")

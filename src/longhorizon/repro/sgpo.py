@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.repro.h1 import CHAIN_BASE as H1_CHAIN_BASE
-from longhorizon.repro.h1 import H1Setup, cached_base, task_config
+from longhorizon.repro.h1 import H1Setup, base_label, cached_base, task_config
 
 
 # The base: h1's supervised recipe stopped early, so single problems are solved only part of the
@@ -83,47 +83,50 @@ def _tokens(counters: dict) -> int:
     return int(counters["rollout_tokens"] + counters["update_tokens"])
 
 
-def run_method(method: str, params, model_cfg, tokenizer, setup: SGPOSetup, seed: int, pool, held, lengths) -> dict:
-    from longhorizon.lm.curricula import SGPOConfig, batches_by_samples, sgpo_plan
-    from longhorizon.lm.evaluate import evaluate
-    from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer
+def method_spec(method: str, policy, setup: SGPOSetup, seed: int, pool, held, lengths, out):
+    """The :class:`longhorizon.lm.run.RLSpec` of one method and seed: GRPO over the pool in shuffled epochs, or sGPO."""
+    from longhorizon.lm import samplers
+    from longhorizon.lm.curricula import SGPOConfig
+    from longhorizon.lm.grpo import GRPOConfig
+    from longhorizon.lm.run import EvalSpec, RLSpec
 
     plen, clen = lengths
     cfg = GRPOConfig(num_generations=setup.num_generations, loss_type=setup.loss_type, scale_rewards=setup.scale_rewards,
                      learning_rate=setup.learning_rate, max_prompt_length=plen, max_completion_length=clen)
-    trainer = GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed)
-    rng = np.random.default_rng(seed)
-    samples_per_step = setup.num_generations * setup.prompts_per_step
-    stats: dict = {}
     if method == "grpo":
-        order = np.concatenate([rng.permutation(len(pool)) for _ in range(setup.steps * setup.prompts_per_step // len(pool) + 1)])
-        batches = [([pool[i] for i in order[s * setup.prompts_per_step:(s + 1) * setup.prompts_per_step]], None)
-                   for s in range(setup.steps)]
+        sampler = samplers.ShuffledPool(tuple(pool), seed=seed)
     else:
         scfg = SGPOConfig(profile_samples=setup.profile_samples, min_group=setup.min_group, max_group=setup.max_group,
                           unsolved_keep=setup.unsolved_keep)
-        ro = trainer.rollout(pool, [scfg.profile_samples] * len(pool))  # profiling pass: counted in trainer.counters
-        rates = np.bincount(ro["group_ids"], ro["rewards"], minlength=len(pool)) / scfg.profile_samples
-        plan, stats = sgpo_plan(pool, rates, scfg, rng)
-        stats["profiling_tokens"] = _tokens(trainer.counters)
-        one_pass = list(batches_by_samples(plan, samples_per_step)) or [([pool[0]], [2])]
-        batches = [one_pass[s % len(one_pass)] for s in range(setup.steps)]
-    curve = []
+        sampler = samplers.SGPO(tuple(pool), scfg, samples_per_step=setup.num_generations * setup.prompts_per_step,
+                                seed=seed)
+    return RLSpec(out=str(out), init=policy, grpo=cfg, sampler=sampler, steps=setup.steps,
+                  prompts_per_step=setup.prompts_per_step,
+                  evaluation=EvalSpec(tuple(held), plen, clen, every=setup.eval_every),
+                  checkpoint_every=setup.steps, seed=seed, record={"repro": "sgpo", "method": method, "seed": seed})
 
-    def record(step):
-        ev = evaluate(trainer.params, model_cfg, tokenizer, held, max_prompt_length=plen, max_new_tokens=clen)
-        curve.append({"step": step, "tokens": _tokens(trainer.counters), "accuracy": ev["accuracy"],
-                      "generated_tokens": trainer.counters["generated_tokens"]})
 
-    record(0)
-    for s, (problems, sizes) in enumerate(batches, start=1):
-        trainer.step(problems, sizes)
-        if s % setup.eval_every == 0 or s == len(batches):
-            record(s)
-    return {"curve": curve, "stats": stats, "counters": dict(trainer.counters)}
+def run_method(method: str, policy, setup: SGPOSetup, seed: int, pool, held, lengths, base_accuracy: float, out) -> dict:
+    """One method's run (:func:`longhorizon.lm.run.run_rl`, results in ``out``): its accuracy-vs-tokens curve,
+    starting from the base's accuracy at the tokens spent before the first step (sGPO's profile)."""
+    from longhorizon.lm.run import run_rl
+    from longhorizon.runner.results import ResultsDir
+
+    summary = run_rl(method_spec(method, policy, setup, seed, pool, held, lengths, out), quiet=True)
+    stats = summary.get("sampler", {})
+    curve = [{"step": 0, "tokens": stats.get("profiling_tokens", 0), "accuracy": base_accuracy,
+              "generated_tokens": stats.get("profiling_generated_tokens", 0)}]
+    curve += [{"step": r["step"], "tokens": _tokens(r), "accuracy": r["eval_accuracy"],
+               "generated_tokens": r["generated_tokens"]}
+              for r in ResultsDir(out).read_metrics() if r.get("eval_accuracy") is not None]
+    return {"curve": curve, "stats": stats, "counters": dict(summary["counters"])}
 
 
 def run(out_dir: str, quick: bool = False, setup: SGPOSetup | None = None) -> dict:
+    import shutil
+
+    from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.run import Policy
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
     from longhorizon.runner.results import ResultsDir, write_json_atomic
 
@@ -137,10 +140,14 @@ def run(out_dir: str, quick: bool = False, setup: SGPOSetup | None = None) -> di
     runs = []
     print("supervised base (the h1 reproduction's, cached)")
     params, model_cfg, tokenizer = cached_base(setup.base)
+    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup.base))
+    shutil.rmtree(Path(out_dir) / "runs", ignore_errors=True)  # one results folder per method and seed, made afresh
     for seed in range(setup.seeds):
         pool = make_problems("chain", setup.horizons, setup.pool_size, 500 + seed, tcfg)
         held = make_problems("chain", setup.horizons, setup.eval_per_horizon * len(setup.horizons), HELD_OUT_OFFSET + seed, tcfg)
-        res = {m: run_method(m, params, model_cfg, tokenizer, setup, seed, pool, held, lengths) for m in ("grpo", "sgpo")}
+        base = evaluate(params, model_cfg, tokenizer, held, max_prompt_length=lengths[0], max_new_tokens=lengths[1])
+        res = {m: run_method(m, policy, setup, seed, pool, held, lengths, base["accuracy"],
+                             Path(out_dir) / "runs" / f"seed{seed}" / m) for m in ("grpo", "sgpo")}
         res["comparison"] = compare(res["grpo"]["curve"], res["sgpo"]["curve"], setup.tolerance)
         runs.append(res)
         out.append_metrics({"seed": seed, **res["comparison"], "sgpo_stats": res["sgpo"]["stats"]})
