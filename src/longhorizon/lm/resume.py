@@ -4,9 +4,10 @@ The first Ctrl-C does not stop the program mid-step: :class:`StopRequest` turns 
 flag that the training loop reads between steps, so the state saved is always the state after a
 whole step (parameters, optimiser, PRNG key, the problem stream's generator, counters,
 curriculum). A second Ctrl-C raises ``KeyboardInterrupt`` at once, leaving only the last periodic
-checkpoint. Arrays go to the foundation's msgpack checkpoints (:mod:`longhorizon.runner.checkpoint`),
-everything else to its JSON index, so a resumed run continues with the same numbers an
-uninterrupted run would have used.
+checkpoint. ``lm sft`` saves its arrays to the foundation's msgpack checkpoints
+(:mod:`longhorizon.runner.checkpoint`) and everything else to its JSON index; ``lm rl`` runs through
+:func:`longhorizon.lm.run.run_rl`, which saves with orbax (:mod:`longhorizon.lm.run_checkpoint`).
+Either way a resumed run continues with the same numbers an uninterrupted run would have used.
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ def reject_changes(ctx, allowed: tuple[str, ...] = ("resume",)) -> None:
 
 
 def load_params(directory: Path, template):
-    """Policy parameters from the newest checkpoint of ``lm sft`` or ``lm rl``.
+    """Policy parameters from the newest msgpack checkpoint (``lm sft``, and ``lm rl`` before orbax).
 
     Those checkpoints hold the whole run state (``{"params", "opt_state", ...}``); older ones hold
-    the parameters alone. Both restore into ``template`` (freshly initialised parameters).
+    the parameters alone. Both restore into ``template`` (freshly initialised parameters). Orbax
+    checkpoints of ``lm rl`` are read by :func:`longhorizon.lm.run.load_policy`.
     """
     from flax import serialization
 
