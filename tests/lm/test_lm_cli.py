@@ -56,3 +56,16 @@ def test_bad_input_is_a_usage_error(tmp_path):
     assert isinstance(r.exception, UsageError) and "config.json" in str(r.exception)
     r = CliRunner().invoke(_app(), ["lm", "sft", "--out", str(tmp_path / "y"), "--horizons", "x-y", *TINY])
     assert isinstance(r.exception, UsageError)
+
+
+def test_curriculum_gates_that_cannot_act_are_refused(tmp_path):
+    """--advance-at must say what it compares, and gate options need --curriculum (before any policy is read)."""
+    from longhorizon.errors import UsageError
+
+    rl = ["lm", "rl", "--init", str(tmp_path), "--out", str(tmp_path / "x")]
+    for extra, message in ((["--curriculum", "--advance-at", "0.5"], "--advance-on"),
+                           (["--curriculum", "--advance-on", "train_reward"], "--advance-at"),
+                           (["--advance-on", "train_reward", "--advance-at", "0.5"], "--curriculum"),
+                           (["--curriculum", "--gate-window", "3"], "--gate-window")):
+        r = CliRunner().invoke(_app(), [*rl, *extra])
+        assert isinstance(r.exception, UsageError) and message in str(r.exception), (extra, r.exception)
