@@ -436,7 +436,8 @@ _register_plugins()
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for usage errors)."""
     try:
-        app(args=argv, standalone_mode=False, prog_name="longhorizon")
+        # click hands back a command's typer.Exit code instead of raising it when standalone_mode is off
+        code = app(args=argv, standalone_mode=False, prog_name="longhorizon")
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -455,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ sub-command), so an option added without a case here fails
 * ``DRY``: the ``--dry-run`` flag itself: exit 0, JSON on stdout, nothing written.
 
 Argv strings may name the fixture folders ``{RUN}``, ``{RUN2}`` (train results), ``{SFT}``,
-``{SFT2}`` (lm sft results), ``{RL}`` (lm rl results) and ``{TMP}`` (an empty scratch folder).
+``{SFT2}`` (lm sft results), ``{RL}`` (lm rl results), ``{GGUF}`` (a tiny pretrained model), ``{DATA}``,
+``{DATA2}`` (prompt datasets) and ``{TMP}`` (an empty scratch folder).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ HZ_ID = ("horizon", "DeepSea-bsuite")
 SFT = ("lm", "sft", "--out", "{TMP}/s", "--steps", "10")
 RL = ("lm", "rl", "--init", "{SFT}", "--out", "{TMP}/r", "--steps", "10")
 CURRICULUM = (*RL, "--curriculum")
+DATASET = ("lm", "rl", "--dataset", "{DATA}", "--reward-funcs", "math:sqrt", "--out", "{TMP}/d", "--steps", "10")
 SGPO = (*RL, "--sgpo")
 LM_EVAL = ("lm", "eval", "--init", "{SFT}")
 FETCH = ("lm", "fetch", "smollm2")
@@ -159,15 +161,41 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
     },
     ("lm", "rl"): {
         "init": [acts(RL, replace={"{SFT}": "{SFT2}"})],
+        "model": [acts(DATASET, "--model", "{GGUF}"), refused((*RL, "--model", "{GGUF}"), "give only one of them")],
+        "dtype": [acts(DATASET, "--dtype", "bfloat16"), refused((*RL, "--dtype", "bfloat16"), "drop --dtype")],
+        "dataset": [acts(DATASET, replace={"{DATA}": "{DATA2}"}),
+                    refused(("lm", "rl", "--dataset", "{DATA}", "--out", "{TMP}/d"), "--dataset needs --reward-funcs")],
+        "reward_funcs": [acts(DATASET, replace={"math:sqrt": "math:fsum"}),
+                         refused((*RL, "--reward-funcs", "math:sqrt"), "applies to --dataset runs only")],
+        "reward_weights": [acts(DATASET, "--reward-weights", "2"),
+                           refused((*RL, "--reward-weights", "2"), "applies to --dataset runs only"),
+                           refused((*DATASET, "--reward-weights", "1,2"), "2 reward weights for 1")],
+        "eval_dataset": [acts(DATASET, "--eval-dataset", "{DATA2}"),
+                         refused((*RL, "--eval-dataset", "{DATA2}"), "applies to --dataset runs only")],
+        "max_prompt_length": [acts(DATASET, "--max-prompt-length", "64"),
+                              refused((*RL, "--max-prompt-length", "64"), "applies to --dataset runs only")],
+        "max_completion_length": [acts(RL, "--max-completion-length", "8"), acts(DATASET, "--max-completion-length", "8")],
+        "gradient_accumulation_steps": [acts(RL, "--gradient-accumulation-steps", "2"),
+                                        refused((*RL, "--gradient-accumulation-steps", "2", "--steps-per-generation", "3"),
+                                                "not a multiple of gradient_accumulation_steps")],
+        "importance_sampling_level": [acts(RL, "--importance-sampling-level", "sequence")],
         "out": [acts(RL, replace={"{TMP}/r": "{TMP}/r2"})],
-        "task": [acts(RL, "--task", "composed")],
+        "task": [acts(RL, "--task", "composed"),
+                 refused((*DATASET, "--task", "composed"), "belongs to the built-in tasks")],
         "horizons": [acts(RL, "--horizons", "1-3")],
         "curriculum": [acts(RL, "--curriculum")],
-        "steps_per_stage": [acts(CURRICULUM, "--steps-per-stage", "3"),
+        "steps_per_stage": [acts(CURRICULUM, "--steps-per-stage", "2"),
                             refused((*RL, "--steps-per-stage", "3"), "applies to --curriculum runs only")],
-        "advance_at": [acts((*CURRICULUM, "--eval-every", "2"), "--advance-at", "0.9"),
+        "advance_on": [acts(CURRICULUM, "--advance-on", "train_reward", "--advance-at", "0.5"),
+                       refused((*CURRICULUM, "--advance-on", "train_reward"), "needs --advance-at THRESHOLD"),
+                       refused((*RL, "--advance-on", "train_reward", "--advance-at", "0.5"), "applies to --curriculum runs only"),
+                       refused((*CURRICULUM, "--advance-on", "heldout_accuracy", "--advance-at", "0.5"),
+                               "only periodic evaluations")],
+        "advance_at": [acts((*CURRICULUM, "--advance-on", "train_reward", "--advance-at", "0.5"), replace={"0.5": "0.9"}),
                        refused((*RL, "--advance-at", "0.9"), "applies to --curriculum runs only"),
-                       refused((*CURRICULUM, "--advance-at", "0.9"), "add --eval-every N")],
+                       refused((*CURRICULUM, "--advance-at", "0.9"), "needs --advance-on")],
+        "gate_window": [acts((*CURRICULUM, "--advance-on", "train_reward", "--advance-at", "0.5"), "--gate-window", "3"),
+                        refused((*CURRICULUM, "--gate-window", "3"), "averages the training reward")],
         "scaler_target": [acts(RL, "--scaler-target", "0.5"),
                           refused((*CURRICULUM, "--scaler-target", "0.5"), "pass only one of them")],
         "sgpo": [acts(RL, "--sgpo")],
@@ -198,7 +226,8 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
                   refused((*RL, "--gamma", "0.9"), "add --reward discounted")],
         "eval_horizons": [acts(RL, "--eval-horizons", "1-4")],
         "eval_problems": [acts(RL, "--eval-problems", "16")],
-        "eval_every": [acts(RL, "--eval-every", "5"), refused((*RL, "--eval-every", "20"), "beyond the run's 10 steps")],
+        "eval_every": [acts(RL, "--eval-every", "5"), refused((*RL, "--eval-every", "20"), "beyond the run's 10 steps"),
+                       refused((*DATASET, "--eval-every", "2"), "add --eval-dataset FILE")],
         "checkpoint_every": [acts(RL, "--checkpoint-every", "5")],
         "seed": [acts(RL, "--seed", "1")],
         "resume": [Acts(RL, ("lm", "rl", "--resume", "{RL}")),
@@ -285,7 +314,10 @@ def _materialise(folder: Path, plan: dict, lm: bool) -> None:
         plan.pop(key, None)
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(plan))
-    (folder / "checkpoints" / "latest.json").write_text(json.dumps({"chunk": 1, "step": 1, "file": "chunk_000001.msgpack"}))
+    if plan.get("command") == "lm rl":
+        (folder / "checkpoints" / "1").mkdir()  # an orbax step folder (lm.run_checkpoint)
+    else:
+        (folder / "checkpoints" / "latest.json").write_text(json.dumps({"chunk": 1, "step": 1, "file": "chunk_000001.msgpack"}))
     row = {"step": 1, "reward": 0.0} if lm else {"chunk": 1, "env_steps": 512, "episode_return_mean": 20.0,
                                                   "episode_return_min": 10.0, "episode_return_max": 30.0}
     (folder / "metrics.jsonl").write_text(json.dumps(row) + "\n")
@@ -315,7 +347,12 @@ def places(tmp_path_factory):
         with contextlib.redirect_stdout(out):
             assert main([*argv, "--out", str(folders[name]), "--dry-run"]) == 0
         _materialise(folders[name], json.loads(out.getvalue()), lm=argv[0] == "lm")
-    return {**{k: str(v) for k, v in folders.items()}, "TMP": str(root / "scratch")}
+    from tiny_gguf import write_gguf  # tests/tiny_gguf.py: a tiny pretrained model for --model
+
+    files = {"GGUF": write_gguf(root / "tiny.gguf"), "DATA": root / "d.jsonl", "DATA2": root / "d2.jsonl"}
+    files["DATA"].write_text('{"prompt": "2+2=", "answer": "4"}\n')
+    files["DATA2"].write_text('{"prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"}\n')
+    return {**{k: str(v) for k, v in {**folders, **files}.items()}, "TMP": str(root / "scratch")}
 
 
 @pytest.fixture()

@@ -1,6 +1,6 @@
 """TRL-compatible inputs: dataset files, reward functions with TRL's signature and weights, pretrained
 policies by name or path, and the batch methods of the pretrained tokenizer (on the tiny GGUF of
-tests/lm/tiny_gguf.py: no download)."""
+tests/tiny_gguf.py: no download)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 from longhorizon.errors import UsageError  # noqa: E402
-from longhorizon.lm.data import DatasetSampler, RewardFunctions, import_function, load_dataset, prepare, read_rows  # noqa: E402
+from longhorizon.lm.data import RewardFunctions, import_function, load_dataset, prepare, read_rows  # noqa: E402
 from longhorizon.lm.hf_tokenizer import from_gguf  # noqa: E402
 from longhorizon.lm.policy import load_pretrained, resolve  # noqa: E402
 from longhorizon.lm.tokenizer import Tokenizer  # noqa: E402
 
-from tiny_gguf import write_gguf  # noqa: E402  (tests/lm/tiny_gguf.py)
+from tiny_gguf import write_gguf  # noqa: E402  (tests/tiny_gguf.py)
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +84,7 @@ def test_conversations_use_the_chat_template_and_columns_are_kept(tiny, tmp_path
     assert examples[0].prompt == "2+2=" and not examples[0].conversational
     assert examples[1].prompt == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     assert examples[1].columns == {"answer": "5", "level": 2} and examples[1].index == 1
+    assert examples[0].horizon is None and prepare([{"prompt": "x", "horizon": 3}], tok)[0].horizon == 3
     with pytest.raises(UsageError, match="need a model with a chat template"):
         prepare(ROWS, Tokenizer())
 
@@ -150,21 +151,6 @@ def test_reward_functions_from_specs(tmp_path):
                           ("math:no_such", "has no function 'no_such'"), ("missing.py:f", "no file missing.py")):
         with pytest.raises(UsageError, match=message):
             import_function(spec)
-
-
-def test_dataset_sampler_epochs_and_exact_resume():
-    examples = prepare([{"prompt": f"p{i}"} for i in range(5)], Tokenizer())
-    sampler = DatasetSampler(examples, seed=3)
-    first, sizes = sampler.sample(3)
-    assert sizes is None
-    second, _ = sampler.sample(4)  # crosses into epoch 1
-    seen_epoch0 = [e.index for e in first] + [e.index for e in second[:2]]
-    assert sorted(seen_epoch0) == list(range(5))  # each row once per epoch
-    saved = sampler.state()
-    expected = [e.index for e in sampler.sample(6)[0]]
-    resumed = DatasetSampler(examples, seed=3)
-    resumed.restore(saved)
-    assert [e.index for e in resumed.sample(6)[0]] == expected
 
 
 @settings(max_examples=40, deadline=None)

@@ -25,7 +25,7 @@ from longhorizon.lm.checkpoints.fetch import model_path, smollm2_path  # noqa: E
 from longhorizon.lm.checkpoints.gguf_file import read_gguf, unpermute_rotary  # noqa: E402
 from longhorizon.lm.hf_tokenizer import from_gguf  # noqa: E402
 
-from tiny_gguf import (  # noqa: E402  (tests/lm/tiny_gguf.py)
+from tiny_gguf import (  # noqa: E402  (tests/tiny_gguf.py)
     LAYERS, MERGES, SPECIAL, byte_alphabet, originals, vocab_tokens, write_gguf)
 
 

@@ -64,15 +64,22 @@ def _progress():
 
 
 def _print_eval(ev: dict) -> None:
+    """The held-out table: accuracy per horizon of a task, or mean reward (per horizon when rows have one) of a dataset."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="held-out accuracy (final answer, greedy)")
+    dataset = "examples" in ev
+    table = Table(title="held-out reward (greedy)" if dataset else "held-out accuracy (final answer, greedy)")
     table.add_column("horizon")
-    table.add_column("accuracy")
-    for h, acc in ev["by_horizon"].items():
-        table.add_row(str(h), f"{acc:.3f}")
+    table.add_column("reward" if dataset else "accuracy")
+    for h, value in ev.get("by_horizon", {"all": ev["reward"]} if dataset else {}).items():
+        table.add_row(str(h), f"{value:.3f}")
     Console().print(table)
+    if dataset:
+        means = "  ".join(f"{k[len('rewards/'):-len('/mean')]} {v:.3f}" for k, v in ev.items()
+                          if k.startswith("rewards/") and v is not None)
+        print(f"mean reward {ev['reward']:.3f}  ({means})  {ev['tokens_per_s']:.0f} tokens/s")
+        return
     print(f"mean reward {ev['reward']:.3f}  all-correct {ev['all_correct']:.3f}  {ev['tokens_per_s']:.0f} tokens/s")
 
 
@@ -259,7 +266,22 @@ SGPO_POOL_OFFSET = 7_000_001  # the sGPO query pool is drawn apart from training
 @lm_app.command()
 def rl(
     ctx: typer.Context,
-    init: Optional[Path] = typer.Option(None, help="Base policy: a folder written by `longhorizon lm sft` (or `lm rl`)."),
+    init: Optional[Path] = typer.Option(None, help="Base policy: a folder written by `longhorizon lm sft` or `lm rl` "
+                                        "(instead of --model)."),
+    model: Optional[str] = typer.Option(None, help="Pretrained policy when --init is not given: smollm2 (the default, "
+                                        "fetched on first use), a .gguf file or a Hugging Face folder."),
+    dtype: Optional[str] = typer.Option(None, help="--model parameters and compute: float32 (default) or bfloat16."),
+    dataset: Optional[Path] = typer.Option(None, help="Training prompts: a JSONL/JSON/Parquet file with a `prompt` "
+                                           "column (text or chat messages), other columns go to the reward functions "
+                                           "(instead of --task)."),
+    reward_funcs: Optional[str] = typer.Option(None, help="--dataset: TRL-style reward functions f(prompts, "
+                                               "completions, **columns), comma-separated module:function or file.py:function."),
+    reward_weights: Optional[str] = typer.Option(None, help="--reward-funcs: one weight each, comma-separated (default 1)."),
+    eval_dataset: Optional[Path] = typer.Option(None, help="--dataset: held-out prompts scored greedily by the reward "
+                                                "functions at --eval-every and after the last step."),
+    max_prompt_length: int = typer.Option(0, help="--dataset: prompt slots (0: the longest prompt; a longer one is refused)."),
+    max_completion_length: int = typer.Option(0, help="New tokens per completion (0: the task's longest answer, or "
+                                              "TRL's 256 with --dataset)."),
     out: Optional[Path] = typer.Option(None, help="Results folder."),
     task: str = typer.Option("chain", help=_TASK_HELP),
     horizons: str = typer.Option("1-5", help="Training horizons: one stage each with --curriculum, else sampled uniformly."),
@@ -288,8 +310,12 @@ def rl(
     loss_type: str = typer.Option("dapo", help="grpo, dr_grpo, dapo or bnpo."),
     scale_rewards: str = typer.Option("group", help="group, batch or none."),
     num_iterations: int = typer.Option(1),
-    steps_per_generation: int = typer.Option(1),
-    learning_rate: float = typer.Option(1e-4),
+    steps_per_generation: Optional[int] = typer.Option(None, help="Micro-batches per generation batch, as in TRL "
+                                                       "(default --gradient-accumulation-steps: one optimiser step)."),
+    gradient_accumulation_steps: int = typer.Option(1, help="Micro-batches per optimiser step."),
+    importance_sampling_level: str = typer.Option("token", help="token (GRPO) or sequence (GSPO's length-normalised "
+                                                  "sequence ratio)."),
+    learning_rate: float = typer.Option(1e-6, help="AdamW learning rate (TRL's default 1e-6)."),
     temperature: float = typer.Option(1.0),
     top_p: float = typer.Option(1.0),
     dynamic_sampling: bool = typer.Option(False, help="Drop groups whose rewards are all equal (DAPO)."),
@@ -304,7 +330,8 @@ def rl(
     resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:
-    """GRPO-family RL with verifiable rewards, optionally under the h1 curriculum, SCALER or sGPO."""
+    """GRPO-family RL with verifiable rewards: a pretrained model (or an `lm sft` policy) on a prompt dataset scored
+    by TRL-style reward functions, or on a built-in task under the h1 curriculum, SCALER or sGPO."""
     from longhorizon.lm.resume import resume_options
     from longhorizon.lm.run import Interrupted, run_rl
     from longhorizon.lm.run import dry_run as plan_run
@@ -313,8 +340,6 @@ def rl(
     folder = o["out"]
     if resume is not None:  # config.json keeps the options as they were given, whatever path resumes them
         o["out"] = resume_options(resume, "lm rl").get("out", folder)
-    if o["init"] is None:
-        raise UsageError("--init is required: the base policy folder written by `longhorizon lm sft`.")
     _check_rl_options(o, _given(ctx))
     spec = _rl_spec(o, folder)
     if dry_run:
@@ -324,7 +349,8 @@ def rl(
         summary = run_rl(spec, resume=resume is not None)
     except Interrupted as stop:
         raise _interrupted("lm rl", stop.folder, stop.step) from None
-    _print_eval(summary["eval"])
+    if summary["eval"] is not None:
+        _print_eval(summary["eval"])
     counters = summary["counters"]
     print(f"training tokens {summary['training_tokens']}  (rollout {counters['rollout_tokens']}, "
           f"update {counters['update_tokens']}); groups dropped {counters['groups_dropped']}")
@@ -338,8 +364,29 @@ _RL_DEPENDS = (
 )
 
 
+# Options of the built-in tasks, which a --dataset run does not read, and the other way round.
+_TASK_ONLY = ("task", "horizons", "curriculum", "steps_per_stage", "advance_on", "advance_at", "gate_window",
+              "scaler_target", "sgpo", "pool_size", "profile_samples", "min_group", "max_group", "unsolved_keep",
+              "advantage", "reward", "gamma", "eval_horizons", "eval_problems")
+_DATASET_ONLY = ("reward_funcs", "reward_weights", "eval_dataset", "max_prompt_length")
+
+
 def _check_rl_options(o: dict, given: set[str]) -> None:
     """Refuse an option that nothing in this run would read."""
+    if o.get("init") is not None and "model" in given:
+        raise UsageError("--init continues an `lm sft`/`lm rl` policy and --model starts from a pretrained one; "
+                         "give only one of them.")
+    if "dtype" in given and o.get("init") is not None:
+        raise UsageError("--dtype sets a pretrained --model's precision; an --init policy keeps its own, so drop --dtype.")
+    if o.get("dataset") is not None:
+        for name in sorted(given & set(_TASK_ONLY)):
+            raise UsageError(f"--{name.replace('_', '-')} belongs to the built-in tasks, not to --dataset runs; drop it.")
+        if not o.get("reward_funcs"):
+            raise UsageError("--dataset needs --reward-funcs module:function (TRL-style reward functions) to score "
+                             "completions.")
+    else:
+        for name in sorted(given & set(_DATASET_ONLY)):
+            raise UsageError(f"--{name.replace('_', '-')} applies to --dataset runs only; add --dataset FILE or drop it.")
     for name, needs, how in _RL_DEPENDS:
         if name in given and not o[needs]:
             raise UsageError(f"--{name.replace('_', '-')} applies to {how} runs only; add {how} or drop it.")
@@ -356,26 +403,52 @@ def _check_rl_options(o: dict, given: set[str]) -> None:
         raise UsageError("--gamma discounts only --reward discounted; add --reward discounted or drop --gamma.")
 
 
+def _float(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated numbers; {text!r} is not one.") from None
+
+
 def _rl_spec(o: dict, out: str):
     """The :class:`longhorizon.lm.run.RLSpec` of an ``lm rl`` run, every setting built and validated (nothing loaded)."""
     from longhorizon.lm import samplers
     from longhorizon.lm.curricula import SGPOConfig
     from longhorizon.lm.grpo import GRPOConfig
-    from longhorizon.lm.run import EvalSpec, RLSpec, policy_config
+    from longhorizon.lm.run import EvalSpec, Pretrained, RLSpec, policy_config
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths, parse_horizons
 
-    base_config = policy_config(o["init"])
-    task, steps, seed = o["task"], o["steps"], o["seed"]
+    steps, seed = o["steps"], o["seed"]
+    init = o["init"] if o["init"] is not None else Pretrained(o.get("model") or "smollm2", o.get("dtype") or "float32")
+    grpo_fields = dict(
+        num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"], epsilon_high=o["epsilon_high"],
+        loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], num_iterations=o["num_iterations"],
+        steps_per_generation=o["steps_per_generation"], gradient_accumulation_steps=o["gradient_accumulation_steps"],
+        importance_sampling_level=o["importance_sampling_level"], learning_rate=o["learning_rate"],
+        temperature=o["temperature"], top_p=o["top_p"], dynamic_sampling=o["dynamic_sampling"],
+    )
+    record = {"command": "lm rl", "options": o}
+    if o.get("dataset") is not None:
+        from longhorizon.lm.data import DatasetSpec, RewardFunctions
+
+        weights = None if not o.get("reward_weights") else [_float(w, "--reward-weights") for w in o["reward_weights"].split(",")]
+        rewards = RewardFunctions.from_specs([f.strip() for f in o["reward_funcs"].split(",") if f.strip()], weights)
+        # max_prompt_length is measured from the rendered prompts when the run starts (DatasetSpec.bind)
+        grpo_cfg = GRPOConfig(max_prompt_length=1, max_completion_length=o["max_completion_length"] or 256, **grpo_fields)
+        sampler = DatasetSpec(str(o["dataset"]), rewards, eval=o["eval_dataset"] and str(o["eval_dataset"]),
+                              eval_every=o["eval_every"], max_prompt_length=o["max_prompt_length"], seed=seed)
+        return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=sampler, steps=steps,
+                      prompts_per_step=o["prompts_per_step"], checkpoint_every=o["checkpoint_every"], seed=seed,
+                      record=record)
+    base_config = policy_config(o["init"]) if o["init"] is not None else {}
+    task = o["task"]
     task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
     hs, eval_hs = parse_horizons(o["horizons"]), parse_horizons(o["eval_horizons"])
     plen, clen = max_lengths(task, max(hs + eval_hs), task_cfg)
     grpo_cfg = GRPOConfig(
-        num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"], epsilon_high=o["epsilon_high"],
-        loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], num_iterations=o["num_iterations"],
-        steps_per_generation=o["steps_per_generation"], learning_rate=o["learning_rate"], temperature=o["temperature"],
-        top_p=o["top_p"], max_prompt_length=plen + 1, max_completion_length=max_lengths(task, max(hs), task_cfg)[1] + 1,
-        dynamic_sampling=o["dynamic_sampling"], advantage=o["advantage"],
-    )
+        max_prompt_length=plen + 1,
+        max_completion_length=o["max_completion_length"] or max_lengths(task, max(hs), task_cfg)[1] + 1,
+        advantage=o["advantage"], **grpo_fields)
     schedules = [name for name, on in (("--curriculum", o["curriculum"]), ("--scaler-target", o["scaler_target"] is not None),
                                        ("--sgpo", o["sgpo"])) if on]
     if len(schedules) > 1:
@@ -400,9 +473,8 @@ def _rl_spec(o: dict, out: str):
         sampler = samplers.FixedMix(source, tuple(hs))
     held = make_problems(task, eval_hs, o["eval_problems"] * len(eval_hs), seed + HELD_OUT_OFFSET, task_cfg)
     evaluation = EvalSpec(tuple(held), max_prompt_length=plen + 1, max_new_tokens=clen + 1, every=o["eval_every"])
-    record = {"command": "lm rl", "options": o, "task": task, "horizons": hs, "task_config": task_cfg,
-              "eval_horizons": eval_hs}
-    return RLSpec(out=str(out), init=o["init"], grpo=grpo_cfg, sampler=sampler, steps=steps,
+    record.update(task=task, horizons=hs, task_config=task_cfg, eval_horizons=eval_hs)
+    return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=sampler, steps=steps,
                   prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
                   checkpoint_every=o["checkpoint_every"], seed=seed, record=record)
 

@@ -4,7 +4,8 @@ Datasets are JSONL (one JSON object per line), JSON (a list of objects) or Parqu
 have a ``prompt`` column, either plain text or a conversation ``[{"role": ..., "content": ...}, ...]``
 (TRL's "standard" and "conversational" formats). A conversation is rendered with the model's chat
 template and ``add_generation_prompt=True``; plain text is continued as written. Every other column
-reaches the reward functions by name, as in TRL.
+reaches the reward functions by name, as in TRL. The RL loop draws rows in shuffled epochs
+(:class:`longhorizon.lm.samplers.ShuffledPool`).
 
 A reward function has TRL's signature::
 
@@ -49,6 +50,12 @@ class Example:
     @property
     def conversational(self) -> bool:
         return not isinstance(self.raw_prompt, str)
+
+    @property
+    def horizon(self) -> int | None:
+        """The row's ``horizon`` column when it has one (metrics and evaluations are then split by it)."""
+        h = self.columns.get("horizon")
+        return int(h) if isinstance(h, (int, np.integer)) else None
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -132,49 +139,6 @@ def prepare(rows: Sequence[dict], tokenizer) -> list[Example]:
 
 def load_dataset(path: str | Path, tokenizer) -> list[Example]:
     return prepare(read_rows(path), tokenizer)
-
-
-class DatasetSampler:
-    """Rows of a dataset in a fresh random order each epoch (TRL's shuffled sampler), exactly resumable.
-
-    ``sample(n)`` returns the next ``n`` examples and ``None`` (every group at ``num_generations``);
-    an epoch's last rows are followed by the next epoch's first. ``state()`` / ``restore(state)``
-    carry the epoch, the position and the order.
-    """
-
-    def __init__(self, examples: Sequence[Example], seed: int = 0):
-        if not examples:
-            raise UsageError("the dataset has no examples; give a file with at least one row.")
-        self.examples = list(examples)
-        self.seed = seed
-        self.epoch, self.position = 0, 0
-        self.order = self._order(0)
-
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
-
-    def sample(self, n: int):
-        out = []
-        while len(out) < n:
-            if self.position == len(self.order):
-                self.epoch, self.position = self.epoch + 1, 0
-                self.order = self._order(self.epoch)
-            out.append(self.examples[self.order[self.position]])
-            self.position += 1
-        return out, None
-
-    def observe(self, metrics: dict, evaluation: dict | None = None) -> None:
-        """A dataset does not adapt to training."""
-
-    def state(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def restore(self, state: Mapping) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self.order = self._order(self.epoch)
-
-    def describe(self) -> dict:
-        return {"kind": "dataset", "rows": len(self.examples), "seed": self.seed}
 
 
 # ----------------------------------------------------------------------------- reward functions
@@ -278,3 +242,70 @@ class RewardFunctions:
             metrics[f"rewards/{name}/std"] = float(scored.std(ddof=1)) if scored.size > 1 else 0.0
         return rewards, metrics
 
+
+
+# ----------------------------------------------------------------------------- a run's prompts
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes (config.json pins the dataset a run trained on, so a resume on a changed file is refused)."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """A run's prompts from files: ``train`` rows in shuffled epochs, ``eval`` rows (optional) scored
+    greedily every ``eval_every`` steps and after the last, both by ``rewards``.
+
+    Conversations need the policy's chat template, so the rows become :class:`Example` s when the run
+    starts (:meth:`bind`); until then only the files are checked. ``max_prompt_length`` 0 means the
+    longest rendered prompt (TRL truncates prompts instead; here a prompt never loses tokens).
+    """
+
+    train: str
+    rewards: Any = dataclasses.field(compare=False, repr=False)
+    eval: str | None = None
+    eval_every: int = 0
+    max_prompt_length: int = 0
+    seed: int = 0
+
+    def check(self, steps: int, evaluation) -> None:
+        read_rows(self.train)
+        if self.eval is not None:
+            read_rows(self.eval)
+            if self.eval_every < 0 or self.eval_every > steps:
+                raise UsageError(f"--eval-every {self.eval_every} must be between 0 and the run's {steps} steps.")
+        elif self.eval_every:
+            raise UsageError("--eval-every evaluates --eval-dataset, which is not given; add --eval-dataset FILE or "
+                             "drop --eval-every.")
+        if self.max_prompt_length < 0:
+            raise UsageError(f"--max-prompt-length must be 0 (the longest prompt) or positive, got {self.max_prompt_length}.")
+
+    def describe(self) -> dict:
+        files = {"train": self.train, "train_sha256": file_digest(self.train)}
+        if self.eval is not None:
+            files.update(eval=self.eval, eval_sha256=file_digest(self.eval), eval_every=self.eval_every)
+        return {"sampler": "DatasetSpec", **files, "max_prompt_length": self.max_prompt_length, "seed": self.seed,
+                "rewards": self.rewards.describe()}
+
+    def bind(self, tokenizer, grpo, context: int | None):
+        """``(sampler spec, EvalSpec or None, GRPOConfig)`` for a policy with ``tokenizer`` and ``context``."""
+        from longhorizon.lm.run import EvalSpec
+        from longhorizon.lm.samplers import ShuffledPool
+
+        train = load_dataset(self.train, tokenizer)
+        held = load_dataset(self.eval, tokenizer) if self.eval is not None else []
+        longest = max(len(tokenizer.encode(e.prompt)) for e in train + held)
+        length = self.max_prompt_length or longest
+        if longest > length:
+            raise UsageError(f"a prompt of {self.train if self.eval is None else 'the datasets'} has {longest} tokens, "
+                             f"more than --max-prompt-length {length}; raise it (or 0: the longest prompt) or shorten the prompt.")
+        if context is not None and length + grpo.max_completion_length > context:
+            raise UsageError(f"prompts of {length} tokens + --max-completion-length {grpo.max_completion_length} exceed "
+                             f"the model's context of {context}; shorten the prompts or lower --max-completion-length.")
+        grpo = dataclasses.replace(grpo, max_prompt_length=length)
+        evaluation = (EvalSpec(tuple(held), max_prompt_length=length, max_new_tokens=grpo.max_completion_length,
+                               every=self.eval_every, rewards=self.rewards) if held else None)
+        return ShuffledPool(tuple(train), seed=self.seed), evaluation, grpo

@@ -107,6 +107,12 @@ def evaluate_dataset(
     for j, name in enumerate(rewards.names):
         scored = per_fn[:, j][~np.isnan(per_fn[:, j])]
         out[f"rewards/{name}/mean"] = float(scored.mean()) if scored.size else None
+    horizons = [getattr(e, "horizon", None) for e in examples]
+    if examples and None not in horizons:  # rows with a horizon column: the mean reward at each horizon
+        by_h: dict[int, list[float]] = defaultdict(list)
+        for h, r in zip(horizons, total):
+            by_h[h].append(float(r))
+        out["by_horizon"] = {int(h): float(np.mean(v)) for h, v in sorted(by_h.items())}
     out["samples"] = [{"prompt": e.prompt, "completion": t, "reward": float(r)}
                       for e, t, r in zip(examples[:keep_samples], texts, total)]
     return out

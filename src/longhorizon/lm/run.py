@@ -18,8 +18,10 @@ and the sampler's state, drops metric rows after the checkpoint and continues, s
 equals an uninterrupted run bit for bit (XLA on CPU is deterministic).
 
 The policy comes from :func:`load_policy`, the one place that turns an ``init`` (a results folder
-of ``lm sft`` or ``lm rl``, or a :class:`Policy` already in memory) into parameters, model
-configuration and tokenizer.
+of ``lm sft`` or ``lm rl``, a :class:`Pretrained` model such as SmolLM2, or a :class:`Policy`
+already in memory) into parameters, model configuration and tokenizer. Rewards are the built-in
+verifier of the task's problems, or TRL-style reward functions (``RLSpec.rewards``,
+:class:`longhorizon.lm.data.RewardFunctions`) over dataset rows.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from longhorizon.errors import UsageError
+from longhorizon.lm.data import DatasetSpec
 from longhorizon.lm.grpo import GRPOConfig
 from longhorizon.lm.resume import INTERRUPTED_EXIT  # noqa: F401  (re-exported: the CLI's exit code)
 
@@ -49,6 +52,30 @@ class Policy:
     config: dict = dataclasses.field(default_factory=dict)  # the config.json of the run that made it, if any
 
 
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+    """A pretrained model by ``--model`` name or path (:func:`longhorizon.lm.policy.load_pretrained`)."""
+
+    model: str = "smollm2"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in ("float32", "bfloat16"):
+            raise UsageError(f"--dtype {self.dtype} is not supported; use float32 or bfloat16.")
+
+    def check(self) -> None:
+        """Refuse a ``--model`` that is no checkpoint, reading nothing but the folder's listing."""
+        from longhorizon.lm.policy import resolve
+
+        resolve(self.model)
+
+    def load(self) -> Policy:
+        from longhorizon.lm.policy import load_pretrained
+
+        loaded = load_pretrained(self.model, self.dtype)
+        return Policy(loaded.params, loaded.cfg, loaded.tokenizer, f"pretrained:{loaded.source}", {})
+
+
 def policy_config(init: str | Path) -> dict:
     """The ``config.json`` of a policy folder, checked to hold a model and a checkpoint (no parameters loaded)."""
     from longhorizon.lm import run_checkpoint
@@ -59,7 +86,7 @@ def policy_config(init: str | Path) -> dict:
     if not (folder / "config.json").exists():
         raise UsageError(f"{init} has no config.json; pass --init a folder written by `longhorizon lm sft` or `lm rl`.")
     config = read_json(folder / "config.json")
-    if "model" not in config:
+    if "model" not in config and "pretrained" not in config:
         raise UsageError(f"{init} holds no policy (its config.json has no model); pass --init a folder written by "
                          "`longhorizon lm sft` or `lm rl`.")
     if run_checkpoint.latest_step(folder / "checkpoints") is None and checkpoint.latest_meta(folder / "checkpoints") is None:
@@ -68,11 +95,15 @@ def policy_config(init: str | Path) -> dict:
     return config
 
 
-def load_policy(init: str | Path | Policy) -> Policy:
-    """The one place a run's policy is loaded: a :class:`Policy` as is, or a results folder of
-    ``lm sft`` (msgpack checkpoints) or ``lm rl`` (orbax checkpoints), newest checkpoint."""
+def load_policy(init: str | Path | Policy | Pretrained) -> Policy:
+    """The one place a run's policy is loaded: a :class:`Policy` as is, a :class:`Pretrained` model,
+    or a results folder of ``lm sft`` (msgpack checkpoints) or ``lm rl`` (orbax checkpoints), newest
+    checkpoint (a run that started from a pretrained model reloads that model's configuration and
+    tokenizer, then its own parameters)."""
     if isinstance(init, Policy):
         return init
+    if isinstance(init, Pretrained):
+        return init.load()
     import jax
 
     from longhorizon.lm import run_checkpoint
@@ -81,9 +112,13 @@ def load_policy(init: str | Path | Policy) -> Policy:
     from longhorizon.lm.tokenizer import Tokenizer
 
     config = policy_config(init)
-    tokenizer = Tokenizer(config.get("alphabet", Tokenizer().alphabet))
-    model_cfg = ModelConfig(**config["model"])
-    template = init_params(jax.random.PRNGKey(0), model_cfg)
+    if "pretrained" in config:
+        base = Pretrained(**config["pretrained"]).load()
+        tokenizer, model_cfg, template = base.tokenizer, base.model_cfg, base.params
+    else:
+        tokenizer = Tokenizer(config.get("alphabet", Tokenizer().alphabet))
+        model_cfg = ModelConfig(**config["model"])
+        template = init_params(jax.random.PRNGKey(0), model_cfg)
     folder = Path(init) / "checkpoints"
     if run_checkpoint.latest_step(folder) is not None:
         with run_checkpoint.RunCheckpoints(folder, read_only=True) as store:
@@ -93,11 +128,16 @@ def load_policy(init: str | Path | Policy) -> Policy:
     return Policy(params, model_cfg, tokenizer, str(init), config)
 
 
-def _policy_record(init: str | Path | Policy) -> dict:
+def _policy_record(init: str | Path | Policy | Pretrained) -> dict:
     """What config.json says about the policy, without loading parameters."""
     if isinstance(init, Policy):
         return {"init": init.label, "model": init.model_cfg, "alphabet": getattr(init.tokenizer, "alphabet", None)}
+    if isinstance(init, Pretrained):
+        init.check()
+        return {"init": None, "pretrained": dataclasses.asdict(init)}
     config = policy_config(init)
+    if "pretrained" in config:
+        return {"init": str(init), "pretrained": config["pretrained"]}
     return {"init": str(init), "model": config["model"], "alphabet": config.get("alphabet")}
 
 
@@ -106,18 +146,36 @@ def _policy_record(init: str | Path | Policy) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
-    """Held-out evaluation (:func:`longhorizon.lm.evaluate.evaluate`, greedy) every ``every`` steps
-    (0: only after the last step, which is always evaluated)."""
+    """Held-out evaluation, greedy, every ``every`` steps (0: only after the last step, which is always
+    evaluated): accuracy per horizon of task problems (:func:`longhorizon.lm.evaluate.evaluate`), or,
+    with ``rewards``, the mean reward of dataset examples (:func:`longhorizon.lm.evaluate.evaluate_dataset`)."""
 
     problems: tuple = dataclasses.field(compare=False, repr=False)
     max_prompt_length: int
     max_new_tokens: int
     every: int = 0
+    rewards: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def describe(self) -> dict:
         return {"problems": len(self.problems), "max_prompt_length": self.max_prompt_length,
                 "max_new_tokens": self.max_new_tokens, "every": self.every,
                 "horizons": sorted({int(p.horizon) for p in self.problems if hasattr(p, "horizon")})}
+
+    def run(self, params, policy: Policy) -> dict:
+        from longhorizon.lm.evaluate import evaluate, evaluate_dataset
+
+        if self.rewards is not None:
+            return evaluate_dataset(params, policy.model_cfg, policy.tokenizer, list(self.problems), self.rewards,
+                                    max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens)
+        return evaluate(params, policy.model_cfg, policy.tokenizer, list(self.problems),
+                        max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens)
+
+    def row(self, evaluation: dict) -> dict:
+        """The metrics-row fields of one evaluation."""
+        if self.rewards is not None:
+            return {"eval_reward": evaluation["reward"],
+                    **({"eval_by_horizon": evaluation["by_horizon"]} if "by_horizon" in evaluation else {})}
+        return {"eval_accuracy": evaluation["accuracy"], "eval_by_horizon": evaluation["by_horizon"]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +183,8 @@ class RLSpec:
     """Everything one RL run needs; :func:`run_rl` runs it.
 
     ``init``: the policy (see :func:`load_policy`); ``sampler``: a sampler spec of
-    :mod:`longhorizon.lm.samplers`; ``checkpoint_every``: steps between checkpoints (0: about ten per
+    :mod:`longhorizon.lm.samplers`, or a :class:`longhorizon.lm.data.DatasetSpec` (prompts from files,
+    TRL-style reward functions; it brings its own evaluation, so ``evaluation`` stays None); ``checkpoint_every``: steps between checkpoints (0: about ten per
     run; the last step and Ctrl-C always save); ``seed``: the trainer's PRNG key (the sampler's
     seeds are its own); ``record``: extra config.json fields of whoever built the spec (the CLI keeps
     its options there for ``--resume``).
@@ -230,7 +289,6 @@ def _saved_config_matches(saved: dict, config: dict) -> None:
 def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
     import numpy as np
 
-    from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.grpo import GRPOTrainer
     from longhorizon.lm.resume import StopRequest
     from longhorizon.lm.run_checkpoint import RunCheckpoints
@@ -242,9 +300,13 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
     config = spec.config()
     policy = load_policy(spec.init)
     results = ResultsDir(spec.out)
-    sampler = spec.sampler.build()
-    trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, spec.grpo, seed=spec.seed)
-    save_ref = spec.grpo.beta != 0.0  # the KL term is the only reader of the reference
+    sampler_spec, ev_spec, grpo, rewards = spec.sampler, spec.evaluation, spec.grpo, None
+    if isinstance(sampler_spec, DatasetSpec):  # rows rendered with the policy's chat template, scored by reward functions
+        rewards = sampler_spec.rewards
+        sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)
+    sampler = sampler_spec.build()
+    trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=spec.seed, batch_rewards=rewards)
+    save_ref = grpo.beta != 0.0  # the KL term is the only reader of the reference
 
     def trainer_arrays() -> dict:
         return {"opt_state": trainer.opt_state, "key": trainer.key,
@@ -271,7 +333,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
         loggers = MetricsLoggers(results.root, read_json(results.config_path), resume_step=first if resume else None,
                                  step_key="step")
         rows: list[dict] = results.read_metrics() if resume else []
-        every, ev_spec = spec.checkpoint_interval, spec.evaluation
+        every = spec.checkpoint_interval
         last_saved = first if resume else None
 
         def wall() -> float:
@@ -284,8 +346,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
             last_saved = step
 
         def run_eval() -> dict:
-            return evaluate(trainer.params, policy.model_cfg, policy.tokenizer, list(ev_spec.problems),
-                            max_prompt_length=ev_spec.max_prompt_length, max_new_tokens=ev_spec.max_new_tokens)
+            return ev_spec.run(trainer.params, policy)
 
         last_eval = None
         with _progress(quiet) as bar, StopRequest() as stop:
@@ -312,7 +373,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
                 evaluation = None
                 if ev_spec is not None and ((ev_spec.every and step % ev_spec.every == 0) or step == spec.steps):
                     evaluation = last_eval = run_eval()
-                    row.update(eval_accuracy=evaluation["accuracy"], eval_by_horizon=evaluation["by_horizon"])
+                    row.update(ev_spec.row(evaluation))
                 row.update(sampler.observe(metrics, evaluation) or {})
                 written = results.append_metrics(row)
                 rows.append(written)
@@ -384,9 +445,10 @@ def _plot(results, rows: Sequence[dict]) -> None:
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if pts:
             ax.plot(*zip(*pts), label=key)
-    pts = [(r["step"], r["eval_accuracy"]) for r in rows if r.get("eval_accuracy") is not None]
-    if pts:
-        ax.plot(*zip(*pts), "o--", ms=3, label="held-out accuracy")
+    for key, label in (("eval_accuracy", "held-out accuracy"), ("eval_reward", "held-out reward")):
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        if pts:
+            ax.plot(*zip(*pts), "o--", ms=3, label=label)
     ax.set_xlabel("step")
     ax.set_title("GRPO")
     ax.legend()
