@@ -22,7 +22,7 @@ import pytest
 from longhorizon.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("README.md"))]
 # Commands that take no --dry-run: they run as written (both only read).
 AS_IS = (("envs",), ("lm", "--help"))
 # Folders the docs use as stand-ins for "some runs of yours": laid out like this documented run.
@@ -98,6 +98,7 @@ def outcomes(tmp_path_factory):
 
     scratch = tmp_path_factory.mktemp("docs")
     (scratch / "tests").symlink_to(ROOT / "tests")
+    (scratch / "examples").symlink_to(ROOT / "examples")  # the documented dataset and reward functions
     before = Path.cwd()
     os.chdir(scratch)
     results = {}
