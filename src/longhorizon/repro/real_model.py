@@ -237,26 +237,18 @@ def summarise_h1(base: dict, results: list[dict], setup: RealSetup) -> dict:
 
 
 def _plot_h1(out: Path, base: dict, results: list[dict], setup: RealSetup) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.8))
     hs = list(setup.eval_horizons)
-    ax.plot(hs, [base[h] for h in hs], "k--", marker="x", label="base")
-    for i, arm in enumerate(ARMS):
-        acc = np.array([[r[arm]["by_horizon"][h] for h in hs] for r in results])
-        ax.plot(hs, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=arm)
-        if len(results) > 1:
-            ax.fill_between(hs, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
-    ax.set_xlabel("horizon (chained operations)")
-    ax.set_ylabel("held-out accuracy (greedy)")
-    ax.set_title(f"h1 on {setup.model}: arms at equal rollout budget")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "accuracy_by_horizon.png", dpi=110)
-    plt.close(fig)
+
+    def draw(ax):
+        ax.plot(hs, [base[h] for h in hs], "k--", marker="x", label="base")
+        for i, arm in enumerate(ARMS):
+            acc = np.array([[r[arm]["by_horizon"][h] for h in hs] for r in results])
+            ax.plot(hs, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=arm)
+            if len(results) > 1:
+                ax.fill_between(hs, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
+
+    _figure(out / "accuracy_by_horizon.png", "horizon (chained operations)",
+            f"h1 on {setup.model}: arms at equal rollout budget", draw)
 
 
 def _report_h1(summary: dict, base: dict, results: list[dict], setup: RealSetup, quick: bool) -> list[str]:
@@ -417,16 +409,15 @@ def run_rhorizon(out_dir: str, quick: bool = False, setup: RealSetup | None = No
 # ----------------------------------------------------------------------------- plots
 
 
-def _plot_points(path: Path, base: float, points, xlabel: str, title: str) -> None:
+def _figure(path: Path, xlabel: str, title: str, draw) -> None:
+    """One accuracy plot: ``draw(ax)`` adds the lines, this names the axes and saves it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    ax.axhline(base, color="k", ls="--", label="base")
-    for label, x, y, method in points:
-        ax.plot([x], [y], "o" if method == "grpo" else "s", color="C0" if method == "grpo" else "C1", label=label)
+    draw(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("held-out accuracy (greedy)")
     ax.set_title(title)
@@ -434,22 +425,20 @@ def _plot_points(path: Path, base: float, points, xlabel: str, title: str) -> No
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_points(path: Path, base: float, points, xlabel: str, title: str) -> None:
+    def draw(ax):
+        ax.axhline(base, color="k", ls="--", label="base")
+        for label, x, y, method in points:
+            ax.plot([x], [y], "o" if method == "grpo" else "s", color="C0" if method == "grpo" else "C1", label=label)
+
+    _figure(path, xlabel, title, draw)
 
 
 def _plot_lines(path: Path, xs, curves: dict, xlabel: str, title: str) -> None:
-    import matplotlib
+    def draw(ax):
+        for label, by_x in curves.items():
+            ax.plot(xs, [by_x[x] for x in xs], "k--" if label == "base" else "-", marker="o", ms=4, label=label)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for i, (label, by_x) in enumerate(curves.items()):
-        ax.plot(xs, [by_x[x] for x in xs], "k--" if label == "base" else "-", marker="o", ms=4, label=label)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("held-out accuracy (greedy)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
+    _figure(path, xlabel, title, draw)
