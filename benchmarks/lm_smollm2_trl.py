@@ -5,8 +5,8 @@ fetch smollm2``) dequantized to float32 (134.5M parameters, fp32 compute, CPU); 
 arithmetic prompts per step (``"What is 37 + 48? Answer with the number only."`` in the file's
 ChatML template with its default system prompt: 46 tokens each; the same text and the same token
 ids on both sides) x ``num_generations = 4`` = 16 completions of at most 32 new tokens, temperature
-1, stop at ``<|im_end|>``; a trivial Python reward (1 if the first integer of the completion is the
-sum); one AdamW step per generation batch (``num_iterations = steps_per_generation =
+1, stop at ``<|im_end|>``; a trivial Python reward (1 if the sum is among the integers the completion
+writes); one AdamW step per generation batch (``num_iterations = steps_per_generation =
 gradient_accumulation_steps = 1``), ``beta = 0``, ``loss_type = "dapo"``, ``epsilon = 0.2``, learning
 rate 1e-6 (constant), gradient clipping at 1.0, no weight decay.
 
@@ -74,9 +74,8 @@ def make_problems(tokenizer, seed: int, n: int) -> list[Problem]:
 
 
 def reward_text(text: str, answer: int) -> float:
-    """1.0 if the first integer in ``text`` is ``answer``, else 0.0."""
-    match = re.search(r"-?\d+", text)
-    return float(match is not None and int(match.group()) == answer)
+    """1.0 if ``answer`` is one of the integers written in ``text``, else 0.0."""
+    return float(str(answer) in re.findall(r"-?\d+", text))
 
 
 def reward(problem: Problem, text: str) -> float:  # longhorizon's reward_fn(problem, text)
