@@ -157,6 +157,8 @@ def worker_trl(size: str, seed: int, steps: int) -> dict:
             learning_rate=LEARNING_RATE, lr_scheduler_type="constant", beta=0.0, loss_type="dapo", epsilon=0.2,
             temperature=1.0, top_p=1.0, max_steps=steps + 1, logging_steps=1, report_to="none", save_strategy="no",
             use_cpu=True, seed=seed, disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False,
+            # TRL 1.13 turns both on by default (even on the CPU); the comparison is fp32 without recomputation
+            bf16=False, fp16=False, gradient_checkpointing=False,
         )
         trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
                                   processing_class=tokenizer, callbacks=[Clock()])
