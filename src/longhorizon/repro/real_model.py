@@ -158,6 +158,32 @@ def _write(out: Path, summary: dict, lines: list[str]) -> None:
     print(f"wrote {out / 'README.md'}")
 
 
+def _step_times(runs: Path) -> str:
+    """The measured RL step times of a reproduction's runs (``runs/**/metrics.jsonl``), for its README."""
+    import json
+
+    first, rest = [], []
+    for metrics in sorted(runs.rglob("metrics.jsonl")):
+        times = [json.loads(line)["step_s"] for line in metrics.read_text().splitlines()]
+        first.append(times[0])
+        rest.extend(times[1:])
+    if not first:
+        return ""
+    return (f"Measured here: an RL step took {np.median(rest):.0f} s (median; range {min(rest):.0f}-{max(rest):.0f} s) "
+            f"after the first, which took {max(first):.0f} s at most (compilation included)." if rest else "")
+
+
+def _signal(run: Path) -> str:
+    """The share of a run's groups whose rewards differed (the only ones GRPO learns from), from its metrics."""
+    import json
+
+    if not (run / "metrics.jsonl").exists():
+        return "-"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    groups = sum(r["groups"] for r in rows)
+    return f"{1 - sum(r['groups_all_equal'] for r in rows) / max(groups, 1):.2f}"
+
+
 def _scale(setup: RealSetup, quick: bool) -> str:
     budget = setup.steps * setup.prompts_per_step * setup.num_generations
     return (f"{'QUICK smoke test on a random tiny model (numbers mean nothing). ' if quick else ''}Model {setup.model} "
@@ -208,7 +234,7 @@ def run_h1(out_dir: str, quick: bool = False, setup: RealSetup | None = None) ->
     summary = summarise_h1(base, results, setup)
     summary.update(wall_s=time.perf_counter() - t0, setup=dataclasses.asdict(setup), quick=quick)
     _plot_h1(out, base, results, setup)
-    _write(out, summary, _report_h1(summary, base, results, setup, quick))
+    _write(out, summary, _report_h1(out, summary, base, results, setup, quick))
     return summary
 
 
@@ -251,18 +277,20 @@ def _plot_h1(out: Path, base: dict, results: list[dict], setup: RealSetup) -> No
             f"h1 on {setup.model}: arms at equal rollout budget", draw)
 
 
-def _report_h1(summary: dict, base: dict, results: list[dict], setup: RealSetup, quick: bool) -> list[str]:
+def _report_h1(out: Path, summary: dict, base: dict, results: list[dict], setup: RealSetup, quick: bool) -> list[str]:
     hs = list(setup.eval_horizons)
     lines = ["# h1 on a real pretrained model (SmolLM2-135M-Instruct)", "",
              f"Command: `longhorizon repro h1-smollm2{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
-             _scale(setup, quick), "", "![accuracy by horizon](accuracy_by_horizon.png)", "",
-             "| seed | arm | " + " | ".join(f"h={h}" for h in hs) + " | training tokens |",
-             "|---|---|" + "---|" * len(hs) + "---|",
-             "| - | base | " + " | ".join(f"{base[h]:.3f}" for h in hs) + " | 0 |"]
+             _scale(setup, quick), _step_times(out / "runs"), "", "![accuracy by horizon](accuracy_by_horizon.png)", "",
+             "| seed | arm | " + " | ".join(f"h={h}" for h in hs) + " | training tokens | groups with signal |",
+             "|---|---|" + "---|" * len(hs) + "---|---|",
+             "| - | base | " + " | ".join(f"{base[h]:.3f}" for h in hs) + " | 0 | - |"]
     for seed, row in enumerate(results):
         for arm in ARMS:
             lines.append(f"| {seed} | {arm} | " + " | ".join(f"{row[arm]['by_horizon'][h]:.3f}" for h in hs)
-                         + f" | {row[arm]['tokens']:,} |")
+                         + f" | {row[arm]['tokens']:,} | {_signal(out / 'runs' / f'seed{seed}' / arm)} |")
+    lines += ["", "*Groups with signal*: the share of training groups whose completions got different rewards; "
+              "a group whose rewards are all equal has zero advantage and teaches GRPO nothing."]
     lines += ["", "## Verdict", "", summary["verdict"], "", *_h1_protocol_notes(setup)]
     return lines
 
@@ -276,7 +304,7 @@ def _h1_protocol_notes(setup: RealSetup) -> list[str]:
         f"steps per stage on h = {list(setup.train_horizons)}; training draws come from a fixed pool of "
         f"{setup.pool_per_horizon} problems per horizon (with replacement), held-out problems from another seed.",
         "- The paper trains for hundreds of steps with large batches; this budget is what 2 shared CPU cores allow "
-        "(one step of 4 x 4 completions of <= 64 tokens took 60-100 s here, the first step with compilation about 5 min).",
+        "in a session (see the step times above).",
         f"- Learning rate {setup.learning_rate:g} (TRL's default is 1e-6), chosen before running, so that a few "
         "steps can move the model at all; no protocol setting was tuned on these results.",
         "", "Full protocol on one GPU (not run here; no GPU was lent to this session):", "",
@@ -342,7 +370,7 @@ def run_sgpo(out_dir: str, quick: bool = False, setup: RealSetup | None = None) 
                  "training tokens (profiling included)", f"sGPO vs GRPO on {setup.model}")
     lines = ["# sGPO vs GRPO on a real pretrained model (SmolLM2-135M-Instruct)", "",
              f"Command: `longhorizon repro sgpo-smollm2{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
-             _scale(setup, quick), f" Pool: {len(pool)} chains of h = {list(setup.sgpo_horizons)}; sGPO profiles each "
+             _scale(setup, quick) + " " + _step_times(runs), f" Pool: {len(pool)} chains of h = {list(setup.sgpo_horizons)}; sGPO profiles each "
              f"with {setup.profile_samples} samples, groups of 2..{setup.max_group}.", "",
              "![accuracy vs tokens](accuracy_vs_tokens.png)", "",
              "| seed | base acc | GRPO acc | GRPO tokens | sGPO acc | sGPO tokens (profiling incl.) |", "|---|---|---|---|---|---|"]
@@ -395,7 +423,7 @@ def run_rhorizon(out_dir: str, quick: bool = False, setup: RealSetup | None = No
                 "composed problems n", f"R-HORIZON on {setup.model} (all-or-nothing)")
     lines = ["# R-HORIZON on a real pretrained model (SmolLM2-135M-Instruct)", "",
              f"Command: `longhorizon repro rhorizon-smollm2{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
-             _scale(setup, quick), f" RL on composed queries of n = {list(setup.composed_train)}, completions up to "
+             _scale(setup, quick) + " " + _step_times(runs), f" RL on composed queries of n = {list(setup.composed_train)}, completions up to "
              f"{n_new} tokens.", "", "![accuracy vs composed problems](accuracy_vs_composed.png)", "",
              "| model | " + " | ".join(f"n={k}" for k in ns) + " |", "|---|" + "---|" * len(ns),
              "| base | " + " | ".join(f"{base[k]:.3f}" for k in ns) + " |"]
