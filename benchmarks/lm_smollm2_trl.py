@@ -22,13 +22,22 @@ rate 1e-6 (constant), gradient clipping at 1.0, no weight decay.
   ``trl-1thread`` is the same pinned to one torch thread. The generation / update split comes from
   TRL's own profiling timers: ``transformers.generate`` (sampling) and ``_prepare_inputs``
   (sampling + rewards + advantages); update = step - ``_prepare_inputs``.
+* ``tunix``: google-tunix 0.1.7's ``GRPOLearner`` (``RLCluster``, vanilla rollout, actor and rollout
+  sharing one model on a 1x1 CPU mesh, no reference model as ``beta = 0``, ``loss_agg_mode =
+  "token-mean"``) on its ``Llama3`` built with SmolLM2's config and loaded from the same dequantized
+  tensors (``read_gguf`` written to a safetensors file, tunix's ``create_model_from_safe_tensors``;
+  logits checked against ``llama.forward`` on one prompt), optax clip 1.0 + AdamW 1e-6, in
+  ``benchmarks/.venvs/tunix`` (``TUNIX_REQUIREMENTS``). tunix 0.1.7's Llama3 ignores
+  ``ModelConfig.rope_theta`` (always base 1e6), patched to 1e5 in the worker. Split: timers around
+  ``RLCluster.generate`` (sampling), ``_generate_and_compute_advantage`` (sampling + rewards +
+  advantages) and ``update_actor``; update = step - the latter.
 
 Each contender runs in a fresh process: one warm-up step (compilation for JAX; lazy initialisation
 for torch) reported as ``first step s``, then ``--steps`` timed steps. Rounds are interleaved (round
 i runs every contender with seed i); the report gives median and range of steps/s (wall and per
 CPU-second), the generation and update seconds per step, and the ratio longhorizon / TRL per round.
 
-    nice -n 10 .venv/bin/python benchmarks/lm_smollm2_trl.py --rounds 3 --steps 3 [--only longhorizon,trl,trl-1thread]
+    nice -n 10 .venv/bin/python benchmarks/lm_smollm2_trl.py --rounds 3 --steps 3 [--only longhorizon,trl,trl-1thread,tunix]
 """
 
 from __future__ import annotations
@@ -241,6 +250,184 @@ def worker_trl(seed: int, steps: int) -> dict:
             "version": f"trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}"}
 
 
+# ----------------------------------------------------------------------------- tunix worker (runs in the tunix venv)
+
+TUNIX_REQUIREMENTS = ["google-tunix==0.1.7", "jax==0.10.2", "flax==0.12.8", "gguf==0.17.1", "jinja2"]
+
+
+class _TunixTokenizer:
+    """Our tokenizer under tunix's duck-typed interface (encode/decode/bos_id/eos_id/pad_id).
+
+    ``bos_id`` is None: tunix's sampler prepends a bos when it has one, and our chat-templated prompts
+    carry none (the same 46 ids as the other contenders).
+    """
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text, **_):
+        return self.tok.encode(str(text))  # tunix hands numpy strings
+
+    def decode(self, ids, **kw):
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=kw.get("skip_special_tokens", True))
+
+    def bos_id(self):
+        return None
+
+    def eos_id(self):
+        return self.tok.eos_id
+
+    def pad_id(self):
+        return self.tok.pad_id
+
+
+def worker_tunix(seed: int, steps: int) -> dict:
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    import safetensors.numpy
+    from flax import nnx
+    from tunix.models.llama3 import model as tmodel
+    from tunix.models.llama3 import params as tparams
+    from tunix.rl import rl_cluster as rlc
+    from tunix.rl.grpo import grpo_learner
+    from tunix.rl.rollout import base_rollout
+
+    from longhorizon.lm import llama
+    from longhorizon.lm.checkpoints import read_gguf
+    from longhorizon.lm.hf_tokenizer import from_gguf
+
+    path = _path()
+    t0 = time.perf_counter()
+    ckpt = read_gguf(path)
+    ours_cfg = llama.config_from_gguf_spec(ckpt.spec)
+    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in ckpt.tensors.items()}
+    tied = ours_cfg.tie_embeddings
+    if tied:
+        tensors.pop("lm_head.weight", None)
+    cfg = tmodel.ModelConfig(num_layers=ours_cfg.n_layers, vocab_size=ours_cfg.vocab_size, embed_dim=ours_cfg.d_model,
+                             hidden_dim=ours_cfg.d_ff, num_heads=ours_cfg.n_heads, head_dim=ours_cfg.head_dim,
+                             num_kv_heads=ours_cfg.n_kv_heads, rope_theta=int(ours_cfg.rope_base),
+                             norm_eps=ours_cfg.rms_eps, weight_tying=tied)
+    # tunix 0.1.7's Llama3 attention calls apply_rope(x, pos, head_dim=...) without config.rope_theta, so
+    # every Llama3 gets the default base 1e6 (logits off by 8 on SmolLM2, base 1e5): patched to the config's.
+    import functools
+    import inspect
+
+    assert inspect.signature(tmodel.apply_rope).parameters["rope_theta"].default == 1_000_000
+    tmodel.apply_rope = functools.partial(tmodel.apply_rope, rope_theta=cfg.rope_theta)
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    with tempfile.TemporaryDirectory() as folder:
+        safetensors.numpy.save_file(tensors, os.path.join(folder, "model.safetensors"))
+        model = tparams.create_model_from_safe_tensors(folder, cfg, mesh, dtype=jnp.float32)
+    tok = from_gguf(path)
+    load_s = time.perf_counter() - t0
+
+    # The weights loaded right: tunix's logits against ours on one prompt.
+    problems = make_problems(tok, seed, PROMPTS * (steps + 1))
+    ids = jnp.asarray([tok.encode(problems[0].prompt)], jnp.int32)
+    n = ids.shape[1]
+    theirs, _ = model(ids, jnp.arange(n)[None], None, jnp.tril(jnp.ones((1, n, n), bool)))
+    params = llama.params_from_hf(ckpt.tensors, ours_cfg)
+    del ckpt
+    reference = llama.forward(params, ours_cfg, ids, jnp.ones_like(ids, bool))
+    logits_max_abs_diff = float(jnp.max(jnp.abs(theirs - reference)))
+    argmax_agree = float(jnp.mean(jnp.argmax(theirs, -1) == jnp.argmax(reference, -1)))
+    del params, reference, theirs
+    assert logits_max_abs_diff < 1e-2, logits_max_abs_diff
+
+    plen = max(len(tok.encode(p.prompt)) for p in problems)
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(LEARNING_RATE, weight_decay=0.0))
+    if True:
+        training = rlc.RLTrainingConfig(actor_optimizer=optimizer, eval_every_n_steps=10**9, max_steps=steps + 1,
+                                        mini_batch_size=PROMPTS, train_micro_batch_size=PROMPTS,
+                                        checkpoint_root_directory=None, pbar_description=None)
+        rollout = base_rollout.RolloutConfig(max_tokens_to_generate=MAX_NEW, temperature=1.0, top_p=1.0, top_k=None,
+                                             max_prompt_length=plen, kv_cache_size=plen + MAX_NEW + 8,
+                                             eos_tokens=list(tok.eos_ids), seed=seed)  # a key array is donated by step 1
+        roles = {r: mesh for r in (rlc.Role.ACTOR, rlc.Role.REFERENCE, rlc.Role.ROLLOUT)}
+        cluster = rlc.RLCluster(actor=model, reference=None, tokenizer=_TunixTokenizer(tok),
+                                cluster_config=rlc.ClusterConfig(role_to_mesh=roles, rollout_engine="vanilla",
+                                                                 offload_to_cpu=False, training_config=training,
+                                                                 rollout_config=rollout))
+        algo = grpo_learner.GRPOConfig(num_generations=GENERATIONS, num_iterations=1, beta=0.0, epsilon=0.2,
+                                       loss_agg_mode="token-mean")
+
+        def reward_tunix(prompts, completions, answer, **_):
+            return [reward_text(text, a) for text, a in zip(completions, answer)]
+
+        learner = grpo_learner.GRPOLearner(rl_cluster=cluster, algo_config=algo, reward_fns=reward_tunix)
+
+        # Timers around tunix's own phases: rollout (sampling), rollout + rewards + advantages, the actor update.
+        timers: list[tuple[str, float]] = []
+        marks: list[tuple[float, float]] = []
+        lengths: list[float] = []
+        rewards_seen: list[float] = []
+
+        def timed(name, fn, after=None):
+            def wrapper(*a, **kw):
+                t = time.perf_counter()
+                result = fn(*a, **kw)
+                if after is not None:
+                    after(result)
+                timers.append((name, time.perf_counter() - t))
+                return result
+            return wrapper
+
+        def after_prepare(example):
+            jax.block_until_ready(example.advantages)
+            lengths.append(float(np.asarray(example.completion_mask).sum()))
+
+        cluster.generate = timed("generate", cluster.generate)
+        learner._generate_and_compute_advantage = timed("prepare", learner._generate_and_compute_advantage,
+                                                        after_prepare)
+        cluster.update_actor = timed("update", cluster.update_actor,
+                                     lambda _: jax.block_until_ready(nnx.state(cluster.actor_trainer.model)))
+        original_step = learner._run_global_step
+
+        def global_step(*a, **kw):
+            marks.append((time.perf_counter(), time.process_time()))
+            result = original_step(*a, **kw)
+            jax.block_until_ready(nnx.state(cluster.actor_trainer.model))
+            marks.append((time.perf_counter(), time.process_time()))
+            return result
+
+        learner._run_global_step = global_step
+        original_reward = learner._compute_rewards
+
+        def compute_rewards(*a, **kw):
+            r = original_reward(*a, **kw)
+            rewards_seen.append(float(np.mean(r)))
+            return r
+
+        learner._compute_rewards = compute_rewards
+        # Arrays, not lists: tunix repeats each field G times with tree_map(np.repeat), which would split a list.
+        data = [{"prompts": np.array([p.prompt for p in problems[s * PROMPTS:(s + 1) * PROMPTS]]),
+                 "answer": np.array([p.answer for p in problems[s * PROMPTS:(s + 1) * PROMPTS]])}
+                for s in range(steps + 1)]
+        learner.train(data)
+    begins, ends = marks[0::2], marks[1::2]
+    assert len(ends) == steps + 1, (len(ends), timers)
+    per = {name: [d for n, d in timers if n == name] for name in ("generate", "prepare", "update")}
+    step_s = (ends[-1][0] - ends[0][0]) / steps
+    prepare = sum(per["prepare"][1:]) / steps
+    import importlib.metadata as md
+    return {"params": int(sum(x.size for x in jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))),
+            "steps": steps, "seconds": ends[-1][0] - ends[0][0], "cpu_seconds": ends[-1][1] - ends[0][1],
+            "first_step_seconds": ends[0][0] - begins[0][0], "load_seconds": load_s,
+            "first_step_generation_seconds": per["generate"][0] if per["generate"] else None,
+            "generation_seconds_per_step": sum(per["generate"][1:]) / steps,
+            "prepare_seconds_per_step": prepare, "update_seconds_per_step": step_s - prepare,
+            "actor_update_seconds_per_step": sum(per["update"][1:]) / steps,
+            "new_tokens_per_step": statistics.mean(lengths[1:]), "reward": statistics.mean(rewards_seen[1:]),
+            "prompt_tokens": plen, "logits_max_abs_diff": logits_max_abs_diff, "logits_argmax_agree": argmax_agree,
+            "version": f"google-tunix {md.version('google-tunix')}, jax {jax.__version__}, "
+                       f"flax {md.version('flax')}"}
+
+
 # ----------------------------------------------------------------------------- driver
 
 
@@ -253,6 +440,10 @@ def _run_worker(contender: str, seed: int, steps: int) -> dict:
         python = str(peer_python())
         if contender == "trl-1thread":
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    elif contender == "tunix":
+        from peer_env import peer_python
+
+        python = str(peer_python("tunix", TUNIX_REQUIREMENTS))
     else:
         python = sys.executable
     worker = "trl" if contender.startswith("trl") else contender
@@ -273,7 +464,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "out" / "lm_smollm2_trl.json"))
     args = parser.parse_args()
     if args.worker:
-        fn = {"longhorizon": worker_longhorizon, "trl": worker_trl}[args.worker]
+        fn = {"longhorizon": worker_longhorizon, "trl": worker_trl, "tunix": worker_tunix}[args.worker]
         print(json.dumps(fn(args.seed, args.steps)), flush=True)
         return
     names = args.only.split(",")
@@ -303,7 +494,7 @@ def main() -> None:
                          "generation_seconds_per_step", "update_seconds_per_step")}
         summary[key].update(params=rows[0]["params"], version=rows[0]["version"], prompt_tokens=rows[0]["prompt_tokens"])
     ratios = {}
-    for peer in ("trl", "trl-1thread"):
+    for peer in ("trl", "trl-1thread", "tunix"):
         a, b = results.get("longhorizon"), results.get(peer)
         if a and b:
             pairs = [(x, y) for x in a for y in b if x["round"] == y["round"]]
