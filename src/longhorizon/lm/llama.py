@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.model import KVCache, causal_slot_mask, dense_attention, positions_from_valid, rotary
+from longhorizon.lm.model import (KVCache, causal_slot_mask, dense_attention, positions_from_valid, rotary,
+                                  write_layer_cache)
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -204,11 +205,8 @@ class Block(nn.Module):
         freqs = rope_frequencies(cfg)
         q, k = rotary(q, positions, cfg.rope_base, freqs), rotary(k, positions, cfg.rope_base, freqs)
         v = dense(cfg.n_kv_heads, "v", cfg.qkv_bias)(h)
-        if kv is not None:  # write this layer's new keys/values into the whole cache (in place under jit)
-            cache_k, cache_v, layer = kv
-            cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
-            cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
-            k, v = cache_k[layer], cache_v[layer]
+        if kv is not None:
+            k, v, (cache_k, cache_v) = write_layer_cache(kv, k, v, index)
         # query heads g*R .. g*R+R-1 read kv head g (R = n_heads / n_kv_heads), in either attention
         attn = dense_attention(q, k, v, mask) if attend is None else attend(q, k, v, layer)
         x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype,

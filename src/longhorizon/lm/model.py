@@ -124,6 +124,16 @@ def causal_slot_mask(t: int, kv_valid: jax.Array, cache: "KVCache | None", index
     return (k_slots[None, :] <= q_slots[:, None])[None] & kv_valid[:, None, :].astype(bool)
 
 
+def write_layer_cache(kv, k, v, index):
+    """Write one layer's new keys/values ``[B, T, Hk, D]`` at slot ``index`` of the whole cache (in place
+    under jit); ``kv = (cache_k, cache_v, layer)``. Returns ``(k, v, (cache_k, cache_v))`` with ``k, v``
+    the layer's whole updated cache, what attention then reads."""
+    cache_k, cache_v, layer = kv
+    cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
+    cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
+    return cache_k[layer], cache_v[layer], (cache_k, cache_v)
+
+
 def _masked_softmax(scores: jax.Array, mask: jax.Array, dtype) -> jax.Array:
     """Softmax over the last axis of float32 ``scores`` where ``mask`` holds (a fully masked row is uniform, never NaN)."""
     return jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(dtype)
@@ -226,11 +236,8 @@ class Block(nn.Module):
         if cfg.positions == "rope":
             q = rotary(q, positions, cfg.rope_base)
             k = rotary(k, positions, cfg.rope_base)
-        if kv is not None:  # write this layer's new keys/values into the whole cache (in place under jit)
-            cache_k, cache_v, layer = kv
-            cache_k = jax.lax.dynamic_update_slice(cache_k, k[None].astype(cache_k.dtype), (layer, 0, index, 0, 0))
-            cache_v = jax.lax.dynamic_update_slice(cache_v, v[None].astype(cache_v.dtype), (layer, 0, index, 0, 0))
-            k, v = cache_k[layer], cache_v[layer]
+        if kv is not None:
+            k, v, (cache_k, cache_v) = write_layer_cache(kv, k, v, index)
         attn = dense_attention(q, k, v, mask) if attend is None else attend(q, k, v, layer)
         x = x + nn.DenseGeneral(cfg.d_model, axis=(-2, -1), dtype=cfg.dtype, name="out")(attn)
         h = nn.LayerNorm(dtype=cfg.dtype, name="ln_mlp")(x)
