@@ -40,3 +40,26 @@ def huber(x: jax.Array, delta: float = 1.0) -> jax.Array:
     r""":math:`\tfrac12 x^2` for :math:`|x| \le \delta`, else :math:`\delta(|x| - \tfrac12\delta)`."""
     abs_x = jnp.abs(x)
     return jnp.where(abs_x <= delta, 0.5 * x**2, delta * (abs_x - 0.5 * delta))
+
+
+def expectile_loss(diff: jax.Array, expectile: float, sign: jax.Array | None = None) -> jax.Array:
+    r"""The asymmetric squared loss of expectile regression (IQL, HIQL), elementwise:
+
+    .. math:: L_\tau(u) = |\tau - \mathbb 1(s < 0)|\, u^2,
+
+    with :math:`u` = ``diff`` (target minus prediction) and :math:`s` = ``sign`` (default :math:`u`;
+    HIQL weighs by the sign of an advantage from the target network instead). ``expectile`` = 0.5 is
+    half the squared error's weight on both sides; above 0.5 it approaches the maximum of the target.
+    """
+    sign = diff if sign is None else sign
+    weight = jnp.where(sign >= 0, expectile, 1.0 - expectile)
+    return weight * diff**2
+
+
+def awr_weights(advantage: jax.Array, temperature: float, max_weight: float = 100.0) -> jax.Array:
+    r"""Advantage-weighted regression weights :math:`w = \min(\exp(\alpha A), w_{max})`, elementwise.
+
+    ``temperature`` is :math:`\alpha` (the inverse of AWR's :math:`\beta`); the clip keeps one large
+    advantage from dominating a batch (100, as in IQL and OGBench's agents).
+    """
+    return jnp.minimum(jnp.exp(advantage * temperature), max_weight)
