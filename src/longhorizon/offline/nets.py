@@ -39,13 +39,20 @@ class GoalValue(nn.Module):
 
     def represent(self, obs, goals):
         r""":math:`\phi([s, g])` ``[B, d]`` with norm :math:`\sqrt d` (HIQL's goal and subgoal representation)."""
-        z = self.rep_out(self.rep_torso(jnp.concatenate([obs, goals], axis=-1)))
-        return z / (jnp.linalg.norm(z, axis=-1, keepdims=True) + 1e-6) * jnp.sqrt(self.rep_dim)
+        return length_normalize(self.rep_out(self.rep_torso(jnp.concatenate([obs, goals], axis=-1))))
 
     def __call__(self, obs, goals):
         g = self.represent(obs, goals) if self.rep_dim else goals
         x = jnp.concatenate([obs, g], axis=-1)
         return jnp.stack([out(torso(x))[..., 0] for torso, out in zip(self.torsos, self.outs)])
+
+
+def length_normalize(z: jax.Array) -> jax.Array:
+    r""":math:`z \sqrt d / \lVert z \rVert` over the last axis. The norm is :math:`\sqrt{\lVert z\rVert^2 + 10^{-12}}`:
+    a zero ``z`` (an all-zero input through zero biases, e.g. a maze start at the origin) gets gradient
+    0, not the NaN of :math:`\nabla\lVert z\rVert` at 0."""
+    norm = jnp.sqrt(jnp.sum(z**2, axis=-1, keepdims=True) + 1e-12)
+    return z / norm * jnp.sqrt(z.shape[-1])
 
 
 class GoalActor(nn.Module):

@@ -28,7 +28,7 @@ import optax
 
 from longhorizon.offline.agents import ValueAgentConfig
 from longhorizon.offline.nets import (GoalActor, GoalValue, TrainState, awr_loss, expectile_value_loss, gradient_step,
-                                      init_state, unit_gaussian_log_prob)
+                                      init_state, length_normalize, unit_gaussian_log_prob)
 from longhorizon.offline.samplers import GoalData, ValueBatch, mixture_goals, option_ends, subgoals, value_batch
 
 NAME = "hiql"
@@ -149,6 +149,5 @@ def values(params, obs, goals, config: Config):
 def act(params, obs, goals, config: Config):
     action_dim = params["low_actor"]["params"]["Dense_0"]["bias"].shape[-1]
     _, low, high, _ = networks(config, action_dim)
-    z = high.apply(params["high_actor"], obs, goals)
-    z = z / (jnp.linalg.norm(z, axis=-1, keepdims=True) + 1e-6) * jnp.sqrt(config.rep_dim)
+    z = length_normalize(high.apply(params["high_actor"], obs, goals))
     return jnp.clip(low.apply(params["low_actor"], obs, z), -1.0, 1.0)

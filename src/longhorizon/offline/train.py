@@ -1,0 +1,299 @@
+"""Offline training: spec -> results folder, the one offline loop.
+
+The control stack's fused engine scans ``collect -> learn`` with everything in the training state;
+offline, ``collect`` would be "sample the dataset", and the dataset (up to millions of transitions)
+must neither be copied per seed nor saved in every checkpoint. So the dataset is one shared argument
+of the compiled chunk, ``jit(vmap_seeds(scan(sample -> learn)))`` (:func:`make_chunk`, using the
+engine's :func:`~longhorizon.engine.fused.over_seeds`), and the loop below keeps the runner's pieces:
+the results folder and its one writer, ``metrics.jsonl`` + TensorBoard, checkpoints every chunk,
+the progress display, evaluation every ``eval_every`` chunks in the real environment, ``curve.png``.
+Ctrl-C saves the last finished chunk; NaN/Inf stops naming the chunk and keeps the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longhorizon import __version__
+from longhorizon.config import apply_overrides
+from longhorizon.core.nets import tree_all_finite
+from longhorizon.engine.fused import init_over_seeds, mean_where, over_seeds
+from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.offline import agents
+from longhorizon.offline.samplers import GoalData, goal_data
+from longhorizon.runner import checkpoint
+from longhorizon.runner.lock import FolderLock
+from longhorizon.runner.loggers import MetricsLoggers
+from longhorizon.runner.progress import ChunkProgress
+from longhorizon.runner.results import ResultsDir, read_json
+from longhorizon.runner.run import check_folder, plan_chunks
+
+DATASET_KEYS = ("observations", "actions", "terminals", "next_observations")
+
+
+@dataclasses.dataclass
+class OfflineSpec:
+    """One offline run. ``config_overrides`` are CLI strings (``{"option_length": "10"}``), applied on top
+    of ``preset`` (``cpu``: the agent's defaults, sized for 2 cores; ``paper``: 512x3 networks, batch 1024)."""
+
+    agent: str
+    dataset: Any  # a dataset name, an .npz path, or a dict of arrays (load_dataset's keys)
+    config_overrides: dict[str, str] = dataclasses.field(default_factory=dict)
+    preset: str = "cpu"
+    seeds: int = 1
+    seed: int = 0
+    num_updates: int = 100_000
+    num_chunks: int = 20
+    eval_every: int = 0  # chunks between evaluations (0: only at the end)
+    eval_episodes: int = 0  # per task; 0: no evaluation
+    eval_env: str | None = None  # the environment to evaluate in (default: the dataset's name)
+    eval_tasks: tuple[int, ...] = (1, 2, 3, 4, 5)
+    dataset_size: int | None = None  # transitions to load (default: the whole dataset)
+    out: str | None = None
+    quiet: bool = False
+
+
+def dataset_label(dataset: Any) -> str:
+    return "dict" if isinstance(dataset, dict) else Path(str(dataset)).name.removesuffix(".npz")
+
+
+class OfflineRun:
+    """A resolved spec: agent module, config, chunk plan and results folder; the dataset is read by :meth:`data`."""
+
+    def __init__(self, spec: OfflineSpec):
+        for name, low in (("seeds", 1), ("num_updates", 1), ("num_chunks", 1), ("eval_every", 0), ("eval_episodes", 0)):
+            if getattr(spec, name) < low:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least {low} (got {getattr(spec, name)}); pass a larger value.")
+        if spec.eval_every and not spec.eval_episodes:
+            raise UsageError("--eval-every needs --eval-episodes N (episodes per task) to evaluate; add it or drop --eval-every.")
+        if spec.preset not in agents.PRESETS:
+            raise UsageError(f"unknown preset '{spec.preset}'; choose one of: {', '.join(agents.PRESETS)}.")
+        self.spec = spec
+        self.agent = agents.get(spec.agent)
+        self.config = apply_overrides(self.agent.Config(), {**agents.PRESETS[spec.preset], **spec.config_overrides})
+        self.eval_env = spec.eval_env or (None if isinstance(spec.dataset, dict) or str(spec.dataset).endswith(".npz")
+                                          else str(spec.dataset))
+        if spec.eval_episodes and self.eval_env is None:
+            raise UsageError("evaluation needs an environment name for a dataset file; pass --eval-env NAME "
+                             "(e.g. pointmaze-large-stitch-v0) or --eval-episodes 0.")
+        check_dataset(spec.dataset)
+        self.updates_per_chunk, self.num_chunks = plan_chunks(spec.num_updates, spec.num_chunks)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.out = Path(spec.out or Path("runs") / f"offline-{spec.agent}-{dataset_label(spec.dataset)}-{stamp}")
+
+    @functools.cached_property
+    def data(self) -> GoalData:
+        if isinstance(self.spec.dataset, dict):
+            return goal_data(self.spec.dataset)
+        from longhorizon.offline.datasets import load_dataset
+
+        return goal_data(load_dataset(self.spec.dataset, size=self.spec.dataset_size, seed=self.spec.seed))
+
+    def updates_after(self, chunks: int) -> int:
+        return min(chunks * self.updates_per_chunk, self.spec.num_updates)
+
+    def resolved_config(self) -> dict[str, Any]:
+        s = self.spec
+        return {"agent": s.agent, "dataset": "dict" if isinstance(s.dataset, dict) else str(s.dataset), "preset": s.preset,
+                "config": self.config.to_dict(), "config_overrides": s.config_overrides, "seeds": s.seeds, "seed": s.seed,
+                "num_updates": s.num_updates, "num_chunks": self.num_chunks, "updates_per_chunk": self.updates_per_chunk,
+                "eval_every": s.eval_every, "eval_episodes": s.eval_episodes, "eval_env": self.eval_env,
+                "eval_tasks": list(s.eval_tasks), "dataset_size": s.dataset_size,
+                "longhorizon_version": __version__, "jax_version": jax.__version__, "devices": [str(d) for d in jax.devices()]}
+
+
+def check_dataset(dataset: Any) -> None:
+    """Refuse a dataset that cannot be read, without loading or generating it."""
+    if isinstance(dataset, dict):
+        missing = [k for k in DATASET_KEYS if k not in dataset]
+        if missing:
+            raise UsageError(f"the dataset dict lacks {', '.join(missing)}; pass observations, actions, terminals and next_observations.")
+        return
+    path = Path(str(dataset))
+    if str(dataset).endswith(".npz") or path.exists():
+        if not path.is_file():
+            raise UsageError(f"dataset file {path} does not exist; pass an OGBench-format .npz or a dataset name.")
+        return
+    from longhorizon.offline import datasets
+
+    check = getattr(datasets, "check_name", None)
+    if check is not None:
+        check(str(dataset))
+
+
+def make_chunk(agent, config, updates_per_chunk: int):
+    """``chunk(state, data, num_updates) -> (state, summary)``: ``updates_per_chunk`` scanned updates of
+    which the first ``num_updates`` run (a run's last, shorter chunk reuses the program); the summary
+    averages each metric over the updates that ran and says whether all were ``finite``."""
+    def chunk(state, data, num_updates):
+        def step(state, index):
+            ran = index < num_updates
+            run = lambda s: agents.update(agent, config, s, data)
+            skip = lambda s: (s, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), jax.eval_shape(run, s)[1]))
+            state, metrics = jax.lax.cond(ran, run, skip, state)
+            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(metrics)]))
+            return state, {**metrics, "loss_finite": finite, "ran": ran}
+
+        state, metrics = jax.lax.scan(step, state, jnp.arange(updates_per_chunk))
+        ran, finite = metrics.pop("ran"), metrics.pop("loss_finite")
+        summary = {k: mean_where(v, ran) for k, v in metrics.items()}
+        summary["finite"] = jnp.all(finite | ~ran) & tree_all_finite(agent.agent_params(state))
+        return state, summary
+
+    return chunk
+
+
+def dry_run(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
+    """What :func:`train` would do, checked as it checks it; nothing is read, compiled or written."""
+    run = OfflineRun(spec)
+    check_folder(run.out, resume)
+    return {"out": str(run.out), **run.resolved_config()}
+
+
+def train(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
+    """Train ``spec`` to completion (or continue a stopped run with ``resume``); returns ``summary.json``'s
+    contents plus ``state``, the final training state (leading seed axis), for callers that go on computing."""
+    run = OfflineRun(spec)
+    lock = FolderLock(run.out)
+    try:
+        lock.acquire()
+        check_folder(run.out, resume)
+        return _train(run, resume)
+    finally:
+        lock.release()
+
+
+def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
+    spec, agent, config = run.spec, run.agent, run.config
+    data = run.data  # a malformed dataset fails here, before the folder is written
+    obs_dim, action_dim = data.observations.shape[-1], data.actions.shape[-1]
+    results = ResultsDir(run.out)
+    start_wall = time.perf_counter()
+    init = jax.jit(init_over_seeds(lambda k: agent.init(k, obs_dim, action_dim, config), spec.seeds))
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(spec.seed), i))(jnp.arange(spec.seeds))
+    state, first_chunk, prior = init(keys), 0, {"train_seconds": 0.0, "compile_seconds": 0.0}
+    if resume:
+        state, meta = checkpoint.restore(results.checkpoints, state)
+        first_chunk = int(meta["chunk"])
+        prior = {k: float(meta.get(k, 0.0)) for k in prior}
+        results.truncate_metrics(run.updates_after(first_chunk), key="step")
+    else:
+        results.write_config(run.resolved_config())
+    loggers = MetricsLoggers(results.root, read_json(results.config_path),
+                             resume_step=run.updates_after(first_chunk) if resume else None, step_key="step")
+    chunk_fn = jax.jit(over_seeds(make_chunk(agent, config, run.updates_per_chunk), spec.seeds, shared_args=2))
+    t0 = time.perf_counter()
+    compiled = chunk_fn.lower(state, data, jnp.int32(run.updates_per_chunk)).compile()
+    compile_seconds = time.perf_counter() - t0
+    train_seconds, chunk, status, last_eval = prior["train_seconds"], first_chunk, "completed", None
+
+    def save(done: int, good_state) -> None:
+        checkpoint.save(results.checkpoints, done, good_state, {
+            "step": run.updates_after(done), "train_seconds": train_seconds,
+            "compile_seconds": prior["compile_seconds"] + compile_seconds})
+
+    progress = ChunkProgress(total_steps=spec.num_updates, description=f"{spec.agent} · {dataset_label(spec.dataset)} (updates)",
+                             quiet=spec.quiet, completed=run.updates_after(first_chunk))
+    try:
+        with progress:
+            while chunk < run.num_chunks:
+                updates = run.updates_after(chunk + 1) - run.updates_after(chunk)
+                t0 = time.perf_counter()
+                new_state, metrics = compiled(state, data, jnp.int32(updates))
+                metrics = jax.device_get(metrics)
+                elapsed = time.perf_counter() - t0
+                if not np.all(metrics["finite"]):
+                    bad = [i for i, ok in enumerate(np.atleast_1d(metrics["finite"])) if not ok]
+                    raise TrainingDiverged(
+                        f"NaN or Inf in the loss or parameters during chunk {chunk + 1} (seed index {bad}); the last good "
+                        f"checkpoint (chunk {chunk}) is kept in {results.checkpoints}; lower --learning-rate and start again.")
+                state, chunk, train_seconds = new_state, chunk + 1, train_seconds + elapsed
+                row = {"chunk": chunk, "step": run.updates_after(chunk), "updates": updates,
+                       **{k: float(np.mean(v)) for k, v in metrics.items() if k != "finite"},
+                       "updates_per_second": spec.seeds * updates / elapsed, "steps_per_second": spec.seeds * updates / elapsed,
+                       "wall_seconds": time.perf_counter() - start_wall}
+                if spec.eval_every and (chunk % spec.eval_every == 0 or chunk == run.num_chunks):
+                    last_eval = evaluate_seeds(run, state, chunk)
+                    row.update(eval_return_mean=float(np.mean(last_eval)), eval_return_per_seed=last_eval)
+                loggers.log(results.append_metrics(row))
+                save(chunk, state)
+                progress.update(run.updates_after(chunk), row)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        save(chunk, state)
+    except TrainingDiverged:
+        _finish(run, results, chunk, "diverged", None, compile_seconds + prior["compile_seconds"], train_seconds, start_wall)
+        raise
+    finally:
+        loggers.close()
+    final = None
+    if status == "completed" and spec.eval_episodes:
+        final = last_eval if last_eval is not None and spec.eval_every else evaluate_seeds(run, state, chunk)
+    summary = _finish(run, results, chunk, status, final, compile_seconds + prior["compile_seconds"], train_seconds, start_wall)
+    if status == "interrupted":
+        raise KeyboardInterrupt(summary)
+    return {**summary, "state": state}
+
+
+def evaluate_seeds(run: OfflineRun, state, chunk: int) -> list[float]:
+    """Overall success rate of every seed's policy in ``run.eval_env`` on its fixed tasks."""
+    from longhorizon.offline import envs
+
+    rates = []
+    for i in range(run.spec.seeds):
+        params = jax.tree.map(lambda x: x[i], run.agent.agent_params(state))
+        policy = jax.jit(lambda obs, goals, key, p=params: run.agent.act(p, obs, goals, run.config))
+        result = envs.evaluate(policy, run.eval_env, task_ids=run.spec.eval_tasks,
+                               episodes_per_task=run.spec.eval_episodes, seed=run.spec.seed + 1000 * chunk + i)
+        rates.append(float(result["overall"] if "overall" in result else result["success_rate"]))
+    return rates
+
+
+def _finish(run: OfflineRun, results: ResultsDir, chunk: int, status: str, final, compile_seconds: float,
+            train_seconds: float, start_wall: float) -> dict[str, Any]:
+    spec = run.spec
+    updates = run.updates_after(chunk)
+    summary = {"agent": spec.agent, "dataset": dataset_label(spec.dataset), "seeds": spec.seeds, "status": status,
+               "chunks_done": chunk, "updates": updates,
+               "updates_per_second": updates * spec.seeds / train_seconds if train_seconds > 0 else None,
+               "final_success": final, "final_success_mean": None if final is None else float(np.mean(final)),
+               "compile_seconds": compile_seconds, "train_seconds": train_seconds,
+               "wall_seconds": time.perf_counter() - start_wall, "results": str(results.root)}
+    results.write_summary(summary)
+    plot_curve(results)
+    return summary
+
+
+def plot_curve(results: ResultsDir) -> None:
+    """``curve.png``: every ``*loss`` metric and the evaluation success rate against updates."""
+    rows = results.read_metrics()
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=110)
+    steps = [r["step"] for r in rows]
+    for key in sorted(k for k in rows[-1] if k.endswith("loss")):
+        ax_loss.plot(steps, [r.get(key) for r in rows], label=key)
+    ax_loss.set(xlabel="updates", ylabel="loss (mean over seeds)", yscale="symlog")
+    ax_loss.legend(fontsize=7)
+    evals = [r for r in rows if r.get("eval_return_mean") is not None]
+    ax_eval.plot([r["step"] for r in evals], [r["eval_return_mean"] for r in evals], "o-")
+    ax_eval.set(xlabel="updates", ylabel="success rate", ylim=(-0.02, 1.02), title="evaluation (mean over seeds)")
+    for ax in (ax_loss, ax_eval):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(results.curve_path)
+    plt.close(fig)
