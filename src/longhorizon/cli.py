@@ -21,7 +21,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Reinforcement learning over long horizons and at scale, in JAX.")
 
 # Modules that add their own commands with ``register(app)``.
-PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli", "longhorizon.runner.sweep")
+PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli", "longhorizon.runner.sweep",
+           "longhorizon.offline.cli")
 
 
 def setup_compilation_cache() -> None:

@@ -1,0 +1,136 @@
+r"""The real OGBench environments of a dataset, and evaluation of a goal-conditioned policy on their tasks.
+
+Each OGBench environment has 5 fixed evaluation tasks (``reset(options={"task_id": k})``, k = 1..5):
+an initial state and a goal, whose observation ``info["goal"]`` the policy is conditioned on. An
+episode succeeds when the environment reports ``info["success"]`` (it then terminates, as in OGBench's
+evaluation) before its time limit (``max_episode_steps`` of the registration, 1000 for PointMaze,
+200 for cube-single).
+
+:func:`evaluate` steps the ``B = episodes_per_task`` episodes of a task together: one call of the
+(jitted, batched) policy per step for all of them,
+
+.. math:: a_t = \pi(o_t [B, obs],\; g [B, obs],\; k_t) \in [B, act], \qquad k_t = \mathrm{fold\_in}(k, t),
+
+and the success rate per task is the fraction of its ``B`` episodes that succeed. Finished episodes
+keep their last observation in the batch (so the policy's shapes never change) and are not stepped.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import numpy as np
+
+from longhorizon.errors import UsageError
+
+Policy = Callable[..., object]  # (observations [B, obs], goals [B, obs], key) -> actions [B, act]
+
+
+def env_id(name: str) -> str:
+    """The ogbench environment id of a dataset name (OGBench's rule: drop the dataset type)."""
+    from longhorizon.offline.datasets import RECIPES
+
+    if name in RECIPES:
+        return RECIPES[name].env_id
+    parts = name.split("-")
+    return "-".join(parts[:-2] + parts[-1:]) if len(parts) >= 3 else name
+
+
+def make_env(name: str, **kwargs):
+    """The gymnasium environment of dataset ``name`` (OGBench's ``make_env_and_datasets(..., env_only=True)``).
+
+    Nothing is downloaded. An unknown name, or ogbench not installed, is a UsageError.
+    """
+    try:
+        import gymnasium
+
+        import ogbench  # noqa: F401  (registers the environments)
+    except ImportError:
+        raise UsageError("the OGBench environments need the offline extra; run "
+                         "`pip install 'longhorizon[offline]'`.") from None
+    import warnings
+
+    eid = env_id(name)
+    if eid not in gymnasium.registry:
+        from longhorizon.offline.datasets import recipe
+
+        recipe(name)  # raises with the closest dataset names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # glfw's "no DISPLAY" and gymnasium's checker warnings
+        return gymnasium.make(eid, **kwargs)
+
+
+@lru_cache(maxsize=None)
+def env_spaces(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(observation shape, action shape) of dataset ``name``'s environment."""
+    env = make_env(name)
+    shapes = tuple(env.observation_space.shape), tuple(env.action_space.shape)
+    env.close()
+    return shapes
+
+
+def evaluate(policy: Policy, name: str, *, task_ids: Sequence[int] = (1, 2, 3, 4, 5), episodes_per_task: int = 10,
+             seed: int = 0, max_steps: int | None = None, envs: list | None = None) -> dict:
+    """Success rate of ``policy`` on dataset ``name``'s evaluation tasks, in the real OGBench environment.
+
+    ``policy(observations [B, obs], goals [B, obs], key) -> actions [B, act]`` with ``B =
+    episodes_per_task``; ``max_steps`` caps the episode length (default: the environment's limit);
+    ``envs`` reuses ``B`` environments from :func:`make_env` (creating them takes time). Returns
+    ``{"success": mean over tasks, "tasks": {task_id: rate}, "episodes", "steps", "seconds",
+    "episodes_per_second"}``.
+    """
+    import jax
+
+    if episodes_per_task < 1:
+        raise UsageError(f"episodes_per_task must be at least 1 (got {episodes_per_task}).")
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"max_steps must be at least 1 (got {max_steps}).")
+    envs = envs if envs is not None else [make_env(name) for _ in range(episodes_per_task)]
+    if len(envs) != episodes_per_task:
+        raise UsageError(f"{len(envs)} environments were given for {episodes_per_task} episodes per task; pass as many.")
+    num_tasks = envs[0].unwrapped.num_tasks
+    bad = [t for t in task_ids if not 1 <= int(t) <= num_tasks]
+    if bad or not task_ids:
+        raise UsageError(f"task ids must be in 1..{num_tasks} (got {list(task_ids)}); OGBench has {num_tasks} tasks.")
+    limit = envs[0].spec.max_episode_steps if max_steps is None else max_steps
+    if envs[0].spec.max_episode_steps is not None:
+        limit = min(limit, envs[0].spec.max_episode_steps)
+
+    key = jax.random.PRNGKey(seed)
+    start, steps, rates = time.perf_counter(), 0, {}
+    for task in task_ids:
+        obs, goals = [], []
+        for e, env in enumerate(envs):
+            # one seed per (task, episode): the same episodes whatever the other tasks are
+            episode_seed = seed * 1_000_003 + 1000 * int(task) + e
+            saved = np.random.get_state()  # ogbench's mazes add start/goal noise from the global generator
+            np.random.seed(episode_seed)
+            ob, info = env.reset(seed=episode_seed, options=dict(task_id=int(task)))
+            np.random.set_state(saved)
+            obs.append(ob), goals.append(info["goal"])
+        obs, goals = np.stack(obs).astype(np.float32), np.stack(goals).astype(np.float32)
+        running = np.ones(len(envs), dtype=bool)
+        success = np.zeros(len(envs), dtype=bool)
+        task_key = jax.random.fold_in(key, int(task))
+        for t in range(limit):
+            actions = np.asarray(policy(obs, goals, jax.random.fold_in(task_key, t)))
+            if not np.isfinite(actions).all():
+                raise UsageError(f"the policy returned NaN or Inf actions at step {t} of task {task}; "
+                                 "check the trained parameters.")
+            for e in np.flatnonzero(running):
+                ob, _, terminated, truncated, info = envs[e].step(actions[e])
+                obs[e] = ob
+                steps += 1
+                if info.get("success"):
+                    success[e] = True
+                if terminated or truncated or success[e]:
+                    running[e] = False
+            if not running.any():
+                break
+        rates[int(task)] = float(success.mean())
+    seconds = time.perf_counter() - start
+    episodes = len(task_ids) * len(envs)
+    return {"success": float(np.mean(list(rates.values()))), "tasks": rates, "episodes": episodes, "steps": steps,
+            "seconds": seconds, "episodes_per_second": episodes / seconds}
