@@ -96,7 +96,16 @@ class OfflineRun:
             return goal_data(self.spec.dataset)
         from longhorizon.offline.datasets import load_dataset
 
-        return goal_data(load_dataset(self.spec.dataset, size=self.spec.dataset_size, seed=self.spec.seed))
+        # with an evaluation environment, the observation and action sizes are checked against it
+        return goal_data(load_dataset(self.spec.dataset, size=self.spec.dataset_size, seed=self.spec.seed,
+                                      env=self.spec.eval_env if self.spec.eval_episodes else None))
+
+    @functools.cached_property
+    def eval_envs(self) -> list:
+        """``eval_episodes`` OGBench environments, made once and reused by every evaluation."""
+        from longhorizon.offline.envs import make_env
+
+        return [make_env(self.eval_env) for _ in range(self.spec.eval_episodes)]
 
     def updates_after(self, chunks: int) -> int:
         return min(chunks * self.updates_per_chunk, self.spec.num_updates)
@@ -123,11 +132,9 @@ def check_dataset(dataset: Any) -> None:
         if not path.is_file():
             raise UsageError(f"dataset file {path} does not exist; pass an OGBench-format .npz or a dataset name.")
         return
-    from longhorizon.offline import datasets
+    from longhorizon.offline.datasets import recipe
 
-    check = getattr(datasets, "check_name", None)
-    if check is not None:
-        check(str(dataset))
+    recipe(str(dataset))  # an unknown name fails here, before anything is generated
 
 
 def make_chunk(agent, config, updates_per_chunk: int):
@@ -245,16 +252,17 @@ def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
 
 
 def evaluate_seeds(run: OfflineRun, state, chunk: int) -> list[float]:
-    """Overall success rate of every seed's policy in ``run.eval_env`` on its fixed tasks."""
-    from longhorizon.offline import envs
+    """Success rate (mean over its fixed tasks) of every seed's policy in ``run.eval_env``; the same
+    evaluation episodes for every seed and chunk, so curves compare policies, not start states."""
+    from longhorizon.offline.envs import evaluate
 
+    act = jax.jit(lambda params, obs, goals: run.agent.act(params, obs, goals, run.config))
     rates = []
     for i in range(run.spec.seeds):
         params = jax.tree.map(lambda x: x[i], run.agent.agent_params(state))
-        policy = jax.jit(lambda obs, goals, key, p=params: run.agent.act(p, obs, goals, run.config))
-        result = envs.evaluate(policy, run.eval_env, task_ids=run.spec.eval_tasks,
-                               episodes_per_task=run.spec.eval_episodes, seed=run.spec.seed + 1000 * chunk + i)
-        rates.append(float(result["overall"] if "overall" in result else result["success_rate"]))
+        result = evaluate(lambda obs, goals, key: act(params, obs, goals), run.eval_env, task_ids=run.spec.eval_tasks,
+                          episodes_per_task=run.spec.eval_episodes, seed=run.spec.seed, envs=run.eval_envs)
+        rates.append(float(result["success"]))
     return rates
 
 
