@@ -210,8 +210,8 @@ def test_observation_size_must_match_the_environment(tmp_path):
         ds.load_dataset(path)
     other = _write(tmp_path / "mine.npz", **{**_two_trajectories(), "observations": np.zeros((5, 3), np.float32)})
     assert ds.load_dataset(other)["observations"].shape == (3, 3)  # no environment named: no check
-    with pytest.raises(UsageError, match="pass a dataset made for cube-single-play-v0"):
-        ds.load_dataset(other, env="cube-single-play-v0")
+    with pytest.raises(UsageError, match="pass a dataset made for pointmaze-large-stitch-v0"):
+        ds.load_dataset(other, env="pointmaze-large-stitch-v0")
 
 
 def test_bad_arguments_and_failures_write_nothing(tmp_path, monkeypatch):

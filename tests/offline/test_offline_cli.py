@@ -54,3 +54,29 @@ def test_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, args, me
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert main(args) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_checks_a_file_and_refuses_bad_ones(tmp_path, capsys):
+    from longhorizon.offline.datagen import save_npz
+
+    rows = {"observations": np.arange(10, dtype=np.float32).reshape(5, 2), "actions": np.zeros((5, 2), np.float32),
+            "terminals": np.array([0, 0, 1, 0, 1], bool)}
+    good = tmp_path / "pointmaze-medium-stitch-v0.npz"  # the name says PointMaze: its sizes are checked
+    save_npz(good, rows)
+    assert main(["offline", "inspect", str(good)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["transitions"] == 3 and summary["trajectories"] == 2 and summary["shapes"]["observations"] == [2]
+    wide = tmp_path / "pointmaze-giant-navigate-v0.npz"
+    save_npz(wide, {**rows, "observations": np.zeros((5, 29), np.float32)})
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"PK\x03\x04 not really")
+    assert main(["offline", "inspect", str(good), "--env", "pointmaze-giant-navigate-v0"]) == 0  # same sizes
+    capsys.readouterr()
+    for args, message in (([str(wide)], "observations of shape (29,) but pointmaze-giant-navigate-v0"),
+                          ([str(wide), "--env", "pointmaze-medium-stitch-v0"], "pass a dataset made for pointmaze-medium"),
+                          ([str(tmp_path / "none.npz")], "does not exist"),
+                          ([str(broken)], "is not a readable .npz file"),
+                          (["pointmaze-huge-stitch-v0"], "unknown dataset")):
+        assert main(["offline", "inspect", *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err

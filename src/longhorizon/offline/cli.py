@@ -1,4 +1,4 @@
-"""`longhorizon offline datasets|make-dataset`: OGBench datasets generated locally with OGBench's recipe.
+"""`longhorizon offline datasets|make-dataset|inspect`: OGBench datasets generated locally with OGBench's recipe.
 
 Heavy modules (ogbench, MuJoCo, JAX) are imported inside the commands so that ``longhorizon --help``
 stays fast. Every command takes ``--dry-run``: check everything, print the plan as JSON, compute nothing.
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+from longhorizon.errors import UsageError
 
 offline_app = typer.Typer(add_completion=False, no_args_is_help=True,
                           help="Offline goal-conditioned RL on OGBench-format data (datasets made locally).")
@@ -83,6 +85,27 @@ def make_dataset(
         return
     path = ds.make_dataset(name, target, size=size, seed=seed, workers=workers)
     print(f"wrote {path} and {ds.val_path(path)}")
+
+
+@offline_app.command()
+def inspect(
+    dataset: str = typer.Argument(..., help="A dataset name (from the cache) or an OGBench .npz file."),
+    env: Optional[str] = typer.Option(None, help="Check the sizes against this dataset's environment "
+                                      "(default: the one the file name names, if any)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="The same (the command only reads)."),
+) -> None:
+    """Check a dataset file (keys, lengths, terminals, values, sizes against the environment) and summarise it."""
+    from longhorizon.offline import datasets as ds
+
+    if not (dataset.endswith(".npz") or Path(dataset).expanduser().exists()):
+        ds.recipe(dataset)  # an unknown name fails here, before anything is generated
+        if not ds.cached_path(dataset).exists():
+            raise UsageError(f"{dataset} is not in the cache yet; run `longhorizon offline make-dataset {dataset}`.")
+    data = ds.load_dataset(dataset, env=env)
+    plan = {"command": "offline inspect", "dataset": dataset, "transitions": len(data["observations"]),
+            "trajectories": int(data["terminals"].sum()),
+            "shapes": {k: list(v.shape[1:]) for k, v in data.items()}, "environment": env}
+    _print_plan(plan)
 
 
 # ----------------------------------------------------------------------------- train

@@ -125,8 +125,9 @@ def load_dataset(name_or_path: str | Path, *, size: int | None = None, seed: int
     if split not in SPLITS:
         raise UsageError(f"unknown split '{split}'; use 'train' or 'val'.")
     text = str(name_or_path)
-    if text.endswith(".npz") or os.sep in text or Path(text).exists():
-        path = Path(text) if split == "train" else val_path(Path(text))
+    if text.endswith(".npz") or os.sep in text or Path(text).expanduser().exists():
+        path = Path(text).expanduser()
+        path = path if split == "train" else val_path(path)
         if size is not None:
             raise UsageError(f"size={size} applies to generated datasets, not to the file {path}; drop it.")
         stem = path.name.removesuffix(".npz").removesuffix("-val")

@@ -65,8 +65,12 @@ def make_env(name: str, **kwargs):
 @lru_cache(maxsize=None)
 def env_spaces(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(observation shape, action shape) of dataset ``name``'s environment."""
+    import warnings
+
     env = make_env(name)
-    shapes = tuple(env.observation_space.shape), tuple(env.action_space.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # manipspace builds its action Box anew, with a precision warning, per access
+        shapes = tuple(env.observation_space.shape), tuple(env.action_space.shape)
     env.close()
     return shapes
 
