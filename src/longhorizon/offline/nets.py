@@ -73,6 +73,12 @@ def unit_gaussian_log_prob(mean: jax.Array, x: jax.Array) -> jax.Array:
     return -0.5 * jnp.sum((x - mean) ** 2, axis=-1) - 0.5 * x.shape[-1] * jnp.log(2.0 * jnp.pi)
 
 
+def td_targets(next_values: jax.Array, rewards: jax.Array, masks: jax.Array, discount: float) -> jax.Array:
+    r""":math:`y = r + \gamma m \bar V(s', g)`, ``next_values`` ``[heads, B]`` -> ``[heads, B]`` (one discount per
+    transition; for OTA the transition is an option and :math:`s'` its end :math:`s_\tau`)."""
+    return rewards + discount * masks * next_values
+
+
 def expectile_value_loss(value_fn: Callable, params, target_params, obs, next_obs, goals, rewards, masks,
                          discount: float, expectile: float) -> tuple[jax.Array, dict[str, jax.Array]]:
     r"""GCIVL/HIQL's value loss with two heads and a target network :math:`\bar V` (HIQL eq. 5):
@@ -86,7 +92,7 @@ def expectile_value_loss(value_fn: Callable, params, target_params, obs, next_ob
     option's end :math:`s_\tau`); ``rewards``, ``masks`` ``[B]``.
     """
     next_v = value_fn(target_params, next_obs, goals)  # [2, B]
-    target = rewards + discount * masks * next_v
+    target = td_targets(next_v, rewards, masks, discount)
     advantage = rewards + discount * masks * jnp.min(next_v, axis=0) - jnp.mean(value_fn(target_params, obs, goals), axis=0)
     v = value_fn(params, obs, goals)
     loss = jnp.mean(jnp.sum(expectile_loss(jax.lax.stop_gradient(target) - v, expectile, advantage), axis=0))
@@ -122,5 +128,5 @@ def gradient_step(state: TrainState, loss_fn: Callable, optimizer: optax.Gradien
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     target = {name: optax.incremental_update(params[name], old, tau) for name, old in state.target.items()}
-    metrics = {"loss": loss, **metrics, "grad_norm": optax.global_norm(grads)}
+    metrics = {"loss": loss, **metrics, "grad_norm": optax.tree.norm(grads)}
     return state._replace(params=params, target=target, opt_state=opt_state, step=state.step + 1), metrics

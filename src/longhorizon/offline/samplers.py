@@ -59,6 +59,9 @@ def goal_data(dataset: dict[str, np.ndarray]) -> GoalData:
     if terminals[-1] <= 0:
         raise UsageError("the dataset's last transition is not marked terminal (terminals[-1] must be 1 at each "
                          "trajectory's end); regenerate it or fix its terminals array.")
+    for key in ("observations", "next_observations", "actions"):
+        if not np.all(np.isfinite(np.asarray(dataset[key], np.float32))):
+            raise UsageError(f"the dataset's {key} hold NaN or Inf; regenerate it or drop those transitions.")
     ends = np.flatnonzero(terminals > 0)
     final = ends[np.searchsorted(ends, np.arange(n))].astype(np.int32)
     valids = np.asarray(dataset.get("valids", np.ones(n))).reshape(-1)
