@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("ogbench")
 
@@ -63,6 +65,36 @@ def test_maze_bfs_on_a_small_map():
     assert tuple(nxt[1, 1]) == (2, 1) and tuple(nxt[1, 2]) == (1, 3) and tuple(nxt[3, 3]) == (3, 3)
     # a ring has no hallway-free corner cells only: corners are vertices, the straight middles are not
     assert set(g.vertex_cells) == {(1, 1), (1, 3), (3, 1), (3, 3)}
+
+
+@pytest.mark.parametrize("maze", ["medium", "giant"])
+def test_cached_bfs_waypoints_equal_ogbench_get_oracle_subgoal(maze):
+    """Our table lookup gives the subgoal OGBench's own per-step BFS (``get_oracle_subgoal``) gives."""
+    import gymnasium
+
+    env = gymnasium.make(f"pointmaze-{maze}-v0").unwrapped
+    graph, rng = MazeGraph(env.maze_map), np.random.default_rng(0)
+    cells = graph.free_cells
+    for _ in range(150):
+        here, goal = cells[rng.integers(len(cells))], cells[rng.integers(len(cells))]
+        xy = np.asarray(env.ij_to_xy(here)) + rng.uniform(-2, 2, 2)  # anywhere in the cell
+        goal_xy = np.asarray(env.ij_to_xy(goal)) + rng.uniform(-1, 1, 2)
+        theirs, _ = env.get_oracle_subgoal(xy, goal_xy)
+        ours = env.ij_to_xy(graph.next_cells(env.xy_to_ij(goal_xy))[env.xy_to_ij(xy)])
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@given(st.lists(st.integers(2, 6), min_size=1, max_size=6))
+@settings(max_examples=40, deadline=None)
+def test_transitions_of_any_episode_lengths(lengths):
+    obs = np.concatenate([100 * e + np.arange(n) for e, n in enumerate(lengths)]).astype(np.float32)[:, None]
+    terminals = np.concatenate([np.arange(n) == n - 1 for n in lengths])
+    data = ds.transitions({"observations": obs, "actions": obs, "terminals": terminals})
+    assert len(data["observations"]) == sum(lengths) - len(lengths)
+    np.testing.assert_array_equal(data["next_observations"] - data["observations"], 1)  # same episode, next step
+    assert data["terminals"].sum() == len(lengths) and data["terminals"][-1] == 1
+    starts = data["observations"][1:, 0] % 100 == 0  # the next row starts another episode exactly after a terminal
+    np.testing.assert_array_equal(data["valids"][:-1] == 0, starts)
 
 
 def test_generated_file_has_ogbench_format_and_loads(tmp_path):
@@ -231,3 +263,12 @@ def test_bad_arguments_and_failures_write_nothing(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         ds.make_dataset("pointmaze-medium-stitch-v0", tmp_path / "x.npz", size=10)
     assert list(tmp_path.iterdir()) == []  # no partial file, no temporary file
+
+    def half_written(path, **rows):
+        path.write_bytes(b"PK partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez_compressed", half_written)
+    with pytest.raises(OSError):
+        save_npz(tmp_path / "y.npz", _two_trajectories())
+    assert list(tmp_path.iterdir()) == []

@@ -67,10 +67,14 @@ def cached_path(name: str, *, size: int | None = None, seed: int = 0, cache: Pat
                 split: str = "train") -> Path:
     """Where ``make_dataset(name, size=size, seed=seed)`` keeps a split in the cache.
 
-    OGBench's default size and seed 0 give OGBench's file names (``NAME.npz``, ``NAME-val.npz``).
+    OGBench's default size and seed 0 give OGBench's file names (``NAME.npz``, ``NAME-val.npz``); other
+    sizes are named by the transitions they hold (whole episodes), so sizes that round alike share a file.
     """
-    recipe(name)
-    stem = name if size is None and seed == 0 else f"{name}-size{size if size is not None else 'full'}-seed{seed}"
+    spec = recipe(name)
+    episodes = spec.episodes_for(size)[0]
+    default = episodes == spec.episodes
+    stem = name if default and seed == 0 else \
+        f"{name}-size{'full' if default else episodes * (spec.length - 1)}-seed{seed}"
     return Path(cache or cache_dir()) / (f"{stem}-val.npz" if split == "val" else f"{stem}.npz")
 
 
