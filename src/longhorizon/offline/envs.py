@@ -86,12 +86,12 @@ def _pooled_envs(name: str, count: int) -> list:
     return pool[:count]
 
 
-def evaluate(policy: Policy, name: str, *, task_ids: Sequence[int] = (1, 2, 3, 4, 5), episodes_per_task: int = 10,
+def evaluate(policy: Policy, name: str, *, task_ids: Sequence[int] = (1, 2, 3, 4, 5), episodes_per_task: int = 20,
              seed: int = 0, max_steps: int | None = None, envs: list | None = None) -> dict:
     """Success rate of ``policy`` on dataset ``name``'s evaluation tasks, in the real OGBench environment.
 
     ``policy(observations [B, obs], goals [B, obs], key) -> actions [B, act]`` with ``B =
-    episodes_per_task``; ``max_steps`` caps the episode length (default: the environment's limit);
+    episodes_per_task`` (OGBench's default: 20); actions are clipped to [-1, 1] as in OGBench; ``max_steps`` caps the episode length (default: the environment's limit);
     ``envs``: ``B`` environments from :func:`make_env` (default: ones kept for this process). Returns
     ``{"success": mean over tasks, "tasks": {task_id: rate}, "episodes", "steps", "seconds",
     "episodes_per_second"}``.
@@ -134,6 +134,7 @@ def evaluate(policy: Policy, name: str, *, task_ids: Sequence[int] = (1, 2, 3, 4
             if not np.isfinite(actions).all():
                 raise UsageError(f"the policy returned NaN or Inf actions at step {t} of task {task}; "
                                  "check the trained parameters.")
+            actions = np.clip(actions, -1, 1)  # OGBench's evaluation clips to the action box
             for e in np.flatnonzero(running):
                 ob, _, terminated, truncated, info = envs[e].step(actions[e])
                 obs[e] = ob
