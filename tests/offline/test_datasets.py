@@ -28,7 +28,7 @@ def test_transitions_on_a_hand_built_two_trajectory_case():
     np.testing.assert_array_equal(data["actions"][:, 0], [0, 2, 20])
     np.testing.assert_array_equal(data["next_observations"][:, 0], [1, 2, 11])
     np.testing.assert_array_equal(data["terminals"], [0, 1, 1])  # 1 at each trajectory's last transition
-    np.testing.assert_array_equal(data["valids"], [1, 0, 0])  # observations[i + 1] is not i's successor
+    np.testing.assert_array_equal(data["valids"], [1, 1, 1])  # every next observation is of the same trajectory
     np.testing.assert_array_equal(data["qpos"][:, 0], [100, 101, 110])
     assert data["terminals"].dtype == data["valids"].dtype == data["observations"].dtype == np.float32
 
@@ -94,7 +94,8 @@ def test_transitions_of_any_episode_lengths(lengths):
     np.testing.assert_array_equal(data["next_observations"] - data["observations"], 1)  # same episode, next step
     assert data["terminals"].sum() == len(lengths) and data["terminals"][-1] == 1
     starts = data["observations"][1:, 0] % 100 == 0  # the next row starts another episode exactly after a terminal
-    np.testing.assert_array_equal(data["valids"][:-1] == 0, starts)
+    np.testing.assert_array_equal(data["terminals"][:-1] == 1, starts)
+    assert (data["valids"] == 1).all()
 
 
 def test_generated_file_has_ogbench_format_and_loads(tmp_path):
@@ -110,8 +111,9 @@ def test_generated_file_has_ogbench_format_and_loads(tmp_path):
     assert np.abs(raw["actions"]).max() <= 1
     data = ds.load_dataset(out)
     assert data["observations"].shape == (400, 2) and np.flatnonzero(data["terminals"]).tolist() == [199, 399]
-    ok = data["valids"][:-1] == 1
-    np.testing.assert_array_equal(data["next_observations"][:-1][ok], data["observations"][1:][ok])
+    inside = data["terminals"][:-1] == 0  # within a trajectory the next row is the next observation
+    np.testing.assert_array_equal(data["next_observations"][:-1][inside], data["observations"][1:][inside])
+    assert np.linalg.norm(data["next_observations"] - data["observations"], axis=1).max() < 0.5  # one step moves < 0.2 * sqrt(2)
     val = ds.load_dataset(out, split="val")
     assert val["observations"].shape == (200, 2)  # max(1, 2 // 10) = 1 episode
     assert not np.array_equal(val["observations"], data["observations"][:200])

@@ -15,8 +15,10 @@ dropped, leaving ``N = R - episodes`` transitions:
 
 * ``observations [N, obs]``, ``actions [N, act]``, ``next_observations [N, obs]`` (the true successor);
 * ``terminals [N]`` float32, 1 at each trajectory's last transition;
-* ``valids [N]`` float32, ``1 - terminals``: 1 where ``observations[i + 1]`` is ``next_observations[i]``,
-  0 where the next row belongs to another trajectory;
+* ``valids [N]`` float32: 1 where ``next_observations[i]`` is the successor of ``observations[i]`` in the
+  same trajectory, 0 where it belongs to another. In this format every row is a real transition, so it is
+  all ones; it is there for code written for OGBench's compact format (which keeps the final rows, 0 there).
+  Use ``terminals`` for trajectory boundaries: ``observations[i + 1]`` starts another trajectory where it is 1;
 * ``qpos``/``qvel [N, .]`` when the file has them.
 """
 
@@ -198,7 +200,7 @@ def transitions(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     obs = obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
     out = {"observations": obs[keep], "actions": rows["actions"][keep].astype(
                np.float32 if np.issubdtype(rows["actions"].dtype, np.floating) else rows["actions"].dtype, copy=False),
-           "next_observations": obs[after], "terminals": terminals, "valids": 1.0 - terminals}
+           "next_observations": obs[after], "terminals": terminals, "valids": np.ones_like(terminals)}
     for key in ("qpos", "qvel", "button_states"):
         if key in rows:
             out[key] = rows[key][keep]
