@@ -117,6 +117,14 @@ def test_generated_file_has_ogbench_format_and_loads(tmp_path):
     val = ds.load_dataset(out, split="val")
     assert val["observations"].shape == (200, 2)  # max(1, 2 // 10) = 1 episode
     assert not np.array_equal(val["observations"], data["observations"][:200])
+    # OGBench's own loader reads the pair (it finds the -val file by its naming rule) and agrees with ours
+    import ogbench
+
+    env, train, theirs_val = ogbench.make_env_and_datasets("pointmaze-medium-stitch-v0", dataset_path=str(out))
+    assert env.observation_space.shape == data["observations"].shape[1:]
+    for ours, theirs in ((data, train), (val, theirs_val)):
+        for key in theirs:
+            np.testing.assert_array_equal(ours[key], theirs[key])
 
 
 def _cell_path(data, episode_rows):
