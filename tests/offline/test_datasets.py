@@ -263,6 +263,10 @@ def test_bad_arguments_and_failures_write_nothing(tmp_path, monkeypatch):
             ds.make_dataset("pointmaze-medium-stitch-v0", tmp_path / "x.npz", **kwargs)
     with pytest.raises(UsageError, match="must end with .npz"):
         ds.make_dataset("pointmaze-medium-stitch-v0", tmp_path / "x.h5")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is not a writable folder"):
+        ds.make_dataset("pointmaze-medium-stitch-v0", tmp_path / "file" / "x.npz")
+    (tmp_path / "file").unlink()
     with pytest.raises(UsageError, match="size=5 applies to generated datasets"):
         ds.load_dataset(tmp_path / "x.npz", size=5)
 

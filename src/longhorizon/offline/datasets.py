@@ -117,6 +117,10 @@ def check_make_args(out: Path, size: int | None, seed: int, workers: int | None)
         raise UsageError(f"--seed must be a non-negative integer (got {seed}).")
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1 (got {workers}); pass 2 for two processes.")
+    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    if existing != out.absolute() and (not existing.is_dir() or not os.access(existing, os.W_OK)):
+        raise UsageError(f"cannot write {out} ({existing} is not a writable folder); choose another --out "
+                         "or set LONGHORIZON_CACHE to a writable folder.")
 
 
 def load_dataset(name_or_path: str | Path, *, size: int | None = None, seed: int = 0,
