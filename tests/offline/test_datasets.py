@@ -192,11 +192,11 @@ def test_cube_single_play_with_the_plan_oracle(tmp_path):
 def test_a_name_loads_from_the_cache_and_generates_on_first_use(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LONGHORIZON_CACHE", str(tmp_path))
     data = ds.load_dataset("pointmaze-medium-stitch-v0", size=200, seed=0)
-    assert "generating pointmaze-medium-stitch-v0" in capsys.readouterr().out
+    assert "generating pointmaze-medium-stitch-v0" in capsys.readouterr().err  # stdout stays clean
     cached = tmp_path / "ogbench" / "pointmaze-medium-stitch-v0-size200-seed0.npz"
     assert cached.is_file() and data["observations"].shape == (200, 2)
     again = ds.load_dataset("pointmaze-medium-stitch-v0", size=200, seed=0)
-    assert "generating" not in capsys.readouterr().out
+    assert "generating" not in capsys.readouterr().err
     np.testing.assert_array_equal(again["observations"], data["observations"])
     assert ds.cached_path("pointmaze-giant-stitch-v0").name == "pointmaze-giant-stitch-v0.npz"  # OGBench's name
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -148,7 +149,7 @@ def load_dataset(name_or_path: str | Path, *, size: int | None = None, seed: int
         if not path.exists():
             train = cached_path(text, size=size, seed=seed, cache=cache_dir)
             print(f"generating {text} with OGBench's recipe into {train.parent} (once; "
-                  f"`longhorizon offline make-dataset {text}` does the same)", flush=True)
+                  f"`longhorizon offline make-dataset {text}` does the same)", file=sys.stderr, flush=True)
             make_dataset(text, train, size=size, seed=seed)
     data = transitions(read_npz(path))
     if env is not None:
