@@ -24,6 +24,7 @@ REPROS = {
     "sgpo-smollm2": ("longhorizon.repro.sgpo_smollm2", "sGPO vs GRPO from SmolLM2-135M-Instruct: the same accuracy with fewer tokens"),
     "rhorizon-smollm2": ("longhorizon.repro.rhorizon_smollm2",
                          "R-HORIZON on SmolLM2-135M-Instruct: accuracy falls with composed problems; RL on composed data raises it"),
+    "ota": ("longhorizon.repro.ota", "an option-aware high-level value (OTA) keeps HIQL's advantage signs right far from the goal"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
