@@ -53,3 +53,26 @@ def test_epsilon_greedy_explores_at_the_given_rate(epsilon, greedy_share):
     assert abs(np.mean(actions == 1) - greedy_share) < 0.015
     if epsilon == 1.0:  # uniform over all four
         np.testing.assert_allclose(np.bincount(actions, minlength=4) / 20_000, 0.25, atol=0.015)
+
+
+def test_inverse_cdf_sampler_follows_the_distribution_across_blocks_and_never_draws_zero_mass():
+    """Three blocks of 4 (the last one partial), zeros in the middle of a block and a whole empty block."""
+    probs = np.array([0.1, 0.0, 0.2, 0.05, 0.0, 0.0, 0.0, 0.0, 0.3, 0.0, 0.35])
+    logits = jnp.broadcast_to(jnp.log(jnp.asarray(probs, jnp.float32)), (40_000, probs.size))
+    draws = np.asarray(dist.categorical_sample_inverse_cdf(jax.random.PRNGKey(3), logits, block=4))
+    counts = np.bincount(draws, minlength=probs.size) / draws.size
+    np.testing.assert_allclose(counts, probs, atol=0.01)
+    assert counts[probs == 0].sum() == 0
+    # a batch shape [2, 3] comes back as [2, 3]; a one-token support is always drawn
+    one = jnp.full((2, 3, 9), -jnp.inf).at[..., 7].set(0.0)
+    np.testing.assert_array_equal(dist.categorical_sample_inverse_cdf(jax.random.PRNGKey(0), one, block=4), 7)
+
+
+def test_inverse_cdf_sampler_falls_back_to_the_last_positive_token_when_rounding_overshoots():
+    """u * total rounded up to the total must not land on the zero-mass padding after the last token."""
+    logits = jnp.log(jnp.array([[0.5, 0.5, 0.0]]))
+    key = jax.random.PRNGKey(0)
+    import unittest.mock as mock
+
+    with mock.patch.object(jax.random, "uniform", lambda k, shape: jnp.ones(shape)):  # u = 1: past every sum
+        assert int(dist.categorical_sample_inverse_cdf(key, logits, block=2)[0]) == 1

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from longhorizon.core.distributions import categorical_sample_inverse_cdf
 from longhorizon.lm.model import KVCache, ModelConfig, cached_prefix_attention, positions_from_valid, prefill_prompts
 from longhorizon.lm.tokenizer import EOS, PAD
 
@@ -56,7 +57,7 @@ def sample_token(key, logits, temperature: float, top_p: float):
     else:
         scaled = logits / temperature
         logz = jax.nn.log_softmax(scaled, axis=-1)
-        token = jax.random.categorical(key, top_p_filter(scaled, top_p), axis=-1)
+        token = categorical_sample_inverse_cdf(key, top_p_filter(scaled, top_p))
     logp = jnp.take_along_axis(logz, token[:, None], axis=-1)[:, 0]
     return token.astype(jnp.int32), logp
 

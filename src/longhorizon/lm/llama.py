@@ -221,14 +221,15 @@ class Llama(nn.Module):
     cfg: LlamaConfig
 
     @nn.compact
-    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None):
+    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None, logits_at=None):
         """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
 
         Query slot ``i`` attends to key slot ``j`` iff ``j <= i`` and ``kv_valid[b, j]``; with a
         cache, the ``T`` tokens occupy slots ``index .. index+T-1``. ``attend(q, k, v, layer)``
         replaces that masked attention as in :class:`longhorizon.lm.model.Transformer` (``q`` has
         ``n_heads`` heads, ``k, v`` ``n_kv_heads``), so a GRPO group reads one copy of its prompt.
-        Returns ``(logits [B, T, V] float32, new_cache or None)``.
+        ``logits_at`` computes the head only at those positions, as in the Transformer.
+        Returns ``(logits [B, T or K, V] float32, new_cache or None)``.
         """
         cfg = self.cfg
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.dtype, name="embed")
@@ -237,7 +238,7 @@ class Llama(nn.Module):
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
             x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
-        x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(x)
+        x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(x if logits_at is None else x[:, logits_at])
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from longhorizon.errors import UsageError
 
@@ -250,14 +251,16 @@ class Transformer(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None):
+    def __call__(self, tokens, positions, kv_valid, cache: KVCache | None = None, index=0, attend=None, logits_at=None):
         """``tokens, positions: [B, T]``; ``kv_valid: [B, S]`` (S = T without a cache, cache slots with one).
 
         ``attend(q, k, v, layer) -> [B, T, H, D]`` replaces the masked dense attention (``kv_valid``
         is then unused; with a cache, ``k, v`` are the layer's whole updated cache): it lets one
         call run token streams that attend in other patterns, such as a GRPO group's completions
         reading their shared prompt (:func:`shared_prefix_attention`, :func:`cached_prefix_attention`).
-        Returns ``(logits [B, T, V] float32, new_cache or None)``.
+        ``logits_at`` (int indices ``[K]`` into ``T``) computes the output head only at those
+        positions (the head is a fifth of a small model's work; scoring needs it only where a
+        completion token is predicted). Returns ``(logits [B, T or K, V] float32, new_cache or None)``.
         """
         cfg = self.cfg
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, name="embed")
@@ -271,7 +274,7 @@ class Transformer(nn.Module):
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
             x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
-        x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x)
+        x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x if logits_at is None else x[:, logits_at])
         logits = embed.attend(x).astype(jnp.float32)
         return logits, None if kv is None else KVCache(*kv)
 
@@ -324,7 +327,8 @@ def prefill_prompts(params, cfg: ModelConfig, prompt: jax.Array, prompt_valid: j
     g, p = prompt.shape
     positions = positions_from_valid(prompt_valid)
     logits, cache = cfg.module().apply(
-        {"params": params}, prompt, positions, prompt_valid.astype(bool), KVCache.zeros(cfg, g, p), 0
+        {"params": params}, prompt, positions, prompt_valid.astype(bool), KVCache.zeros(cfg, g, p), 0,
+        logits_at=np.array([p - 1]),
     )
     return logits[:, -1], cache, positions[:, -1] + 1
 
@@ -350,7 +354,12 @@ def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, compl
     tokens = jnp.concatenate([prompt.reshape(1, -1), completion.reshape(1, -1)], axis=1)
     positions = jnp.concatenate([prompt_positions.reshape(1, -1), completion_positions.reshape(1, -1)], axis=1)
     attend = shared_prefix_attention(g, s, prompt_valid, completion_valid)
-    logits, _ = cfg.module().apply({"params": params}, tokens, positions, None, attend=attend)
-    last = jnp.repeat(logits[0, : g * p].reshape(g, p, -1)[:, -1], s, axis=0)
-    logits = jnp.concatenate([last[:, None], logits[0, g * p:].reshape(rows, n, -1)[:, :-1]], axis=1)
+    # the head runs only where a completion token is predicted: each prompt's last position and
+    # every completion position but the last
+    prompt_last = np.arange(1, g + 1) * p - 1
+    completion_heads = (g * p + np.arange(rows)[:, None] * n + np.arange(n - 1)[None, :]).reshape(-1)
+    logits, _ = cfg.module().apply({"params": params}, tokens, positions, None, attend=attend,
+                                   logits_at=np.concatenate([prompt_last, completion_heads]))
+    last = jnp.repeat(logits[0, :g], s, axis=0)
+    logits = jnp.concatenate([last[:, None], logits[0, g:].reshape(rows, n - 1, -1)], axis=1)
     return _logp_entropy(logits, completion, temperature)
