@@ -1,6 +1,7 @@
 """Dataset generation rate and evaluation episodes/s in the real OGBench environments (docs/offline.md)::
 
     .venv/bin/python benchmarks/offline_rates.py                 # evaluation, random policy, all 5 tasks
+    .venv/bin/python benchmarks/offline_rates.py --workers 2     # the same, environments in 2 processes
     .venv/bin/python benchmarks/offline_rates.py --generate      # also: 1M PointMaze transitions, 2 workers
 
 Evaluation uses a jitted uniform-random policy (it never succeeds, so every episode runs to the time
@@ -20,6 +21,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--generate", action="store_true")
     parser.add_argument("--episodes-per-task", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=1, help="evaluation worker processes")
     args = parser.parse_args()
 
     import jax
@@ -33,7 +35,7 @@ def main() -> None:
     rows = {"load_average": os.getloadavg()}
     for name, action_dim in (("pointmaze-giant-navigate-v0", 2), ("cube-single-play-v0", 5)):
         random_policy = uniform(action_dim)
-        result = evaluate(random_policy, name, episodes_per_task=args.episodes_per_task)
+        result = evaluate(random_policy, name, episodes_per_task=args.episodes_per_task, workers=args.workers)
         rows[f"evaluate {name}"] = {k: result[k] for k in ("episodes", "steps", "seconds", "episodes_per_second")}
         rows[f"evaluate {name}"]["env_steps_per_second"] = result["steps"] / result["seconds"]
         print(json.dumps({name: rows[f"evaluate {name}"]}), flush=True)

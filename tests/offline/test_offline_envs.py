@@ -84,3 +84,15 @@ def test_cube_single_environment_and_goal_observations():
     result = evaluate(lambda o, g, k: np.zeros((len(o), 5)), "cube-single-play-v0", task_ids=(1,),
                       episodes_per_task=1, max_steps=3, envs=[env])
     assert result["tasks"] == {1: 0.0} and result["steps"] == 3
+
+
+@pytest.mark.slow
+def test_worker_processes_run_the_same_episodes():
+    oracle = MazeOracle(make_env("pointmaze-medium-navigate-v0"))
+    kwargs = dict(task_ids=(3, 4), episodes_per_task=3, seed=2)
+    here = evaluate(oracle, "pointmaze-medium-navigate-v0", **kwargs)
+    there = evaluate(oracle, "pointmaze-medium-navigate-v0", workers=2, **kwargs)
+    assert here["tasks"] == there["tasks"] and here["steps"] == there["steps"]  # step for step the same episodes
+    assert here["success"] > 0
+    with pytest.raises(UsageError, match="cannot be combined with envs"):
+        evaluate(oracle, "pointmaze-medium-navigate-v0", workers=2, envs=[make_env("pointmaze-medium-navigate-v0")])
