@@ -240,3 +240,11 @@ def test_ctrl_c_saves_the_last_finished_chunk_and_resume_continues(tmp_path, mon
     assert summary["status"] == "completed" and summary["updates"] == 300 and calls == [150, 300]
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [150, 300]
+
+
+def test_spec_from_cli_strings():
+    spec = T.spec_from_cli("ota", "pointmaze-large-stitch-v0", ["option-length=10", "hidden=128,128"], seeds=3)
+    plan = T.dry_run(spec)
+    assert plan["config"]["option_length"] == 10 and plan["config"]["hidden"] == (128, 128) and plan["seeds"] == 3
+    with pytest.raises(UsageError, match="KEY=VALUE"):
+        T.spec_from_cli("ota", "pointmaze-large-stitch-v0", ["option_length"])

@@ -17,7 +17,7 @@ import datetime as _dt
 import functools
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +60,22 @@ class OfflineSpec:
     dataset_size: int | None = None  # transitions to load (default: the whole dataset)
     out: str | None = None
     quiet: bool = False
+
+
+def spec_from_cli(agent: str, dataset: str, settings: Sequence[str] = (), **options: Any) -> OfflineSpec:
+    """An :class:`OfflineSpec` from CLI text: ``settings`` are ``KEY=VALUE`` config fields (``--set
+    option_length=10``, dashes or underscores), parsed and validated when the run is resolved;
+    ``options`` are the spec's other fields (``seeds=3``, ``num_updates=...``)."""
+    overrides = {}
+    for text in settings:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got '{text}'; write e.g. --set option_length=10.")
+        overrides[key.strip().replace("-", "_")] = value.strip()
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(OfflineSpec)})
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]} of offline train; see `longhorizon offline train --help`.")
+    return OfflineSpec(agent, dataset, overrides, **options)
 
 
 def dataset_label(dataset: Any) -> str:
