@@ -1,0 +1,274 @@
+"""`longhorizon repro hecrl`: factored subgoal diffusion on a multi-block push world (Haramati et al., ICLR 2026).
+
+The paper's claim: composing a value-based GCRL agent with a factored subgoal diffusion model (sample
+subgoals over entity tokens, keep those the value deems reachable, pick the one closest to the goal)
+raises success on long-horizon multi-entity tasks where the flat value-based agent fails.
+
+Protocol, at CPU scale: for each number of blocks n in {1, 2, 3}, a scripted single-block dataset of
+the JAX push world (:mod:`longhorizon.offline.pushworld`: every trajectory pushes one block toward random
+targets, so goals that move several blocks need stitching); GCIVL (the project's agent) trained on it
+by the offline loop, seeds vmapped; the entity-token diffusion model (:mod:`longhorizon.offline.subgoal_diffusion`)
+trained on (s_t, g, s_{t+k}) triples by the same loop; evaluation on tasks that move m = 1..n blocks
+(the horizon grows with m), the same tasks for every seed and method: GCIVL toward the goal (flat),
+GCIVL toward HECRL-selected subgoals, and HIQL (its own high-level policy) as the hierarchical baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longhorizon.engine.fused import init_over_seeds, over_seeds
+from longhorizon.errors import TrainingDiverged
+from longhorizon.offline import agents, pushworld
+from longhorizon.offline import subgoal_diffusion as sd
+from longhorizon.offline.samplers import goal_data
+from longhorizon.offline.train import OfflineRun, OfflineSpec, make_chunk, train
+from longhorizon.runner.results import write_json_atomic
+
+METHODS = ("flat", "hecrl", "hiql")
+LABELS = {"flat": "GCIVL (flat)", "hecrl": "GCIVL + subgoal diffusion (HECRL)", "hiql": "HIQL"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    blocks: tuple[int, ...] = (1, 2, 3)
+    seeds: int = 3
+    trajectories: int = 1000
+    length: int = 50
+    noise: float = 0.2
+    updates: int = 6000  # per agent and for the diffusion model
+    hidden: str = "128,128"
+    batch_size: int = 256
+    tasks_per_cell: int = 20
+    steps_per_block: int = 40  # episode length = steps_per_block * n
+    diffusion: tuple[tuple[str, Any], ...] = ()  # overrides of subgoal_diffusion.Config
+    methods: tuple[str, ...] = METHODS
+
+
+FULL = Setup()
+QUICK = Setup(blocks=(2,), seeds=2, trajectories=150, length=40, updates=300, hidden="32,32", batch_size=64,
+              tasks_per_cell=8, diffusion=(("d_model", 32), ("layers", 1), ("num_candidates", 8), ("sample_steps", 5),
+                                           ("batch_size", 64)), methods=("flat", "hecrl"))
+
+
+def train_diffusion(data: dict, config: sd.Config, seeds: int, updates: int, seed: int = 0):
+    """The diffusion model trained by the offline loop's chunk (one chunk of ``updates``), seeds vmapped."""
+    gd = goal_data(data)
+    obs_dim = gd.observations.shape[-1]
+    init = jax.jit(init_over_seeds(lambda k: sd.init(k, obs_dim, 0, config), seeds))
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed + 1), i))(jnp.arange(seeds))
+    chunk = jax.jit(over_seeds(make_chunk(sd, config, updates), seeds, shared_args=2))
+    state, metrics = chunk(init(keys), gd, jnp.int32(updates))
+    if not np.all(np.asarray(metrics["finite"])):
+        raise TrainingDiverged("NaN or Inf in the diffusion model's loss; lower its learning rate and run again.")
+    return state.params, float(np.mean(metrics["diffusion_loss"]))
+
+
+def make_rollout(env: pushworld.PushWorld, agent, agent_config, dconfig: sd.Config | None, episode_len: int):
+    """``rollout(agent_params, diffusion_params, starts [M, E, 2], goals [M, D], key) -> (success [M], subgoal_rate [M])``:
+    the agent acts toward the goal (``dconfig`` None) or toward a HECRL subgoal re-selected every
+    ``replan_every`` steps; an episode stops counting once every block is on its goal."""
+    every = dconfig.replan_every if dconfig else 1
+    rounds = -(-episode_len // every)
+    values = lambda p: (lambda o, g: agent.values(p, o, g, agent_config))
+    snap = lambda obs: jnp.round(obs * (env.size - 1)) / (env.size - 1)  # candidates onto the grid's cells
+
+    def one(params, dparams, start, goal, key):
+        def plan(carry, k):
+            positions, done = carry
+            obs = env.observe(positions)
+            if dconfig is None:
+                target, used = goal, jnp.zeros((), bool)
+            else:
+                cands = snap(sd.propose(dparams, k, obs, goal, dconfig))
+                target, used = sd.select_subgoal(values(params), obs, goal, cands, dconfig.threshold)
+
+            def act(carry, _):
+                positions, done = carry
+                a = agent.act(params, env.observe(positions)[None], target[None], agent_config)[0]
+                moved = env.move(positions, a)
+                positions = jnp.where(done, positions, moved)
+                return (positions, done | env.success(positions, goal)), None
+
+            carry, _ = jax.lax.scan(act, (positions, done), None, every)
+            return carry, used
+
+        (_, done), used = jax.lax.scan(plan, (start, env.success(start, goal)), jax.random.split(key, rounds))
+        return done, jnp.mean(used)
+
+    return jax.jit(jax.vmap(one, in_axes=(None, None, 0, 0, 0)))
+
+
+def run_blocks(n: int, setup: Setup, runs: str, log=print) -> list[dict[str, Any]]:
+    env = pushworld.PushWorld(n)
+    data = pushworld.make_dataset(n, setup.trajectories, setup.length, setup.noise, seed=n)
+    k = 8
+    overrides = {"hidden": setup.hidden, "batch_size": str(setup.batch_size), "discount": "0.99"}
+    trained = {}
+    for name in sorted({"gcivl"} | ({"hiql"} if "hiql" in setup.methods else set())):
+        extra = {"subgoal_steps": str(k)} if name == "hiql" else {}
+        spec = OfflineSpec(name, data, {**overrides, **extra}, seeds=setup.seeds, num_updates=setup.updates, num_chunks=1,
+                           out=f"{runs}/{name}-{n}", quiet=True)
+        summary = train(spec)
+        trained[name] = (agents.get(name), OfflineRun(spec).config, summary["state"].params, summary["updates_per_second"])
+        log(f"[hecrl] n={n}: {name} trained ({summary['updates_per_second']:.0f} updates/s over seeds)")
+    dconfig = sd.Config(**{"subgoal_steps": k, "reach_steps": k, "batch_size": setup.batch_size, **dict(setup.diffusion)})
+    dparams, dloss = (None, None)
+    if "hecrl" in setup.methods:
+        dparams, dloss = train_diffusion(data, dconfig, setup.seeds, setup.updates, seed=n)
+        log(f"[hecrl] n={n}: diffusion model trained (mean loss {dloss:.3f})")
+    episode_len = setup.steps_per_block * n
+    rollouts = {m: make_rollout(env, *trained["hiql" if m == "hiql" else "gcivl"][:2],
+                                dconfig if m == "hecrl" else None, episode_len) for m in setup.methods}
+    rows = []
+    for moved in range(1, n + 1):
+        tasks = pushworld.make_tasks(n, moved, setup.tasks_per_cell, seed=1000 * n + moved)
+        starts = jnp.asarray(np.stack([t.start for t in tasks]))
+        goals = jnp.asarray(np.stack([t.goal for t in tasks]))
+        row = {"blocks": n, "moved": moved, "tasks": len(tasks), "episode_len": episode_len,
+               "script_steps_mean": float(np.mean([t.script_steps for t in tasks]))}
+        for m in setup.methods:
+            params = trained["hiql" if m == "hiql" else "gcivl"][2]
+            per_seed, sub_rate = [], []
+            for s in range(setup.seeds):
+                p = jax.tree.map(lambda x: x[s], params)
+                dp = jax.tree.map(lambda x: x[s], dparams) if dparams is not None else None
+                keys = jax.random.split(jax.random.PRNGKey(7 * s + moved), len(tasks))
+                success, used = rollouts[m](p, dp, starts, goals, keys)
+                per_seed.append(float(np.mean(success))), sub_rate.append(float(np.mean(used)))
+            row[m] = {"success_mean": float(np.mean(per_seed)), "success_per_seed": per_seed,
+                      "subgoal_rate": float(np.mean(sub_rate))}
+        rows.append(row)
+        log(f"[hecrl] n={n} moved={moved}: " + ", ".join(f"{m} {row[m]['success_mean']:.2f}" for m in setup.methods))
+    for row in rows:
+        row["updates_per_second"] = {name: t[3] for name, t in trained.items()}
+        row["diffusion_loss"] = dloss
+    return rows
+
+
+def _gap(a: dict, b: dict, n: int) -> tuple[float, float]:
+    """Difference of success rates b - a and its binomial standard error over ``n`` episodes each."""
+    pa, pb = a["success_mean"], b["success_mean"]
+    return pb - pa, float(np.sqrt((pa * (1 - pa) + pb * (1 - pb)) / n) + 1e-12)
+
+
+def claims_from(rows: list[dict[str, Any]], setup: Setup) -> dict[str, str]:
+    claims = {}
+    hardest = max(rows, key=lambda r: (r["blocks"], r["moved"]))
+    long = [r for r in rows if r["moved"] >= 2] or [hardest]
+    episodes = sum(r["tasks"] for r in long) * setup.seeds
+    pool = lambda m: {"success_mean": float(np.mean([r[m]["success_mean"] for r in long]))}
+    if "hecrl" in setup.methods:
+        flat, hecrl = pool("flat"), pool("hecrl")
+        gap, se = _gap(flat, hecrl, episodes)
+        verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
+        claims["subgoal diffusion raises the flat agent's success on multi-block tasks (moved >= 2)"] = (
+            f"{verdict} (HECRL {hecrl['success_mean']:.2f} vs flat {flat['success_mean']:.2f}, difference {gap:+.2f} "
+            f"+- {se:.2f} SE over {episodes} episodes)")
+    first = next(r for r in rows if r["blocks"] == hardest["blocks"] and r["moved"] == 1)
+    if hardest is not first:
+        drop, se = _gap(hardest["flat"], first["flat"], hardest["tasks"] * setup.seeds)
+        verdict = "holds" if drop > 2 * se else ("contradicted" if drop < -2 * se else "inconclusive")
+        claims[f"the flat agent's success falls with the horizon (n={hardest['blocks']}: moved 1 vs {hardest['moved']})"] = (
+            f"{verdict} ({first['flat']['success_mean']:.2f} -> {hardest['flat']['success_mean']:.2f})")
+    if "hiql" in setup.methods and "hecrl" in setup.methods:
+        gap, se = _gap(pool("hiql"), pool("hecrl"), episodes)
+        verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
+        claims["HECRL beats HIQL on multi-block tasks (moved >= 2)"] = (
+            f"{verdict} ({pool('hecrl')['success_mean']:.2f} vs {pool('hiql')['success_mean']:.2f}, {gap:+.2f} +- {se:.2f})")
+    return claims
+
+
+def plot(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(setup.blocks), figsize=(4.2 * len(setup.blocks), 3.4), squeeze=False)
+    for ax, n in zip(axes[0], setup.blocks):
+        cells = [r for r in rows if r["blocks"] == n]
+        x = [r["moved"] for r in cells]
+        for m in setup.methods:
+            mean = np.array([r[m]["success_mean"] for r in cells])
+            per = np.array([r[m]["success_per_seed"] for r in cells])
+            ax.plot(x, mean, marker="o", label=LABELS[m])
+            ax.fill_between(x, per.min(1), per.max(1), alpha=0.2)
+        ax.set_title(f"{n} block{'s' if n > 1 else ''}")
+        ax.set_xlabel("blocks to move (horizon)")
+        ax.set_xticks(x)
+        ax.set_ylim(-0.03, 1.03)
+    axes[0][0].set_ylabel("success rate (mean, min-max over seeds)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(out_dir: str, quick: bool = False, setup: Setup | None = None, log=print) -> dict[str, Any]:
+    setup = setup or (QUICK if quick else FULL)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as runs:
+        for n in setup.blocks:
+            rows += run_blocks(n, setup, runs, log)
+    claims = claims_from(rows, setup)
+    held = [v.split()[0] for v in claims.values()]
+    main = held[0] if held else "inconclusive"
+    verdict = f"hecrl: {main} at this scale; " + "; ".join(f"{k}: {v}" for k, v in claims.items())
+    summary = {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup), "rows": rows}
+    plot(out / "hecrl.png", rows, setup)
+    write_json_atomic(out / "summary.json", summary)
+    write_report(out / "README.md", summary, setup)
+    return summary
+
+
+def write_report(path: Path, summary: dict[str, Any], setup: Setup) -> None:
+    lines = ["# HECRL: factored subgoal diffusion on a multi-block push world (`longhorizon repro hecrl`)", "",
+             "Claim (Haramati et al., ICLR 2026): a value-based GCRL agent composed at test time with a conditional "
+             "diffusion model over entity tokens (sample N subgoals, keep those with V(s, subgoal) above a "
+             "reachability threshold, take the one with the highest V(subgoal, g)) succeeds on long-horizon "
+             "multi-entity tasks where the flat agent fails (paper: over 150% higher success on its hardest task).", ""]
+    if summary["quick"]:
+        lines += ["**This is a `--quick` run** (one world size, tiny networks, few updates): a smoke test, not a result.", ""]
+    d = sd.Config(**dict(setup.diffusion))
+    lines += ["## Setup", "",
+              f"- World: 6x6 grid, agent + n blocks (n in {list(setup.blocks)}), 4 push directions, blocks pushed one "
+              "at a time (walls and other blocks stop a push). Success: every block on its goal cell.",
+              f"- Data per n: {setup.trajectories} scripted trajectories x {setup.length} steps, action noise "
+              f"{setup.noise}; each trajectory pushes **one** block to random targets, so tasks that move m >= 2 blocks "
+              "never appear within a trajectory (stitching).",
+              f"- Agents: GCIVL and HIQL of `longhorizon.offline.agents` ({setup.hidden} networks, batch {setup.batch_size}, "
+              f"{setup.updates} updates, discount 0.99), {setup.seeds} seeds vmapped.",
+              f"- Diffusion: entity-token transformer (d_model {d.d_model}, {d.layers} layers, {d.heads} heads), "
+              f"cosine schedule T = {d.diffusion_steps}, DDPM noise loss on (s_t, g, s_min(t+8, t_g)), {setup.updates} updates; "
+              f"test time: {d.num_candidates} DDIM samples ({d.sample_steps} steps) snapped to grid cells, reachability "
+              f"threshold V >= -(1 - 0.99^{d.reach_steps}) / 0.01, re-plan every {d.replan_every} steps.",
+              f"- Tasks: {setup.tasks_per_cell} per (n, m), goals made by the noise-free script (so solvable), episode "
+              f"length {setup.steps_per_block} x n; the same tasks for every seed and method.", "",
+              "![success vs blocks moved](hecrl.png)", "",
+              "| blocks | moved | script steps | " + " | ".join(LABELS[m] for m in setup.methods) + " | subgoal used |",
+              "|---|---|---|" + "---|" * len(setup.methods) + "---|"]
+    for r in summary["rows"]:
+        cells = [f"{r[m]['success_mean']:.2f} ({', '.join(f'{v:.2f}' for v in r[m]['success_per_seed'])})"
+                 for m in setup.methods]
+        used = f"{r['hecrl']['subgoal_rate']:.2f}" if "hecrl" in setup.methods else "-"
+        lines += [f"| {r['blocks']} | {r['moved']} | {r['script_steps_mean']:.1f} | " + " | ".join(cells) + f" | {used} |"]
+    lines += ["", "Success: mean over seeds (per seed in parentheses). *subgoal used*: the fraction of HECRL's "
+              "re-plans that pursued a diffusion subgoal rather than the goal itself.", "",
+              "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
+    lines += ["", f"Overall: {summary['verdict']}", "", "## How this differs from the paper", "",
+              "- A 6x6 grid push world with state tokens (positions), not image observations through Deep Latent "
+              "Particles; the paper's tasks (PushCube, PPP-Cube, Stacking) are continuous robot manipulation.",
+              "- The low-level agent is GCIVL on flat state vectors, not the paper's entity-centric transformer IQL agent.",
+              "- Far smaller networks, datasets and training; the fallback when no candidate is reachable (the most "
+              "reachable candidate) and the snapping of samples onto grid cells are ours.", ""]
+    path.write_text("\n".join(lines))
