@@ -16,6 +16,8 @@ def test_env_ids_follow_ogbench():
     assert env_id("pointmaze-giant-stitch-v0") == "pointmaze-giant-v0"
     assert env_id("cube-single-play-v0") == "cube-single-v0"
     assert env_id("antmaze-large-navigate-v0") == "antmaze-large-v0"  # any OGBench name, by OGBench's rule
+    assert env_id("cube-single-play-singletask-task2-v0") == "cube-single-singletask-task2-v0"
+    assert make_env("pointmaze-medium-v0").spec.id == "pointmaze-medium-v0"  # an environment id itself
     assert env_spaces("pointmaze-medium-navigate-v0") == ((2,), (2,))
     with pytest.raises(UsageError, match="did you mean pointmaze-large-navigate-v0"):
         make_env("pointmaze-lrage-navigate-v0")

@@ -29,12 +29,13 @@ Policy = Callable[..., object]  # (observations [B, obs], goals [B, obs], key) -
 
 
 def env_id(name: str) -> str:
-    """The ogbench environment id of a dataset name (OGBench's rule: drop the dataset type)."""
-    from longhorizon.offline.datasets import RECIPES
-
-    if name in RECIPES:
-        return RECIPES[name].env_id
+    """The ogbench environment id of a dataset name, by OGBench's rule: drop the dataset type
+    (``pointmaze-giant-stitch-v0`` -> ``pointmaze-giant-v0``; ``cube-single-play-singletask-task2-v0``
+    -> ``cube-single-singletask-task2-v0``)."""
     parts = name.split("-")
+    if "singletask" in parts:
+        pos = parts.index("singletask")
+        return "-".join(parts[:pos - 1] + parts[pos:])
     return "-".join(parts[:-2] + parts[-1:]) if len(parts) >= 3 else name
 
 
@@ -52,7 +53,7 @@ def make_env(name: str, **kwargs):
                          "`pip install 'longhorizon[offline]'`.") from None
     import warnings
 
-    eid = env_id(name)
+    eid = name if name in gymnasium.registry else env_id(name)  # an environment id works too
     if eid not in gymnasium.registry:
         from longhorizon.offline.datasets import recipe
 
@@ -163,13 +164,13 @@ _WORKER_POOLS: dict[tuple[str, int, int], _Workers] = {}
 def _pooled_envs(name: str, count: int) -> list:
     """``count`` environments of ``name``, created once per process and reused by later evaluations
     (a cube environment takes about 2 s to build; every episode starts with a reset anyway)."""
-    pool = _POOL.setdefault(env_id(name), [])
+    pool = _POOL.setdefault(name, [])
     pool.extend(make_env(name) for _ in range(count - len(pool)))
     return pool[:count]
 
 
 def _pooled_workers(name: str, count: int, workers: int) -> _Workers:
-    key = (env_id(name), count, workers)
+    key = (name, count, workers)
     if key not in _WORKER_POOLS:
         make_env(name)  # an unknown name fails here, not in a worker
         _WORKER_POOLS[key] = _Workers(name, count, workers)
