@@ -94,8 +94,11 @@ def learn(state: TrainState, batch: Batch, config: Config):
     b = batch.value
     has_high_value = "high_value" in state.params  # OTA: a separate option-level value
 
-    def v(params, obs, goals):  # mean over heads, no gradient
-        return jnp.mean(value.apply(params, obs, goals), axis=0)
+    # the actors' advantages and targets use the current values, without gradient (mean over heads)
+    v = lambda obs, goals: jnp.mean(value.apply(state.params["value"], obs, goals), axis=0)
+    v_high = (lambda obs, goals: jnp.mean(value_h.apply(state.params["high_value"], obs, goals), axis=0)) \
+        if has_high_value else v
+    phi = lambda obs, goals: value.apply(state.params["value"], obs, goals, method=GoalValue.represent)
 
     def loss_fn(params):
         value_loss, info = expectile_value_loss(value.apply, params["value"], state.target["value"], b.observations,
@@ -103,20 +106,15 @@ def learn(state: TrainState, batch: Batch, config: Config):
                                                 config.discount, config.expectile)
         info = {"value_loss": value_loss, **info}
         loss = value_loss
-        if has_high_value:
-            high_value_loss, high_info = expectile_value_loss(value_h.apply, params["high_value"], state.target["high_value"],
-                                                              b.observations, batch.high_next, b.goals, b.rewards,
-                                                              b.masks, config.discount, config.expectile)
+        if has_high_value:  # OTA: V^h on options, b.high_next = s_tau
+            high_value_loss, high_info = expectile_value_loss(
+                value_h.apply, params["high_value"], state.target["high_value"], b.observations, batch.high_next,
+                b.goals, b.rewards, b.masks, config.discount, config.expectile)
             loss += high_value_loss
             info.update(high_value_loss=high_value_loss, high_v_mean=high_info["v_mean"])
-            v_high = lambda obs, goals: jnp.mean(value_h.apply(state.params["high_value"], obs, goals), axis=0)
-        else:
-            v_high = lambda obs, goals: v(state.params["value"], obs, goals)
-        phi = lambda obs, goals: jax.lax.stop_gradient(
-            value.apply(state.params["value"], obs, goals, method=GoalValue.represent))
 
         # low level: act toward the subgoal k steps ahead, weighted by V's one-step advantage
-        low_adv = v(state.params["value"], b.next_observations, batch.low_goals) - v(state.params["value"], b.observations, batch.low_goals)
+        low_adv = v(b.next_observations, batch.low_goals) - v(b.observations, batch.low_goals)
         low_mean = low.apply(params["low_actor"], b.observations, phi(b.observations, batch.low_goals))
         low_loss, low_info = awr_loss(unit_gaussian_log_prob(low_mean, b.actions), low_adv, config.low_alpha)
 
