@@ -289,19 +289,25 @@ def run(out_dir: str, quick: bool = False, parts: Sequence[str] = ("mechanism", 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     mech = mechanism(out, quick) if "mechanism" in parts else None
-    claims = mechanism_claims(mech) if mech else {}
-    succ, setup = None, success_setup or SuccessSetup()
-    if "success" in parts and not quick:
-        succ = success(Path("runs") / "repro-ota", setup)
-        claims.update(success_claims(succ, setup))
+    setup = success_setup or SuccessSetup()
+    succ = success(Path("runs") / "repro-ota", setup) if "success" in parts and not quick else None
+    return write_results(out, summarise(mech, succ, setup, quick))
+
+
+def summarise(mech: dict | None, succ: list | None, setup: SuccessSetup, quick: bool) -> dict[str, Any]:
+    """``summary.json``: the claims (each computed from the measured values) and one verdict."""
+    claims = {**(mechanism_claims(mech) if mech else {}), **(success_claims(succ, setup) if succ else {})}
     held = [v.split()[0] for v in claims.values()]
     verdict = ("ota: " + ("holds" if held and all(v == "holds" for v in held) else
                           "contradicted" if held and all(v == "contradicted" for v in held) else "mixed or inconclusive")
                + " at this scale; " + "; ".join(f"{k}: {v}" for k, v in claims.items()))
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "mechanism": mech, "success": succ,
-               "success_setup": dataclasses.asdict(setup) if succ else None}
-    if mech:
-        plot(out / "ota.png", mech)
+    return {"claims": claims, "verdict": verdict, "quick": quick, "mechanism": mech, "success": succ,
+            "success_setup": dataclasses.asdict(setup) if succ else None}
+
+
+def write_results(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    if summary["mechanism"]:
+        plot(out / "ota.png", summary["mechanism"])
     write_json_atomic(out / "summary.json", summary)
     write_report(out / "README.md", summary)
     return summary
