@@ -25,6 +25,7 @@ REPROS = {
     "rhorizon-smollm2": ("longhorizon.repro.rhorizon_smollm2",
                          "R-HORIZON on SmolLM2-135M-Instruct: accuracy falls with composed problems; RL on composed data raises it"),
     "ota": ("longhorizon.repro.ota", "an option-aware high-level value (OTA) keeps HIQL's advantage signs right far from the goal"),
+    "qgf": ("longhorizon.repro.qgf", "test-time critic-gradient guidance of a flow BC policy raises return; vs best-of-N and FQL"),
     "hecrl": ("longhorizon.repro.hecrl", "factored subgoal diffusion raises a value-based agent's success on long multi-block tasks"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
