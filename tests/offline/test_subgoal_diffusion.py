@@ -100,6 +100,11 @@ def test_selection_rule_by_hand():
     assert float(target[0]) == pytest.approx(0.2) and bool(used)  # reachable, and closest to the goal
     target, used = pick(0.0, 1.0, [[0.9], [0.4], [-0.7]])
     assert float(target[0]) == pytest.approx(0.4) and bool(used)  # none reachable: the most reachable one
+    target, used = sd.select_subgoal(values, jnp.array([0.0]), jnp.array([1.0]), jnp.array([[0.2], [0.1], [0.3]]), -2.5,
+                                     jnp.array([False, True, False]))
+    assert float(target[0]) == pytest.approx(0.1) and bool(used)  # impossible states are never chosen
+    target, used = sd.select_subgoal(values, jnp.array([0.0]), jnp.array([1.0]), jnp.array([[0.2]]), -2.5, jnp.array([False]))
+    assert float(target[0]) == pytest.approx(1.0) and not bool(used)  # no valid candidate: the goal
 
 
 def test_invalid_config_is_one_sentence():
@@ -111,3 +116,13 @@ def test_invalid_config_is_one_sentence():
         sd.Config(discount=1.0)
     with pytest.raises(UsageError, match="num-candidates"):
         sd.Config(num_candidates=0)
+
+
+def test_ddim_clipping_keeps_a_wrong_predictor_in_the_data_range():
+    # eps = 0 claims x_T is all signal: x0_hat = x_T / sqrt(abar_T) ~ 1000 x_T, unless clipped to [-1, 1]
+    sched = sd.cosine_schedule(50)
+    zero = lambda x, t: jnp.zeros_like(x)
+    raw = sd.ddim_sample(jax.random.PRNGKey(0), zero, sched, (1000,), 10)
+    clipped = sd.ddim_sample(jax.random.PRNGKey(0), zero, sched, (1000,), 10, clip=1.0)
+    assert float(jnp.max(jnp.abs(raw))) > 100.0
+    assert float(jnp.max(jnp.abs(clipped))) <= 1.0 + 1e-5

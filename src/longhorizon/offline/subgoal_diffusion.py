@@ -136,11 +136,16 @@ def ddpm_sample(key: jax.Array, eps_fn: Callable, schedule: Schedule, shape: tup
     return x
 
 
-def ddim_sample(key: jax.Array, eps_fn: Callable, schedule: Schedule, shape: tuple[int, ...], sample_steps: int) -> jax.Array:
+def ddim_sample(key: jax.Array, eps_fn: Callable, schedule: Schedule, shape: tuple[int, ...], sample_steps: int,
+                clip: float | None = None) -> jax.Array:
     r"""Deterministic DDIM (Song et al. 2021, :math:`\eta = 0`) on ``sample_steps`` evenly spaced times
     :math:`T = \tau_S > \dots > \tau_1 \ge 1`, :math:`\tau_0 = 0`:
     :math:`\hat x_0 = (x_t - \sqrt{1 - \bar\alpha_t}\epsilon)/\sqrt{\bar\alpha_t}`,
-    :math:`x_{t'} = \sqrt{\bar\alpha_{t'}}\hat x_0 + \sqrt{1 - \bar\alpha_{t'}}\,\epsilon`."""
+    :math:`x_{t'} = \sqrt{\bar\alpha_{t'}}\hat x_0 + \sqrt{1 - \bar\alpha_{t'}}\,\epsilon`.
+
+    With ``clip``, :math:`\hat x_0` is clipped to ``[-clip, clip]`` (the data's range) and
+    :math:`\epsilon` recomputed from it: near ``t = T``, :math:`\sqrt{\bar\alpha_t} \approx 10^{-3}`
+    multiplies a learnt predictor's error by a thousand."""
     steps = schedule.betas.shape[0] - 1
     taus = jnp.round(jnp.linspace(steps, 0, sample_steps + 1)).astype(jnp.int32)
 
@@ -149,6 +154,9 @@ def ddim_sample(key: jax.Array, eps_fn: Callable, schedule: Schedule, shape: tup
         eps = eps_fn(x, t)
         abar, abar_next = schedule.alpha_bars[t], schedule.alpha_bars[t_next]
         x0 = (x - jnp.sqrt(1.0 - abar) * eps) / jnp.sqrt(abar)
+        if clip is not None:
+            x0 = jnp.clip(x0, -clip, clip)
+            eps = (x - jnp.sqrt(abar) * x0) / jnp.sqrt(1.0 - abar)
         return jnp.sqrt(abar_next) * x0 + jnp.sqrt(1.0 - abar_next) * eps, None
 
     x, _ = jax.lax.scan(body, jax.random.normal(key, shape), (taus[:-1], taus[1:]))
@@ -252,16 +260,19 @@ def propose(params, key, obs: jax.Array, goal: jax.Array, config: Config) -> jax
     s = jnp.broadcast_to(tokens(obs, config), (n,) + tokens(obs, config).shape)
     g = jnp.broadcast_to(tokens(goal, config), s.shape)
     eps_fn = lambda x, t: net.apply(params["denoiser"], x, jnp.full((n,), t), s, g)
-    x = ddim_sample(key, eps_fn, cosine_schedule(config.diffusion_steps), s.shape, config.sample_steps)
+    x = ddim_sample(key, eps_fn, cosine_schedule(config.diffusion_steps), s.shape, config.sample_steps, clip=1.0)
     return untokens(jnp.clip(x, -1.0, 1.0))
 
 
-def select_subgoal(values: Callable, obs: jax.Array, goal: jax.Array, candidates: jax.Array, threshold: float):
+def select_subgoal(values: Callable, obs: jax.Array, goal: jax.Array, candidates: jax.Array, threshold: float,
+                   valid: jax.Array | None = None):
     r"""HECRL's selection (module docstring). ``values(obs [B, D], goals [B, D]) -> [B]``; ``obs``, ``goal`` ``[D]``,
-    ``candidates`` ``[N, D]``. Returns ``(target [D], used_subgoal [] bool)``."""
-    v_reach = values(jnp.broadcast_to(obs, candidates.shape), candidates)  # V(s, g~_i)
+    ``candidates`` ``[N, D]``; ``valid`` ``[N]`` bool marks candidates that are possible states (default: all).
+    Returns ``(target [D], used_subgoal [] bool)``; with no valid candidate the target is the goal."""
+    valid = jnp.ones(candidates.shape[0], bool) if valid is None else valid
+    v_reach = jnp.where(valid, values(jnp.broadcast_to(obs, candidates.shape), candidates), -jnp.inf)  # V(s, g~_i)
     v_goal = values(candidates, jnp.broadcast_to(goal, candidates.shape))  # V(g~_i, g)
-    direct = values(obs[None], goal[None])[0] >= threshold
+    direct = (values(obs[None], goal[None])[0] >= threshold) | ~jnp.any(valid)
     reachable = v_reach >= threshold
     best = jnp.where(jnp.any(reachable), jnp.argmax(jnp.where(reachable, v_goal, -jnp.inf)), jnp.argmax(v_reach))
     return jnp.where(direct, goal, candidates[best]), ~direct
