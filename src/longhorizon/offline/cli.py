@@ -109,5 +109,92 @@ def inspect(
 
 
 # ----------------------------------------------------------------------------- train
-# `longhorizon offline train AGENT --dataset NAME_OR_PATH ...` goes here (the agents' part of issue 14):
-# it loads data with longhorizon.offline.datasets.load_dataset and evaluates with longhorizon.offline.envs.evaluate.
+
+
+def _spec_from_results(folder: Path, quiet: bool):
+    """The spec a results folder was written by (its ``config.json``), to continue it with ``--resume``."""
+    from longhorizon.offline.train import OfflineSpec
+    from longhorizon.runner.results import read_json
+
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise UsageError(f"--resume {folder} has no config.json; pass a folder written by `longhorizon offline train`.")
+    saved = read_json(config_path)
+    try:
+        return OfflineSpec(agent=saved["agent"], dataset=saved["dataset"], config_overrides=saved["config_overrides"],
+                           preset=saved["preset"], seeds=saved["seeds"], seed=saved["seed"],
+                           num_updates=saved["num_updates"], num_chunks=saved["num_chunks"],
+                           eval_every=saved["eval_every"], eval_episodes=saved["eval_episodes"],
+                           eval_env=saved["eval_env"], eval_tasks=tuple(saved["eval_tasks"]),
+                           dataset_size=saved["dataset_size"], out=str(folder), quiet=quiet)
+    except KeyError as missing:
+        raise UsageError(f"{config_path} lacks {missing}; it was not written by `longhorizon offline train`.") from None
+
+
+@offline_app.command()
+def train(
+    ctx: typer.Context,
+    agent: str = typer.Argument(None, help="Agent: gcbc, gcivl, hiql or ota."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset name (generated on first use, see `longhorizon offline "
+                                          "datasets`) or an OGBench-format .npz file."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Agent config field KEY=VALUE, repeatable "
+                                             "(e.g. --set option_length=10)."),
+    preset: str = typer.Option("cpu", help="cpu (networks and batch sized for 2 cores) or paper (512x3, batch 1024)."),
+    seeds: int = typer.Option(1, help="Independent seeds trained together in one vmapped program."),
+    seed: int = typer.Option(0, help="Base random seed."),
+    num_updates: int = typer.Option(100_000, help="Gradient updates per seed."),
+    chunks: int = typer.Option(20, help="Number of chunks; Python logs/evaluates/checkpoints between chunks."),
+    eval_every: int = typer.Option(0, help="Evaluate every N chunks (0: only at the end, if --eval-episodes)."),
+    eval_episodes: int = typer.Option(0, help="Episodes per task in the OGBench environment (0: no evaluation)."),
+    eval_env: Optional[str] = typer.Option(None, help="Environment to evaluate in (default: the dataset's)."),
+    eval_tasks: str = typer.Option("1,2,3,4,5", help="Comma-separated OGBench task ids to evaluate on."),
+    dataset_size: Optional[int] = typer.Option(None, help="Transitions to load/generate (default: the whole dataset)."),
+    out: Optional[Path] = typer.Option(None, help="Results folder (default: runs/offline-AGENT-DATASET-TIME)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this results folder (no other setting may be given)."),
+    quiet: bool = typer.Option(False, help="No progress output."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and print the resolved config as JSON; "
+                                 "read, compile and write nothing."),
+) -> None:
+    """Train an offline goal-conditioned agent on a dataset; writes a results folder (metrics, curve, checkpoints)."""
+    import sys
+
+    from longhorizon.offline import train as offline_train
+
+    if resume is not None:
+        from longhorizon.cli import _given
+
+        given = [name for name in _given(ctx) if name not in ("resume", "quiet", "dry_run")
+                 and ctx.params[name] not in (None, [], ())]
+        if given:
+            flag = "AGENT" if given[0] == "agent" else "--" + given[0].rstrip("_").replace("_", "-")
+            raise UsageError(f"{flag} cannot be changed when resuming; resume with the saved config only "
+                             "(--quiet and --dry-run may be added).")
+        spec = _spec_from_results(resume, quiet)
+    else:
+        if agent is None or dataset is None:
+            raise UsageError("offline train needs an agent and a dataset, e.g. "
+                             "`longhorizon offline train ota --dataset pointmaze-giant-stitch-v0`.")
+        try:
+            tasks = tuple(int(t) for t in eval_tasks.split(",") if t.strip())
+        except ValueError:
+            raise UsageError(f"--eval-tasks expects comma-separated task ids such as 1,2,3, got '{eval_tasks}'.") from None
+        spec = offline_train.spec_from_cli(
+            agent, dataset, set_ or (), preset=preset, seeds=seeds, seed=seed, num_updates=num_updates,
+            num_chunks=chunks, eval_every=eval_every, eval_episodes=eval_episodes, eval_env=eval_env,
+            eval_tasks=tasks, dataset_size=dataset_size, out=None if out is None else str(out), quiet=quiet)
+    plan = offline_train.dry_run(spec, resume=resume is not None)
+    if dry_run:
+        _print_plan({"command": "offline train", **plan})
+        return
+    from longhorizon.cli import setup_compilation_cache
+
+    setup_compilation_cache()
+    try:
+        summary = offline_train.train(spec, resume=resume is not None)
+    except KeyboardInterrupt as stop:
+        print(f"interrupted: checkpoint saved; continue with `longhorizon offline train --resume {plan['out']}`.",
+              file=sys.stderr)
+        raise typer.Exit(130) from stop
+    summary.pop("state", None)
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict)) or k == "final"},
+                     indent=2, default=str))
