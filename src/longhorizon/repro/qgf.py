@@ -95,30 +95,34 @@ def run_toy(setup: Setup, log=print) -> dict[str, Any]:
     obs = jnp.zeros((setup.eval_samples, toy.OBS_DIM))
     support = data["actions"][:: max(1, setup.dataset_size // 4000)]
 
-    def measure(actions):  # [seeds, B, 2] -> per-seed return, success and off-support share
-        far = jax.vmap(lambda a: jnp.min(jnp.linalg.norm(a[:, None] - support[None], axis=-1), axis=1))(actions)
-        return {"return": np.asarray(toy.reward(task, actions).mean(-1)),
-                "success": np.asarray(toy.success(task, actions).mean(-1)),
-                "off_support": np.asarray((far > setup.support_radius).mean(-1))}
-
     @jax.jit
-    def qgf(fp, cp, w, key):
+    def _measure(actions):  # [seeds, B, 2] -> per-seed return, success and off-support share
+        far = jax.vmap(lambda a: jnp.min(jnp.linalg.norm(a[:, None] - support[None], axis=-1), axis=1))(actions)
+        return {"return": toy.reward(task, actions).mean(-1), "success": toy.success(task, actions).mean(-1),
+                "off_support": (far > setup.support_radius).mean(-1)}
+
+    def measure(actions):
+        return {k: np.asarray(v) for k, v in _measure(actions).items()}
+
+    def qgf_one(fp, cp, w, key):
         noise = jax.random.normal(key, (setup.eval_samples, toy.ACTION_DIM))
         grad = flows.q_action_grad(lambda o, a: q_apply(cp, o, a))
         return flows.euler_sample(lambda o, x, t: velocity_apply(fp, o, x, t), obs, noise, setup.num_steps, grad, w)
 
+    qgf = jax.jit(jax.vmap(qgf_one, in_axes=(0, 0, None, 0)))  # one program for every w (w is traced)
+    best_of_programs = {n: jax.jit(jax.vmap(lambda fp, cp, k, n=n: flows.sample_best_of_n(
+        lambda o, x, t: velocity_apply(fp, o, x, t), lambda o, a: q_apply(cp, o, a), obs, k, n, setup.num_steps,
+        toy.ACTION_DIM))) for n in setup.best_of_n}
+
     def best_of(n, key):
-        return jax.jit(jax.vmap(lambda fp, cp, k: flows.sample_best_of_n(
-            lambda o, x, t: velocity_apply(fp, o, x, t), lambda o, a: q_apply(cp, o, a), obs, k, n, setup.num_steps,
-            toy.ACTION_DIM)))(flow_params, critic_params, jax.random.split(key, setup.seeds))
+        return best_of_programs[n](flow_params, critic_params, jax.random.split(key, setup.seeds))
 
     t0 = time.perf_counter()
     rows, samples = [], {}
     for split, k_split in (("select", 0), ("report", 1)):
         k_split = jax.random.fold_in(k_eval, k_split)
         for w in setup.weights:
-            actions = jax.vmap(qgf, in_axes=(0, 0, None, 0))(flow_params, critic_params, jnp.float32(w),
-                                                             jax.random.split(k_split, setup.seeds))
+            actions = qgf(flow_params, critic_params, jnp.float32(w), jax.random.split(k_split, setup.seeds))
             method = "bc" if w == 0 else "qgf"
             rows.append({"split": split, "method": method, "setting": {"w": w}, **measure(actions),
                          "evaluations": flows.evaluations_per_action(method, setup.num_steps)})
@@ -144,9 +148,10 @@ def run_toy(setup: Setup, log=print) -> dict[str, Any]:
     flows.check_finite(fql_metrics["distill_loss"], "FQL one-step policy")
     timings["fql_s"] = time.perf_counter() - t0
     log(f"qgf: FQL trained ({len(pairs)} seed x alpha pairs, {setup.fql_updates} updates, {timings['fql_s']:.0f} s)")
+    fql_sample = jax.jit(jax.vmap(lambda p, k: fql.sample(fql_config, p, obs, k, toy.ACTION_DIM)))
     for split, k_split in (("select", 0), ("report", 1)):
         keys = jax.random.split(jax.random.fold_in(k_eval, 10 + k_split), len(pairs))
-        actions = jax.vmap(lambda p, k: fql.sample(fql_config, p, obs, k, toy.ACTION_DIM))(policy, keys)
+        actions = fql_sample(policy, keys)
         actions = actions.reshape(len(setup.alphas), setup.seeds, *actions.shape[1:])
         for i, alpha in enumerate(setup.alphas):
             rows.append({"split": split, "method": "fql", "setting": {"alpha": alpha}, **measure(actions[i]),
