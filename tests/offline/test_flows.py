@@ -128,6 +128,13 @@ def test_iql_losses_match_hand_values():
     assert float(iql.q_value(config, params)(batch["observations"], batch["actions"])[0]) == pytest.approx(1.0)
 
 
+def test_the_critic_uses_the_expectile_loss_by_hand():
+    from longhorizon.core.losses import expectile_loss
+
+    # u = Q - V: weight tau above V, 1 - tau below: (.9 * 4, .1 * 1, 0)
+    np.testing.assert_allclose(np.asarray(expectile_loss(jnp.array([2.0, -1.0, 0.0]), 0.9)), [3.6, 0.1, 0.0], rtol=1e-6)
+
+
 def test_fql_loss_matches_hand_value():
     # mu_omega = (.5, .5), flow target (0, 1), Q = a_0 + a_1 = 1, lambda = 1/|Q| = 1:
     # -1 * 1 + alpha * ((.5)^2 + (.5)^2) / 2 = -1 + 2 * .25 = -.5.
