@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from longhorizon.errors import UsageError
+from longhorizon.repro.qgf_cube import CubeSetup, _cell, _stats, cube_claim, cube_lines, run_cube
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +53,6 @@ class Setup:
 
 QUICK = Setup(seeds=3, dataset_size=4000, hidden=(32, 32), flow_updates=300, critic_updates=300, fql_updates=200,
               weights=(0.0, 1.0, 3.0, 30.0), best_of_n=(2, 4), alphas=(1.0, 10.0), eval_samples=500)
-
-
-def _stats(values: np.ndarray) -> dict[str, float]:
-    """Mean and standard error over seeds of ``values [seeds]``."""
-    return {"mean": float(np.mean(values)), "se": float(np.std(values, ddof=1) / np.sqrt(len(values)))}
 
 
 def run_toy(setup: Setup, log=print) -> dict[str, Any]:
@@ -283,12 +279,8 @@ def plot(path: Path, result: dict[str, Any], summary: dict[str, Any], setup: Set
     plt.close(fig)
 
 
-def _cell(values) -> str:
-    s = _stats(np.asarray(values))
-    return f"{s['mean']:.3f} +- {s['se']:.3f}"
-
-
-def write_report(root: Path, result: dict[str, Any], summary: dict[str, Any], setup: Setup, quick: bool) -> None:
+def write_report(root: Path, result: dict[str, Any], summary: dict[str, Any], setup: Setup, quick: bool,
+                 cube: dict[str, Any] | None = None) -> None:
     plot(root / "qgf.png", result, summary, setup)
     lines = ["# qgf: test-time gradient guidance of a flow policy vs best-of-N and FQL (toy multi-modal 2-D task)", "",
              f"Command: `longhorizon repro qgf{' --quick' if quick else ''} --out {root}` ({setup.seeds} seeds; "
@@ -306,7 +298,8 @@ def write_report(root: Path, result: dict[str, Any], summary: dict[str, Any], se
         lines.append(f"| {r['method']} | {setting} | {e['total']} ({e['velocity']} + {e['critic']} + {e['policy']}) | "
                      f"{_cell(r['return'])} | {_cell(r['success'])} | {_cell(r['off_support'])} |")
     lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
-    lines += ["", "![samples and curves](qgf.png)", "", NOTES.format(**dataclasses.asdict(setup), **result["timings"])]
+    lines += ["", "![samples and curves](qgf.png)", ""] + cube_lines(cube) + [
+        "", NOTES.format(**dataclasses.asdict(setup), **result["timings"])]
     (root / "README.md").write_text("\n".join(lines) + "\n")
 
 
@@ -334,27 +327,33 @@ NOTES = """## How it was measured, and how it differs from the paper
   the critic is IQL's (the paper's choice of critic may differ), and FQL uses that shared critic,
   not its own critic trained jointly with the one-step policy (on a one-step task both estimate Q = r);
   w, alpha and N are swept rather than tuned per task.
-- OGBench `cube-single` was not run: the issue asks for it with single-task rewards from OGBench's
-  relabelling, which `longhorizon.offline.datasets` does not provide yet (its datasets carry no
-  `rewards`/`masks`), and evaluation would need the MuJoCo environment on the host for every
-  (w, seed) pair. To run it once that exists: `longhorizon offline make-dataset cube-single-play-v0`,
-  then train flow BC and the critic on the relabelled data (`flows.make_train`, `iql.make_train`) and
-  evaluate `flows.euler_sample` with `q_action_grad` through `longhorizon.offline.envs.evaluate`.
 - Time: flow {flow_s:.0f} s, critic {critic_s:.0f} s, sampling {sampling_s:.0f} s, FQL {fql_s:.0f} s.
 """
 
 
-def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
-    """Run the study (``QUICK`` with ``quick``) and write README.md, summary.json and qgf.png into ``out_dir``."""
+def run(out_dir: str, quick: bool = False, setup: Setup | None = None,
+        cube: CubeSetup | None | str = "default") -> dict[str, Any]:
+    """Run the study (``QUICK`` with ``quick``) and write README.md, summary.json and qgf.png into ``out_dir``.
+    The full run adds OGBench cube-single (``cube``; None skips it; ``--quick`` never runs it)."""
     setup = setup or (QUICK if quick else Setup())
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     result = run_toy(setup)
     summary = summarise(result)
-    write_report(root, result, summary, setup, quick)
+    cube_result = None
+    if not quick and cube is not None:
+        try:
+            import ogbench  # noqa: F401
+        except ImportError:
+            print("qgf: ogbench is not installed (pip install 'longhorizon[offline]'); cube-single skipped")
+        else:
+            cube_result = run_cube(CubeSetup() if cube == "default" else cube)
+            summary["claims"]["qgf_raises_success_on_cube_single"] = cube_claim(cube_result)
+            summary["verdict"] += f"; qgf_raises_success_on_cube_single: {summary['claims']['qgf_raises_success_on_cube_single']}"
+    write_report(root, result, summary, setup, quick, cube_result)
     rows = [{**{k: v for k, v in r.items() if k not in ("return", "success", "off_support")},
              **{k: [float(x) for x in r[k]] for k in ("return", "success", "off_support")}} for r in result["rows"]]
     out = {**summary, "setup": dataclasses.asdict(setup), "quick": quick, "rows": rows, "optimum": result["optimum"],
-           "data_return": result["data_return"], "timings": result["timings"]}
+           "data_return": result["data_return"], "timings": result["timings"], "cube": cube_result}
     (root / "summary.json").write_text(json.dumps(out, indent=2) + "\n")
     return out
