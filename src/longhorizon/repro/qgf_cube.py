@@ -51,7 +51,9 @@ def run_cube(setup: CubeSetup, log=print) -> dict[str, Any]:
     raw = datasets.load_dataset(setup.dataset, size=setup.size)
     relabelled = dict(raw)
     relabel_dataset(name, envs.make_env(name), relabelled)  # OGBench's rewards (success - 1) and masks
-    data = {k: jnp.asarray(relabelled[k], jnp.float32) for k in
+    # a row whose next observation starts another trajectory is no transition (OGBench drops it too)
+    keep = relabelled["valids"] > 0 if "valids" in relabelled else slice(None)
+    data = {k: jnp.asarray(relabelled[k][keep], jnp.float32) for k in
             ("observations", "actions", "rewards", "masks", "next_observations")}
     obs_dim, act_dim = data["observations"].shape[1], data["actions"].shape[1]
     flow_config = flows.FlowConfig(hidden=setup.hidden, num_updates=setup.updates, num_steps=setup.num_steps)
