@@ -369,7 +369,7 @@ def write_report(path: Path, summary: dict[str, Any]) -> None:
                   "|---|---|---|---|---|---|"]
         for r in summary["success"]:
             paper = PAPER[r["dataset"]][0 if r["agent"] == "hiql" else 1]
-            lines += [f"| {r['dataset']} | {r['agent']} | {r['success_mean']:.2f} | {r['success_per_seed']} | {paper / 100:.2f} "
+            lines += [f"| {r['dataset']} | {r['agent']} | {r['success_mean']:.2f} | {', '.join(f'{x:.2f}' for x in r['success_per_seed'])} | {paper / 100:.2f} "
                       f"| {r['updates_per_second']:.0f} |"]
     else:
         lines += ["Not run in this output. The full protocol is `longhorizon repro ota` (both parts, `SuccessSetup()`'s "
