@@ -72,7 +72,7 @@ def test_batch_triples_are_subgoals_k_ahead_capped_at_the_goal():
 
 def test_learning_lowers_the_noise_loss_from_its_start_value():
     data = goal_data(pushworld.make_dataset(1, trajectories=30, length=20, seed=0))
-    config = sd.Config(d_model=32, heads=2, layers=1, batch_size=128, learning_rate=1e-3)
+    config = sd.Config(d_model=32, heads=2, layers=1, batch_size=64, learning_rate=2e-3)
     state = sd.init(jax.random.PRNGKey(0), 4, 0, config)
 
     @jax.jit
@@ -80,14 +80,12 @@ def test_learning_lowers_the_noise_loss_from_its_start_value():
         return sd.learn(state, sd.sample(key, data, config), config)
 
     losses = []
-    for k in jax.random.split(jax.random.PRNGKey(1), 150):
+    for k in jax.random.split(jax.random.PRNGKey(1), 100):
         state, metrics = update(state, k)
         losses.append(float(metrics["diffusion_loss"]))
     # the output layer starts at zero, so the first loss is E||eps||^2 = 2 tokens x 2 features = 4
     assert losses[0] == pytest.approx(4.0, rel=0.15)
     assert np.mean(losses[-20:]) < 0.6 * losses[0]
-    cands = sd.propose(state.params, jax.random.PRNGKey(2), data.observations[0], data.observations[5], config)
-    assert cands.shape == (config.num_candidates, 4) and bool(jnp.all(jnp.isfinite(cands)))
 
 
 def test_selection_rule_by_hand():

@@ -271,8 +271,8 @@ def write_report(path: Path, summary: dict[str, Any], setup: Setup) -> None:
                  for m in setup.methods]
         used = ", ".join(f"{r[m]['subgoal_rate']:.2f}" for m in setup.methods if m in WITH_SUBGOALS) or "-"
         lines += [f"| {r['blocks']} | {r['moved']} | {r['script_steps_mean']:.1f} | " + " | ".join(cells) + f" | {used} |"]
-    lines += ["", "Success: mean over seeds (per seed in parentheses). *subgoal used*: the fraction of HECRL's "
-              "re-plans that pursued a diffusion subgoal rather than the goal itself.", "",
+    lines += ["", "Success: mean over seeds (per seed in parentheses). *subgoal used*: for each composed method in "
+              "column order, the fraction of re-plans that pursued a diffusion subgoal rather than the goal itself.", "",
               "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
     lines += ["", f"Overall: {summary['verdict']}", ""]
     long = [r for r in summary["rows"] if r["moved"] >= 2]
