@@ -86,7 +86,8 @@ def _materialise(argv: list[str], plan: dict) -> None:
 
 
 def _writes_results(argv: list[str]) -> bool:
-    return "--out" in argv and "--resume" not in argv and (argv[0] == "train" or argv[:2] in (["lm", "sft"], ["lm", "rl"]))
+    return "--out" in argv and "--resume" not in argv and (
+        argv[0] == "train" or argv[:2] in (["lm", "sft"], ["lm", "rl"], ["offline", "train"]))
 
 
 @pytest.fixture(scope="module")
