@@ -12,7 +12,8 @@ sub-command), so an option added without a case here fails
 
 Argv strings may name the fixture folders ``{RUN}``, ``{RUN2}`` (train results), ``{SFT}``,
 ``{SFT2}`` (lm sft results), ``{RL}`` (lm rl results), ``{GGUF}`` (a tiny pretrained model), ``{DATA}``,
-``{DATA2}`` (prompt datasets) and ``{TMP}`` (an empty scratch folder).
+``{DATA2}`` (prompt datasets), ``{ODATA}``, ``{ODATA_VAL}``
+(a tiny OGBench dataset and its -val file) and ``{TMP}`` (an empty scratch folder).
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ SGPO = (*RL, "--sgpo")
 LM_EVAL = ("lm", "eval", "--init", "{SFT}")
 FETCH = ("lm", "fetch", "smollm2")
 REPRO = ("repro", "h1")
+OTRAIN = ("offline", "train", "ota", "--dataset", "pointmaze-medium-stitch-v0", "--out", "{TMP}/o")
+OEVAL = (*OTRAIN, "--eval-episodes", "2")
+MAKE = ("offline", "make-dataset", "pointmaze-medium-stitch-v0", "--out", "{TMP}/m.npz")
+INSPECT = ("offline", "inspect", "{ODATA}")
 SWEEP = ("sweep", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--grid", "learning_rate=1e-4,3e-4",
          "--out", "{TMP}/w")
 
@@ -255,6 +260,45 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "quick": [acts(REPRO, "--quick")],
         "dry_run": [DRY],
     },
+    ("offline", "datasets"): {"dry_run": [DRY]},
+    ("offline", "make-dataset"): {
+        "name": [acts(MAKE, replace={"pointmaze-medium-stitch-v0": "pointmaze-large-stitch-v0"}),
+                 refused(("offline", "make-dataset", "pointmaze-gaint-stitch-v0"), "did you mean")],
+        "out": [acts(MAKE, replace={"{TMP}/m.npz": "{TMP}/n.npz"}), refused((*MAKE, "--out", "{TMP}/m.h5"), ".npz")],
+        "size": [acts(MAKE, "--size", "400"), refused((*MAKE, "--size", "0"), "--size must be at least 1")],
+        "seed": [acts(MAKE, "--seed", "1")],
+        "workers": [acts(MAKE, "--workers", "1")],
+        "force": [acts(MAKE, "--force")],
+        "dry_run": [DRY],
+    },
+    ("offline", "inspect"): {
+        "dataset": [acts(INSPECT, replace={"{ODATA}": "{ODATA_VAL}"}),
+                    refused(("offline", "inspect", "pointmaze-gaint-stitch-v0"), "did you mean")],
+        "env": [acts(INSPECT, "--env", "pointmaze-medium-navigate-v0"),
+                refused((*INSPECT, "--env", "cube-single-play-v0"), "observation")],
+        "dry_run": [DRY],
+    },
+    ("offline", "train"): {
+        "agent": [acts(OTRAIN, replace={"ota": "hiql"}), refused(("offline", "train", "sac", "--dataset", "x.npz"), "sac")],
+        "dataset": [acts(OTRAIN, replace={"pointmaze-medium-stitch-v0": "pointmaze-large-stitch-v0"})],
+        "set_": [acts(OTRAIN, "--set", "option_length=3"), refused((*OTRAIN, "--set", "option_lenght=3"), "did you mean --option-length"),
+                 acts(OTRAIN, "--option-length", "3")],
+        "preset": [acts(OTRAIN, "--preset", "paper"), refused((*OTRAIN, "--preset", "gpu"), "unknown preset")],
+        "seeds": [acts(OTRAIN, "--seeds", "2")],
+        "seed": [acts(OTRAIN, "--seed", "1")],
+        "num_updates": [acts(OTRAIN, "--num-updates", "500")],
+        "chunks": [acts(OTRAIN, "--chunks", "4")],
+        "eval_every": [acts(OEVAL, "--eval-every", "2"), refused((*OTRAIN, "--eval-every", "2"), "--eval-episodes")],
+        "eval_episodes": [acts(OTRAIN, "--eval-episodes", "2")],
+        "eval_env": [acts(OEVAL, "--eval-env", "pointmaze-medium-navigate-v0")],
+        "eval_tasks": [acts(OEVAL, "--eval-tasks", "1,2"), refused((*OEVAL, "--eval-tasks", "one"), "--eval-tasks")],
+        "dataset_size": [acts(OTRAIN, "--dataset-size", "1000")],
+        "out": [acts(OTRAIN, replace={"{TMP}/o": "{TMP}/o2"})],
+        "resume": [refused(("offline", "train", "--resume", "{RUN}"), "not written by `longhorizon offline train`"),
+                   refused(("offline", "train", "--resume", "{RUN}", "--seeds", "2"), "cannot be changed when resuming")],
+        "quiet": [acts(OTRAIN, "--quiet")],
+        "dry_run": [DRY],
+    },
     ("sweep",): {
         "algo": [acts(SWEEP, replace={"ppo": "pqn"})],
         "env": [acts(SWEEP, replace={"CartPole-v1": "Acrobot-v1"})],
@@ -275,7 +319,9 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
 NO_OPTIONS = {("envs",)}
 # A case for `--dry-run` needs a command that takes it.
 DRY_ARGV = {("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
-            ("lm", "eval"): LM_EVAL, ("lm", "fetch"): FETCH, ("repro",): REPRO, ("sweep",): SWEEP}
+            ("lm", "eval"): LM_EVAL, ("lm", "fetch"): FETCH, ("repro",): REPRO, ("sweep",): SWEEP,
+            ("offline", "datasets"): ("offline", "datasets"), ("offline", "make-dataset"): MAKE,
+            ("offline", "inspect"): INSPECT, ("offline", "train"): OTRAIN}
 
 
 def cli_parameters() -> dict[tuple[str, ...], set[str]]:
@@ -352,6 +398,10 @@ def places(tmp_path_factory):
     files = {"GGUF": write_gguf(root / "tiny.gguf"), "DATA": root / "d.jsonl", "DATA2": root / "d2.jsonl"}
     files["DATA"].write_text('{"prompt": "2+2=", "answer": "4"}\n')
     files["DATA2"].write_text('{"prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"}\n')
+    from longhorizon.offline.datasets import make_dataset, val_path  # a tiny OGBench-format file for `offline inspect`
+
+    files["ODATA"] = make_dataset("pointmaze-medium-stitch-v0", root / "pm.npz", size=400, workers=1, progress=False)
+    files["ODATA_VAL"] = val_path(files["ODATA"])
     return {**{k: str(v) for k, v in {**folders, **files}.items()}, "TMP": str(root / "scratch")}
 
 

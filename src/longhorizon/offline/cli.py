@@ -76,7 +76,7 @@ def make_dataset(
     plan = {"command": "offline make-dataset", "name": name, "env": spec.env_id, "kind": spec.kind,
             "episodes": train, "val_episodes": val, "transitions": train * (spec.length - 1),
             "out": target, "val_out": ds.val_path(target), "seed": seed, "workers": workers,
-            "exists": target.exists()}
+            "exists": target.exists(), "force": force}
     if dry_run:
         _print_plan(plan)
         return
@@ -131,14 +131,14 @@ def _spec_from_results(folder: Path, quiet: bool):
         raise UsageError(f"{config_path} lacks {missing}; it was not written by `longhorizon offline train`.") from None
 
 
-@offline_app.command()
+@offline_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
     agent: str = typer.Argument(None, help="Agent: gcbc, gcivl, hiql or ota."),
     dataset: Optional[str] = typer.Option(None, help="Dataset name (generated on first use, see `longhorizon offline "
                                           "datasets`) or an OGBench-format .npz file."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Agent config field KEY=VALUE, repeatable "
-                                             "(e.g. --set option_length=10)."),
+                                             "(e.g. --set option_length=10; or --option-length 10)."),
     preset: str = typer.Option("cpu", help="cpu (networks and batch sized for 2 cores) or paper (512x3, batch 1024)."),
     seeds: int = typer.Option(1, help="Independent seeds trained together in one vmapped program."),
     seed: int = typer.Option(0, help="Base random seed."),
@@ -155,16 +155,22 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and print the resolved config as JSON; "
                                  "read, compile and write nothing."),
 ) -> None:
-    """Train an offline goal-conditioned agent on a dataset; writes a results folder (metrics, curve, checkpoints)."""
+    """Train an offline goal-conditioned agent on a dataset; writes a results folder (metrics, curve, checkpoints).
+
+    Any agent config field can also be set as --field value (e.g. --option-length 10), as with --set."""
     import sys
 
+    from longhorizon.cli import _parse_extra
     from longhorizon.offline import train as offline_train
+
+    extra = _parse_extra(list(ctx.args))
 
     if resume is not None:
         from longhorizon.cli import _given
 
         given = [name for name in _given(ctx) if name not in ("resume", "quiet", "dry_run")
                  and ctx.params[name] not in (None, [], ())]
+        given += list(extra)
         if given:
             flag = "AGENT" if given[0] == "agent" else "--" + given[0].rstrip("_").replace("_", "-")
             raise UsageError(f"{flag} cannot be changed when resuming; resume with the saved config only "
@@ -179,12 +185,12 @@ def train(
         except ValueError:
             raise UsageError(f"--eval-tasks expects comma-separated task ids such as 1,2,3, got '{eval_tasks}'.") from None
         spec = offline_train.spec_from_cli(
-            agent, dataset, set_ or (), preset=preset, seeds=seeds, seed=seed, num_updates=num_updates,
+            agent, dataset, [*(set_ or ()), *(f"{k}={v}" for k, v in extra.items())], preset=preset, seeds=seeds, seed=seed, num_updates=num_updates,
             num_chunks=chunks, eval_every=eval_every, eval_episodes=eval_episodes, eval_env=eval_env,
             eval_tasks=tasks, dataset_size=dataset_size, out=None if out is None else str(out), quiet=quiet)
     plan = offline_train.dry_run(spec, resume=resume is not None)
     if dry_run:
-        _print_plan({"command": "offline train", **plan})
+        _print_plan({"command": "offline train", **plan, "quiet": spec.quiet})
         return
     from longhorizon.cli import setup_compilation_cache
 
