@@ -111,26 +111,6 @@ def inspect(
 # ----------------------------------------------------------------------------- train
 
 
-def _spec_from_results(folder: Path, quiet: bool):
-    """The spec a results folder was written by (its ``config.json``), to continue it with ``--resume``."""
-    from longhorizon.offline.train import OfflineSpec
-    from longhorizon.runner.results import read_json
-
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise UsageError(f"--resume {folder} has no config.json; pass a folder written by `longhorizon offline train`.")
-    saved = read_json(config_path)
-    try:
-        return OfflineSpec(agent=saved["agent"], dataset=saved["dataset"], config_overrides=saved["config_overrides"],
-                           preset=saved["preset"], seeds=saved["seeds"], seed=saved["seed"],
-                           num_updates=saved["num_updates"], num_chunks=saved["num_chunks"],
-                           eval_every=saved["eval_every"], eval_episodes=saved["eval_episodes"],
-                           eval_env=saved["eval_env"], eval_tasks=tuple(saved["eval_tasks"]),
-                           dataset_size=saved["dataset_size"], out=str(folder), quiet=quiet)
-    except KeyError as missing:
-        raise UsageError(f"{config_path} lacks {missing}; it was not written by `longhorizon offline train`.") from None
-
-
 @offline_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
@@ -175,7 +155,7 @@ def train(
             flag = "AGENT" if given[0] == "agent" else "--" + given[0].rstrip("_").replace("_", "-")
             raise UsageError(f"{flag} cannot be changed when resuming; resume with the saved config only "
                              "(--quiet and --dry-run may be added).")
-        spec = _spec_from_results(resume, quiet)
+        spec = offline_train.spec_from_results(resume, quiet=quiet)
     else:
         if agent is None or dataset is None:
             raise UsageError("offline train needs an agent and a dataset, e.g. "

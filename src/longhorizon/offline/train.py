@@ -175,6 +175,26 @@ def make_chunk(agent, config, updates_per_chunk: int):
     return chunk
 
 
+def spec_from_results(run_dir, **changes: Any) -> OfflineSpec:
+    """The spec a results folder was written by (its ``config.json``, :meth:`OfflineRun.resolved_config`),
+    to continue it with ``--resume``; ``changes`` replace fields that may change then (``quiet``)."""
+    folder = Path(run_dir)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise UsageError(f"--resume {folder} has no config.json; pass a folder written by `longhorizon offline train`.")
+    saved = read_json(config_path)
+    try:
+        spec = OfflineSpec(agent=saved["agent"], dataset=saved["dataset"], config_overrides=saved["config_overrides"],
+                           preset=saved["preset"], seeds=saved["seeds"], seed=saved["seed"],
+                           num_updates=saved["num_updates"], num_chunks=saved["num_chunks"],
+                           eval_every=saved["eval_every"], eval_episodes=saved["eval_episodes"],
+                           eval_env=saved["eval_env"], eval_tasks=tuple(saved["eval_tasks"]),
+                           dataset_size=saved["dataset_size"], out=str(folder))
+    except KeyError as missing:
+        raise UsageError(f"{config_path} lacks {missing}; it was not written by `longhorizon offline train`.") from None
+    return dataclasses.replace(spec, **changes)
+
+
 def dry_run(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
     """What :func:`train` would do, checked as it checks it; nothing is read, compiled or written."""
     run = OfflineRun(spec)
