@@ -176,6 +176,65 @@ def _compile_settings() -> dict[str, Any]:
              "jax_persistent_cache_min_entry_size_bytes")}
 
 
+# ----------------------------------------------------------------------------- Ray helpers (also used by lm.agents)
+def connect_ray(options: RayOptions) -> bool:
+    """Start or join Ray as ``options.address`` says, unless this process is connected already; True if
+    this call connected (so its caller shuts Ray down). ``local``: a private single-machine instance on
+    loopback, dashboard and usage statistics off."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if options.address == "local":
+        needed = int(np.ceil(options.actors * options.actor_cpus))
+        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False,
+                 _node_ip_address="127.0.0.1", log_to_driver=False, logging_level=logging.WARNING)
+    else:
+        ray.init(address=options.address, log_to_driver=False, logging_level=logging.WARNING)
+    return True
+
+
+def await_placement(workers: list[Any], options: RayOptions, on_refusal=lambda: None) -> None:
+    """Wait until Ray has started every actor (each has a ``pid`` method); refuse with one sentence if
+    the cluster cannot hold them, after calling ``on_refusal`` (e.g. to kill the actors).
+
+    Ray queues an actor whose resources no node has free and never says so: without this the run
+    would wait forever (e.g. ``--actor-gpus 1`` on a cluster without GPUs).
+    """
+    import ray
+
+    refs = [w.pid.remote() for w in workers]
+    ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=options.placement_timeout_s)
+    if waiting:
+        free = {k: round(v, 2) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+        on_refusal()
+        raise UsageError(
+            f"Ray started {len(ready)} of {len(refs)} actors within {options.placement_timeout_s:g} s because "
+            f"each asks for {options.actor_cpus:g} CPU and {options.actor_gpus:g} GPU while the cluster "
+            f"has {free or 'nothing'} free; pass fewer --actors, a smaller --actor-cpus or --actor-gpus, or add nodes.")
+    ray.get(ready)  # an actor that failed to start raises its error here
+
+
+def actor_died(error: Exception) -> bool:
+    """Whether ``error`` (raised by ``ray.get``) says the actor's process is gone."""
+    import ray.exceptions as rex
+
+    return isinstance(error, (rex.RayActorError, getattr(rex, "ActorUnavailableError", rex.RayActorError)))
+
+
+def configure_actor_jax(compile_settings: dict[str, Any]) -> None:
+    """Inside an actor: CPU unless Ray placed a GPU here, no preallocation, the driver's compilation cache."""
+    import ray
+
+    if not ray.get_gpu_ids():
+        jax.config.update("jax_platforms", "cpu")  # no accelerator was placed here; do not grab one
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # actors may share an accelerator
+    for name, value in compile_settings.items():
+        if value is not None:
+            jax.config.update(name, value)
+
+
 # ----------------------------------------------------------------------------- actor
 class CollectWorker:
     """One Ray actor: builds the environment and the jitted ``collect`` once, then serves calls.
@@ -189,14 +248,7 @@ class CollectWorker:
     def __init__(self, algo_module: str, env_id: str, env_overrides: dict, config: Any, num_seeds: int,
                  mode: str, compile_settings: dict[str, Any], total_seeds: int | None = None,
                  flow: tuple[list[int], list[int]] = ((), ())):
-        import ray
-
-        if not ray.get_gpu_ids():
-            jax.config.update("jax_platforms", "cpu")  # no accelerator was placed here; do not grab one
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # actors may share an accelerator
-        for name, value in compile_settings.items():
-            if value is not None:
-                jax.config.update(name, value)
+        configure_actor_jax(compile_settings)
         from longhorizon.envs import make
 
         algo = self.algo = importlib.import_module(algo_module)
@@ -398,18 +450,8 @@ class RayEngine:
         return ray
 
     def _connect(self) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray = self._ray()
-        if ray.is_initialized():
-            return
-        address = self.options.address
-        if address == "local":  # a private single-machine instance on loopback
-            needed = int(np.ceil(self.options.actors * self.options.actor_cpus))
-            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False,
-                     _node_ip_address="127.0.0.1", log_to_driver=False, logging_level=logging.WARNING)
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        self._ray_started = True
+        if connect_ray(self.options):
+            self._ray_started = True
 
     def _start_workers(self) -> None:
         if self._workers:
@@ -421,22 +463,8 @@ class RayEngine:
         self._await_placement(self._workers)
 
     def _await_placement(self, workers: list[Any]) -> None:
-        """Wait until Ray has started every actor; refuse with one sentence if the cluster cannot hold them.
-
-        Ray queues an actor whose resources no node has free and never says so: without this the run
-        would wait forever (e.g. ``--actor-gpus 1`` on a cluster without GPUs).
-        """
-        ray = self._ray()
-        refs = [w.pid.remote() for w in workers]
-        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.options.placement_timeout_s)
-        if waiting:
-            free = {k: round(v, 2) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
-            self.close()
-            raise UsageError(
-                f"Ray started {len(ready)} of {len(refs)} actors within {self.options.placement_timeout_s:g} s because "
-                f"each asks for {self.options.actor_cpus:g} CPU and {self.options.actor_gpus:g} GPU while the cluster "
-                f"has {free or 'nothing'} free; pass fewer --actors, a smaller --actor-cpus or --actor-gpus, or add nodes.")
-        ray.get(ready)  # an actor that failed to start raises its error here
+        """Wait until Ray has started every actor; refuse with one sentence if the cluster cannot hold them."""
+        await_placement(workers, self.options, on_refusal=self.close)
 
     def _new_worker(self, index: int):
         ray = self._ray()
@@ -482,9 +510,7 @@ class RayEngine:
 
     @staticmethod
     def _actor_died(error: Exception) -> bool:
-        import ray.exceptions as rex
-
-        return isinstance(error, (rex.RayActorError, getattr(rex, "ActorUnavailableError", rex.RayActorError)))
+        return actor_died(error)
 
     # ------------------------------------------------------------------ sync
     def _sync_collect(self, state):
