@@ -147,7 +147,9 @@ def read_corpus(path: str) -> list[str]:
 
 
 def _corpus_index(path: str) -> _Index:
-    key = ("file", os.path.abspath(path), os.path.getmtime(path))
+    if not os.path.isfile(path):
+        read_corpus(path)  # raises the UsageError naming the missing file
+    key = ("file", os.path.abspath(path), os.path.getmtime(path))  # an edited file is indexed anew
     with _LOCK:
         if key not in _INDEXES:
             _INDEXES[key] = _Index(read_corpus(path))
