@@ -53,6 +53,25 @@ def get(name: str) -> EnvironmentSpec:
     return ENVIRONMENTS[name]
 
 
+def expert_episode(name: str, row: dict, expert=None, cls: type | None = None,
+                   max_calls: int = 64) -> tuple[object, list[tuple]]:
+    """Play one episode of environment ``name`` (or of ``cls``, e.g. a slowed or corpus-bound variant)
+    with its scripted expert (or ``expert``, an Expert instance).
+
+    Returns ``(env, steps)`` with ``steps = [(tool, kwargs, observation), ...]``: the transcript an SFT
+    warm start formats into tool-call text, and the environment to read the outcome from."""
+    spec = get(name)
+    env = (cls or spec.cls)()
+    observation = env.reset(**{k: v for k, v in row.items() if k != "prompt"})
+    expert = spec.expert(row) if expert is None else expert
+    steps = []
+    while not getattr(env, "done", False) and len(steps) < max_calls:
+        tool, kwargs = expert.act(observation)
+        observation = getattr(env, tool)(**kwargs)
+        steps.append((tool, kwargs, observation))
+    return env, steps
+
+
 def environment_from_path(path: str) -> type:
     """The environment class at ``"pkg.module:Class"`` (or ``"file.py:Class"``), checked against the convention."""
     from longhorizon.lm.agents.protocol import check_environment
@@ -86,5 +105,5 @@ def environment_from_path(path: str) -> type:
     return cls
 
 
-__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_from_path", "get", "with_latency",
+__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_from_path", "expert_episode", "get", "with_latency",
            "fees", "research", "router", "search"]
