@@ -42,6 +42,8 @@ def parse_answers(text: str) -> dict[str, int]:
 class FeedbackEnv:
     """The word-problem environment with plain or structured feedback (module docstring)."""
 
+    reward, done = 0.0, False  # until reset (read by the rollout after the episode)
+
     def reset(self, answer: str = "", feedback: str = "structured", max_attempts: int = 3,
               attempt_discount: float = 1.0, **_columns) -> str | None:
         if feedback not in FEEDBACK:

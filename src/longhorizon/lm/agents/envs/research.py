@@ -35,6 +35,8 @@ def solve(kind: str, values: dict) -> str:
 class ResearchEnv:
     """The lookup-and-aggregate environment (module docstring)."""
 
+    reward, done = 0.0, False  # until reset (read by the rollout after the episode)
+
     def reset(self, answer: str = "", values: dict | None = None, **_columns) -> str | None:
         if not isinstance(values, dict) or not values:
             raise UsageError("the research environment's row needs a 'values' column mapping each city to its "

@@ -100,6 +100,8 @@ def describe_models(models=MODELS) -> str:
 class RouterEnv:
     """The router environment (module docstring)."""
 
+    reward, done = 0.0, False  # until reset (read by the rollout after the episode)
+
     models = MODELS
 
     def reset(self, answer: str = "", task_seed: int = 0, cost_weight: float = 0.5, **_columns) -> str | None:

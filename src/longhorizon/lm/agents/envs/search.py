@@ -162,6 +162,8 @@ def _corpus_index(path: str) -> _Index:
 class SearchEnv:
     """The search environment over the synthetic KB of a row's ``kb_seed`` (module docstring)."""
 
+    reward, done = 0.0, False  # until reset (read by the rollout after the episode)
+
     _corpus: str | None = None  # set by search_env(path): search that file instead of the synthetic KB
     _top_k: int = 3
 
@@ -231,17 +233,18 @@ def make_tasks(n: int, *, seed: int, hops: int = 2, kb_seed: int = 0, kb_scale: 
     check_positive_int(distractors, "distractors", 0)
     documents, facts = knowledge_base(kb_seed, kb_scale, distractors)
     rng = np.random.default_rng([seed, hops, 151])
-    by_type: dict[str, list[str]] = {}
-    for (name, s) in facts:
-        by_type.setdefault(RELATIONS[name].subject, [])
-        if s not in by_type[RELATIONS[name].subject]:
-            by_type[RELATIONS[name].subject].append(s)
-    types = sorted(by_type)
-    rows = []
+    kind_of = {s: RELATIONS[name].subject for (name, s) in facts}  # every entity is the subject of a relation
+    by_type = {t: [s for s, k in kind_of.items() if k == t] for t in sorted(set(kind_of.values()))}
+    types = list(by_type)
+    rows, tries = [], 0
     while len(rows) < n:
+        tries += 1
+        if tries > 1000 * n:  # unreachable with the KB's sizes; a guard against an endless loop all the same
+            raise UsageError(f"cannot compose {hops}-hop questions without repeating an entity in this knowledge "
+                             "base; raise kb_scale or lower hops.")
         entity = by_type[types[rng.integers(len(types))]]
         entity = entity[rng.integers(len(entity))]
-        path, seen, kind = [], [entity], _type_of(entity, by_type)
+        path, seen, kind = [], [entity], kind_of[entity]
         phrase, evidence = entity, []
         for _ in range(hops):
             options = [r for r, rel in RELATIONS.items() if rel.subject == kind]
@@ -258,10 +261,6 @@ def make_tasks(n: int, *, seed: int, hops: int = 2, kb_seed: int = 0, kb_scale: 
                      "kb_seed": kb_seed, "kb_scale": kb_scale, "distractors": distractors, "top_k": top_k,
                      "evidence": evidence})
     return rows
-
-
-def _type_of(entity: str, by_type: dict) -> str:
-    return next(t for t, names in by_type.items() if entity in names)
 
 
 def parse_question(question: str) -> tuple[str, list[str]]:
