@@ -190,6 +190,10 @@ def test_router_reward_arithmetic_on_a_hand_made_episode():
     assert wrong.reward == pytest.approx(0.95) and wrong.metrics == {"route_calls": 1, "tool_errors": 0}
     with pytest.raises(UsageError, match="cost_weight=-1 is invalid"):
         start(router.RouterEnv, {"answer": "1", "cost_weight": -1})
+    with pytest.raises(UsageError, match="cost_weight='high' is invalid"):
+        router.make_tasks(2, seed=0, cost_weight="high")
+    with pytest.raises(UsageError, match="domains=.*is invalid"):
+        router.make_tasks(2, seed=0, domains=("poetry",))
 
 
 def test_router_models_are_deterministic_and_err_at_their_rates():
@@ -244,6 +248,10 @@ def test_fees_reward_is_discounted_per_attempt():
     assert env.submit("c: 63, a=18, b=45") == "Correct." and env.done and env.reward == 0.5  # 0.5 ** (2 - 1)
     with pytest.raises(UsageError, match="feedback='none' is unknown"):
         start(fees.FeedbackEnv, {"answer": "a=1", "feedback": "none"})
+    with pytest.raises(UsageError, match="max_attempts=0 is invalid"):
+        fees.make_tasks(2, seed=0, max_attempts=0)
+    with pytest.raises(UsageError, match="attempt_discount=1.5 is invalid"):
+        fees.make_tasks(2, seed=0, attempt_discount=1.5)
 
 
 def test_fees_structured_feedback_helps_a_slipping_expert():

@@ -110,8 +110,8 @@ def make_tasks(n: int, *, seed: int, items: int = 2, feedback: str = "structured
 
     Every row: ``prompt``, ``answer`` ("a=12, b=14, c=26"), ``feedback``, ``max_attempts``, ``attempt_discount``."""
     n, items = check_positive_int(n, "n"), check_positive_int(items, "items", 1, len(GOODS))
-    if feedback not in FEEDBACK:
-        raise UsageError(f"feedback={feedback!r} is unknown; use 'plain' or 'structured'.")
+    FeedbackEnv().reset(answer="a=1", feedback=feedback, max_attempts=max_attempts,
+                        attempt_discount=attempt_discount)  # the reset's checks, before any row is made
     rng = np.random.default_rng([seed, items, 2025])
     rows = []
     for _ in range(n):

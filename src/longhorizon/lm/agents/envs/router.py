@@ -184,6 +184,7 @@ def make_tasks(n: int, *, seed: int, domains: tuple = DOMAINS, cost_weight: floa
     unknown = [d for d in domains if d not in DOMAINS]
     if unknown or not domains:
         raise UsageError(f"domains={domains!r} is invalid; choose among {', '.join(DOMAINS)}.")
+    RouterEnv().reset(cost_weight=cost_weight)  # the reset's check, before any row is made
     rng = np.random.default_rng([seed, 1818])
     rows = []
     for i in range(n):
