@@ -1,0 +1,311 @@
+"""Asynchronous rollouts of multi-turn trajectories on Ray: sync == in-process, the staleness bound, faults.
+
+The Ray tests share one local Ray instance on loopback (the module fixture ``ray_local``: a private
+network namespace as tests/engine/conftest.py makes it, usage statistics and the dashboard off; it
+reuses the engine tests' instance when that one is up, and ends only the one it started, with
+``ray.shutdown()``). Sources defined here are pickled by value, so Ray's worker processes need not
+import this test module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.lm.agents.async_rollout import (Config, RolloutFailed, Rollouts, SyntheticSource, generate,
+                                                 group_requests)
+
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance: keep these tests on one worker (--dist loadgroup)
+
+TASKS = [{"prompt": f"task {i}", "group": i} for i in range(5)]
+
+
+def _params(version: int) -> dict:
+    return {"w": np.full(3, 0.5 + version, np.float32), "b": np.float32(version)}
+
+
+def _bits(value):
+    """A comparable form of trajectories: every dataclass field, every array as (dtype, shape, bytes)."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.str, value.shape, value.tobytes()
+    if dataclasses.is_dataclass(value):
+        return type(value).__name__, [(f.name, _bits(getattr(value, f.name))) for f in dataclasses.fields(value)]
+    if isinstance(value, (list, tuple)):
+        return [_bits(v) for v in value]
+    if isinstance(value, dict):
+        return sorted((k, _bits(v)) for k, v in value.items())
+    return type(value).__name__, repr(value)
+
+
+def _same(a, b) -> bool:
+    """Bit-for-bit equality of (lists of) trajectories."""
+    return _bits(a) == _bits(b)
+
+
+def _reference(source, requests, params_by_batch, k):
+    """The in-process loop written out: fn called in order with the same params, tasks and seeds."""
+    fn, out, requests = source.build(), [], iter(requests)
+    for version, params in enumerate(params_by_batch):
+        batch = []
+        for _ in range(k):
+            request_id = sum(len(b) for b in out) + len(batch)
+            tasks, seed = next(requests)
+            batch.append(generate(fn, params, request_id, tasks, seed, version))
+        out.append(batch)
+    return [[t for request in batch for t in request] for batch in out]
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkedSource(SyntheticSource):
+    """Writes a marker file when a request starts sleeping (so a test can kill the actor mid-trajectory)."""
+
+    marker_dir: str = ""
+
+    def rollout(self, params, tasks, seed, version):
+        Path(self.marker_dir, f"{seed}-{os.getpid()}-{time.monotonic_ns()}").write_text(str(os.getpid()))
+        return super().rollout(params, tasks, seed, version)
+
+
+@dataclasses.dataclass(frozen=True)
+class DyingSource(SyntheticSource):
+    def rollout(self, params, tasks, seed, version):
+        os._exit(1)  # the actor's process dies on every attempt
+
+
+@dataclasses.dataclass(frozen=True)
+class RaisingSource(SyntheticSource):
+    def rollout(self, params, tasks, seed, version):
+        raise ValueError("the tool server is unreachable.")
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokenBuild:
+    def build(self):
+        raise RuntimeError("no model here")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    from longhorizon.engine.ray_loopback import enter_loopback_namespace
+
+    try:
+        enter_loopback_namespace()
+    except PermissionError as error:
+        pytest.skip(f"Ray tests need a loopback-only network namespace: {error.strerror}")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    started = not ray.is_initialized()
+    if started:
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        ray.init(address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 log_to_driver=False, configure_logging=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+# ----------------------------------------------------------------------------- without Ray
+@pytest.mark.parametrize("fields, message", [
+    (dict(mode="fast"), "mode must be sync or async"),
+    (dict(mode="sync", max_staleness=1), "applies to mode='async' only"),
+    (dict(mode="async", actors=0), "actors=0 is refused"),
+    (dict(actors=-1), "actors must be 0"),
+    (dict(mode="async", max_staleness=-1), "max_staleness must be 0 or more"),
+    (dict(requests_per_batch=0), "requests_per_batch must be at least 1"),
+    (dict(max_restarts=-2), "max_restarts must be 0 or more"),
+    (dict(address="my cluster"), "address 'my cluster' is not local"),
+])
+def test_invalid_configs_are_refused_in_one_sentence(fields, message):
+    with pytest.raises(UsageError, match=message) as error:
+        Config(**fields)
+    assert str(error.value).count(". ") == 0 and str(error.value).endswith(".")
+
+
+def test_in_process_loop_is_the_rollout_function_called_in_order():
+    source, k = SyntheticSource(turns=2, tokens_per_turn=3), 2
+    rollouts = Rollouts(source, group_requests(TASKS, 2, seed=7), Config(actors=0, requests_per_batch=k))
+    got = []
+    for version in range(3):
+        rollouts.publish(_params(version), version)
+        trajectories, info = rollouts.next()
+        assert info["versions"] == [version] * 4 and info["staleness_max"] == 0 and info["retries"] == 0
+        assert info["request_ids"] == [2 * version, 2 * version + 1]
+        got.append(trajectories)
+    assert _same(got, _reference(source, group_requests(TASKS, 2, seed=7), [_params(v) for v in range(3)], k))
+    assert [t.uid for t in got[1]] == ["2-0", "2-1", "3-0", "3-1"]
+    # the content depends on params and seed (so the equality checks above mean something)
+    fn = source.build()
+    assert not _same(fn(_params(0), TASKS[:1], 7, 0), fn(_params(1), TASKS[:1], 7, 0))
+    assert not _same(fn(_params(0), TASKS[:1], 7, 0), fn(_params(0), TASKS[:1], 8, 0))
+
+
+def test_synthetic_source_by_hand():
+    """One task, one turn of 2 tokens, params summing to 2: tokens [4 prompt, 2 action, 2 observation], action mask
+    on the middle two, log-probs -2 u for the two uniforms drawn after the tokens, reward their mean + index."""
+    (trajectory,) = SyntheticSource(turns=1, tokens_per_turn=2).rollout({"a": np.array([1.5, 0.5])}, [{}], 3, 0)
+    rng = np.random.default_rng([3, 0])
+    prompt, action, observation, u = rng.integers(0, 256, 4), rng.integers(0, 256, 2), rng.integers(0, 256, 2), rng.random(2)
+    (sequence,) = trajectory.sequences
+    assert sequence.tokens.tolist() == [*prompt, *action, *observation]
+    assert sequence.action_mask.tolist() == [False] * 4 + [True, True, False, False]
+    assert sequence.turn.tolist() == [-1] * 4 + [0] * 4
+    np.testing.assert_allclose(sequence.logprobs[4:6], -2.0 * u, rtol=1e-6)
+    assert trajectory.reward == pytest.approx(float(np.mean(np.float32(-2.0 * u))), rel=1e-6)
+
+
+def test_misuse_is_refused():
+    rollouts = Rollouts(SyntheticSource(), group_requests(TASKS, 1), Config(actors=0))
+    with pytest.raises(UsageError, match=r"call publish\(params, 0\) first"):
+        rollouts.next()
+    rollouts.publish(_params(0), 3)
+    with pytest.raises(UsageError, match="increasing versions \\(got 3 after 3\\); pass version=4"):
+        rollouts.publish(_params(0), 3)
+    with pytest.raises(UsageError, match="needs a build\\(\\) method"):
+        Rollouts(object(), [], Config(actors=0))
+    finite = Rollouts(SyntheticSource(), [([{}], 0), ([{}], 1), ([{}], 2)], Config(actors=0, requests_per_batch=2))
+    finite.publish(_params(0), 0)
+    assert [info["request_ids"] for _, info in finite] == [[0, 1], [2]]  # the last batch is partial, then it ends
+
+
+# ----------------------------------------------------------------------------- on Ray
+def test_sync_equals_in_process_bit_for_bit(ray_local):
+    source, k = SyntheticSource(turns=2, tokens_per_turn=4, latency_s=0.01), 3
+    params = [_params(v) for v in range(3)]
+    with Rollouts(source, group_requests(TASKS, 2, seed=11), Config(actors=2, requests_per_batch=k)) as rollouts:
+        got = []
+        for version, p in enumerate(params):
+            rollouts.publish(p, version)
+            trajectories, info = rollouts.next()
+            assert info["lags"] == [0] * 6 and info["actor_restarts"] == 0
+            got.append(trajectories)
+        assert len(set(rollouts.actor_pids())) == 2
+    assert _same(got, _reference(source, group_requests(TASKS, 2, seed=11), params, k))
+
+
+def test_async_lags_by_hand_with_one_actor(ray_local):
+    """s = 1, k = 1, one actor holding 2 requests: publish(0) admits requests 0 and 1 (both with version 0);
+    every later publish(V) admits one more, dispatched with V. So batch t (learned at version t) holds request
+    t generated at versions 0, 0, 1, 2, 3: lags 0, 1, 1, 1, 1, never above s."""
+    config = Config(actors=1, mode="async", max_staleness=1, requests_per_batch=1, inflight_per_actor=2)
+    with Rollouts(SyntheticSource(turns=1, latency_s=0.05), group_requests(TASKS, 1), config) as rollouts:
+        versions, lags, ids = [], [], []
+        for version in range(5):
+            rollouts.publish(_params(version), version)
+            trajectories, info = rollouts.next()
+            versions += info["versions"]
+            lags += info["lags"]
+            ids += info["request_ids"]
+            assert [t.version for t in trajectories] == info["versions"]
+    assert versions == [0, 0, 1, 2, 3] and lags == [0, 1, 1, 1, 1] and ids == [0, 1, 2, 3, 4]
+    assert info["dropped_stale"] == 0
+
+
+def test_async_never_hands_over_a_batch_older_than_max_staleness(ray_local):
+    """Two actors run ahead (s = 2) while the learner trains; a learner that publishes two versions between
+    batches (lag 1 > s = 0 for what was generated in between) gets those results dropped, counted and
+    generated again, never handed over."""
+    config = Config(actors=2, mode="async", max_staleness=2, requests_per_batch=2)
+    seen, lags = [], []
+    with Rollouts(SyntheticSource(turns=2, latency_s=0.03), group_requests(TASKS, 2), config) as rollouts:
+        for version in range(6):
+            rollouts.publish(_params(version), version)
+            trajectories, info = rollouts.next()
+            assert all(0 <= lag <= 2 for lag in info["lags"]) and info["dropped_stale"] == 0
+            seen += [t.uid for t in trajectories]
+            lags += info["lags"]
+            time.sleep(0.05)  # training
+    assert len(seen) == len(set(seen)) == 6 * 2 * 2
+    assert max(lags) > 0  # acting really ran ahead: requests 2 and 3 were dispatched with version 0
+    config = Config(actors=1, mode="async", max_staleness=0, requests_per_batch=2)
+    with Rollouts(SyntheticSource(turns=1, latency_s=0.02), group_requests(TASKS, 1), config) as rollouts:
+        rollouts.publish(_params(0), 0)
+        assert rollouts.next()[1]["lags"] == [0, 0]
+        rollouts.publish(_params(1), 1)  # admits and dispatches requests 2 and 3 with version 1
+        time.sleep(0.2)
+        rollouts.publish(_params(2), 2)
+        trajectories, info = rollouts.next()
+    assert info["request_ids"] == [2, 3] and info["versions"] == [2, 2] and info["dropped_stale"] == 2
+    assert _same(trajectories, [t for i in (2, 3) for t in generate(SyntheticSource(turns=1).build(), _params(2), i,
+                                                                     [TASKS[i]], i, 2)])
+
+
+def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_local, tmp_path):
+    """Sync, 2 actors: actor 1's process is killed by its pid while it sleeps inside the source; it is
+    replaced, its request generated again under the same ids, and the batch still equals the in-process
+    loop bit for bit (no trajectory lost or counted twice)."""
+    source, k = MarkedSource(turns=2, latency_s=0.3, marker_dir=str(tmp_path)), 2
+    with Rollouts(source, group_requests(TASKS, 2), Config(actors=2, requests_per_batch=k)) as rollouts:
+        rollouts.publish(_params(0), 0)
+        first, info = rollouts.next()
+        assert info["retries"] == 0
+        victim = rollouts.actor_pids()[1]
+        for marker in tmp_path.iterdir():
+            marker.unlink()
+
+        def kill_when_busy():
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if any(m.read_text() == str(victim) for m in tmp_path.iterdir()):
+                    os.kill(victim, signal.SIGKILL)
+                    return
+                time.sleep(0.01)
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        rollouts.publish(_params(1), 1)
+        second, info = rollouts.next()
+        killer.join()
+        assert info["actor_restarts"] == 1 and info["retries"] == 1
+        assert victim not in rollouts.actor_pids()
+    assert _same([first, second], _reference(source, group_requests(TASKS, 2), [_params(0), _params(1)], k))
+    uids = [t.uid for t in first + second]
+    assert len(uids) == len(set(uids)) == 2 * k * 2
+
+
+def test_async_ray_kill_mid_run_counts_every_request_once(ray_local):
+    config = Config(actors=2, mode="async", max_staleness=1, requests_per_batch=2)
+    uids = []
+    with Rollouts(SyntheticSource(turns=2, latency_s=0.1), group_requests(TASKS, 3), config) as rollouts:
+        restarts = 0
+        for version in range(4):
+            rollouts.publish(_params(version), version)
+            if version == 1:
+                threading.Timer(0.05, ray_local.kill, (rollouts._workers[0],)).start()
+            trajectories, info = rollouts.next()
+            restarts += info["actor_restarts"]
+            assert max(info["lags"]) <= 1
+            uids += [t.uid for t in trajectories]
+    assert restarts == 1
+    assert len(uids) == len(set(uids)) == 4 * 2 * 3
+    assert sorted({int(u.split("-")[0]) for u in uids}) == list(range(8))
+
+
+def test_an_actor_that_dies_on_every_attempt_ends_the_run_in_one_sentence(ray_local):
+    rollouts = Rollouts(DyingSource(), group_requests(TASKS, 1), Config(actors=1, max_restarts=1))
+    rollouts.publish(_params(0), 0)
+    with pytest.raises(RolloutFailed, match=r"rollout request 0 failed 2 times \(last: its actor's process died\)") as error:
+        rollouts.next()
+    assert str(error.value).count(". ") == 0 and rollouts._workers == [] and ray_local.is_initialized()
+
+
+def test_a_source_that_raises_every_time_is_retried_then_named(ray_local):
+    rollouts = Rollouts(RaisingSource(), group_requests(TASKS, 1), Config(actors=1, max_restarts=2))
+    rollouts.publish(_params(0), 0)
+    with pytest.raises(RolloutFailed, match=r"failed 3 times \(last: ValueError: the tool server is unreachable\)"):
+        rollouts.next()
+    assert rollouts.retries == 3 and rollouts.actor_restarts == 0
+
+
+def test_a_build_that_fails_is_one_sentence(ray_local):
+    with pytest.raises(RolloutFailed, match=r"build\(\) failed on a Ray actor \(RuntimeError: no model here\)") as error:
+        Rollouts(BrokenBuild(), group_requests(TASKS, 1), Config(actors=1))
+    assert str(error.value).count(". ") == 0
