@@ -83,8 +83,11 @@ def test_trajectory_advantages_are_group_normalised_outcomes():
 
 
 def test_returns_to_go_by_hand():
-    # r = [1, 0, 2], gamma 0.5: G_2 = 2, G_1 = 0 + 0.5 * 2 = 1, G_0 = 1 + 0.5 * 1 = 1.5
-    np.testing.assert_allclose(returns_to_go(np.array([1.0, 0.0, 2.0]), 0.5), [1.5, 1.0, 2.0])
+    # r = [1, 0, 2], gamma 0.5: G_2 = 2, G_1 = 0 + 0.5 * 2 = 1, G_0 = 1 + 0.5 * 1 = 1.5; side by side with
+    # r = [3] (G = 3), r = [] and r = [1, 1] (G = [1.5, 1]): episodes do not leak into each other
+    got = returns_to_go([np.array([1.0, 0.0, 2.0]), np.array([3.0]), np.zeros(0), np.array([1.0, 1.0])], 0.5)
+    for g, want in zip(got, [[1.5, 1.0, 2.0], [3.0], [], [1.5, 1.0]]):
+        np.testing.assert_allclose(g, want)
 
 
 def test_turn_advantages_pool_the_group_turns():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import jax
 import numpy as np
 
 from longhorizon.core.returns import lambda_returns
@@ -103,16 +104,31 @@ def trajectory_advantages(trajectories: Sequence[Trajectory], scale_rewards: str
     return group_advantages(rewards, [t.group for t in trajectories], scale_rewards)
 
 
-def returns_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """``G_t = sum_{s >= t} gamma^(s - t) r_s`` over ``rewards [T]`` (Monte-Carlo, the episode ended):
-    :func:`longhorizon.core.returns.lambda_returns` with ``lambda = 1`` and a terminal last step."""
-    rewards = np.asarray(rewards, np.float64)
-    if rewards.size == 0:
-        return rewards
-    done = np.zeros(rewards.shape, bool)
-    done[-1] = True
-    g = lambda_returns(rewards, np.zeros_like(rewards), done, done, gamma, 1.0)
-    return np.asarray(g, np.float64)
+_lambda_returns = jax.jit(lambda_returns)
+
+
+def returns_to_go(rewards: Sequence[np.ndarray], gamma: float) -> list[np.ndarray]:
+    """``G_t = sum_{s >= t} gamma^(s - t) r_s`` for each episode's ``rewards [T_i]`` (Monte-Carlo: it ended).
+
+    One call of :func:`longhorizon.core.returns.lambda_returns` (``lambda = 1``, no bootstrap) over all
+    episodes side by side, time-major ``[T_max, N]``, each cut at its last turn; ``T_max`` and ``N`` are
+    rounded up to powers of two so few shapes compile.
+    """
+    lengths = [len(r) for r in rewards]
+    if not rewards or max(lengths) == 0:
+        return [np.zeros(n) for n in lengths]
+    t_max, n = _pow2(max(lengths)), _pow2(len(rewards))
+    r = np.zeros((t_max, n), np.float32)
+    done = np.zeros((t_max, n), bool)
+    for i, ri in enumerate(rewards):
+        r[: len(ri), i] = ri
+        done[max(len(ri) - 1, 0), i] = True
+    g = np.asarray(_lambda_returns(r, np.zeros_like(r), done, done, np.float32(gamma), np.float32(1.0)), np.float64)
+    return [g[: len(ri), i] for i, ri in enumerate(rewards)]
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def turn_advantages(trajectories: Sequence[Trajectory], gamma: float = 1.0, scale_rewards: str = "group") -> list[np.ndarray]:
@@ -127,12 +143,13 @@ def turn_advantages(trajectories: Sequence[Trajectory], gamma: float = 1.0, scal
     """
     if not 0.0 < gamma <= 1.0:
         raise UsageError(f"gamma={gamma} must lie in (0, 1].")
-    returns = []
+    rewards = []
     for traj in trajectories:
         r = traj.turn_rewards()
         if r.size:
             r[-1] += traj.reward
-        returns.append(returns_to_go(r, gamma))
+        rewards.append(r)
+    returns = returns_to_go(rewards, gamma)
     flat = np.concatenate(returns) if returns else np.zeros(0)
     if flat.size == 0:
         return [np.zeros(0, np.float32) for _ in trajectories]
