@@ -76,7 +76,8 @@ def milestone_turn_rewards(reached_at: Sequence[int | None], n_turns: int, bonus
     al. 2026, "A Subgoal-driven Framework for Improving Long-Horizon LLM Agents") rewards each
     completed subgoal densely, at the step it is completed, on top of the sparse outcome; we
     implement exactly that indicator form (each milestone pays once, at its first turn), not a
-    learned progress critic. Add the outcome separately (e.g. :func:`turn_advantages` adds it at the
+    learned progress critic (the paper's reward equation was not readable from this machine; its
+    abstract and summaries describe this form). Add the outcome separately (e.g. :func:`turn_advantages` adds it at the
     last turn).
     """
     bonuses = np.broadcast_to(np.asarray(bonus, np.float64), (len(reached_at),)) if np.ndim(bonus) == 0 \
