@@ -39,7 +39,7 @@ RATIOS = [[-0.10499168882164645, 0.5662191695169729], [-0.10499168882164645, -0.
 
 def test_branch_records_build_the_tree_and_backup_averages_children():
     tree = backup(build_tree(TRAJS, BRANCHES))
-    root = tree.root
+    root = tree.roots[0]
     assert len(root.children) == 2 and root.trajectories == [0, 1, 2, 3]
     a, d = root.children
     assert [c.key[0] for c in a.children] == ["b", "c"] and d.outcomes == [0.2]
@@ -54,7 +54,7 @@ def test_node_advantages_by_hand_and_they_telescope():
         np.testing.assert_allclose(got, want, atol=1e-12)
     # sum over a path = V(last node) - V(root)
     for got, path in zip(adv, tree.paths):
-        assert got.sum() == pytest.approx(path[-1].value - tree.root.value)
+        assert got.sum() == pytest.approx(path[-1].value - tree.roots[0].value)
 
 
 def test_inferred_prefixes_give_the_same_tree():
@@ -63,7 +63,7 @@ def test_inferred_prefixes_give_the_same_tree():
         np.testing.assert_allclose(got, want, atol=1e-12)
     # independent samples (no branch record) of identical turns stay apart when the record says so
     tree = build_tree([traj("a", 1.0), traj("a", 0.0)], [None, None])
-    assert len(tree.root.children) == 2
+    assert len(tree.roots[0].children) == 2
 
 
 def test_a_rollout_can_record_branches_itself():
@@ -121,10 +121,21 @@ def test_distilling_to_the_teacher_is_a_policy_gradient_with_the_log_ratio():
     np.testing.assert_allclose(jax.grad(kl)(theta), pg, atol=1e-6)
 
 
+def test_groups_get_their_own_roots():
+    # group 7 (trajectories 1, 3): root -> x (R=1), y (R=0): V(root) = 0.5, A = +-0.5; group 0 is TRAJS[0:2]
+    trajs = [TRAJS[0], traj("x", 1.0, group=7), TRAJS[1], traj("y", 0.0, group=7)]
+    tree = build_tree(trajs, [None, None, (0, 1), None])
+    assert sorted(tree.roots) == [0, 7] and tree.roots[7].trajectories == [1, 3]
+    adv = node_advantages(tree)
+    # group 0 alone: V(A) = 0.5 = V(root), so its first turn gets 0
+    for got, want in zip(adv, [[0.0, 0.5], [0.5], [0.0, -0.5], [-0.5]]):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
 def test_bad_tree_input_is_refused():
-    with pytest.raises(UsageError, match="one group"):
-        build_tree([traj("a", 1.0, group=0), traj("a", 1.0, group=1)])
     with pytest.raises(UsageError, match="branched from"):
         build_tree([traj("a", 1.0), traj("ab", 1.0)], [None, (1, 1)])
+    with pytest.raises(UsageError, match="in its group"):
+        build_tree([traj("a", 1.0, group=0), traj("ab", 1.0, group=1)], [None, (0, 1)])
     with pytest.raises(UsageError, match="one each"):
         build_tree([traj("a", 1.0)], [None, None])

@@ -75,14 +75,15 @@ class TreeNode:
 
 @dataclasses.dataclass
 class Tree:
-    """One group's tree: ``paths[i]`` = trajectory ``i``'s nodes at depths ``1..T_i``."""
+    """A batch's prefix trees, one root per group (``roots[group]``); ``paths[i]`` = trajectory ``i``'s
+    nodes at depths ``1..T_i``."""
 
-    root: TreeNode
+    roots: dict[int, TreeNode]
     paths: list[list[TreeNode]]
 
     def nodes(self) -> list[TreeNode]:
         """Every node, parents before children."""
-        out, stack = [], [self.root]
+        out, stack = [], list(reversed(self.roots.values()))
         while stack:
             node = stack.pop()
             out.append(node)
@@ -96,20 +97,20 @@ def turn_key(turn) -> tuple:
 
 
 def build_tree(trajectories: Sequence[Trajectory], branched_from: Sequence[tuple[int, int] | None] | None = None) -> Tree:
-    """The prefix tree of one group's trajectories.
+    """The prefix trees of a batch of trajectories, one per group (a group shares one task).
 
     ``branched_from[i] = (j, t)`` records that trajectory ``i`` shares the first ``t`` turns of
-    trajectory ``j`` (``j < i``) and samples its own turns from ``t`` on; ``None`` starts at the root.
-    That is what a branching rollout knows; without it (``branched_from=None``) prefixes are inferred
-    by merging turns with equal :func:`turn_key` (identical independent samples then count once).
+    trajectory ``j`` (``j < i``, same group) and samples its own turns from ``t`` on; ``None`` starts
+    at its group's root. That is what a branching rollout knows; without it (``branched_from=None``)
+    prefixes are inferred by merging turns with equal :func:`turn_key` (identical independent
+    samples then count once).
     """
-    if len({t.group for t in trajectories}) > 1:
-        raise UsageError("build_tree takes the trajectories of one group; call it once per group.")
-    root = TreeNode()
+    roots: dict[int, TreeNode] = {}
     if branched_from is not None and len(branched_from) != len(trajectories):
         raise UsageError(f"{len(branched_from)} branch records for {len(trajectories)} trajectories; give one each.")
     paths: list[list[TreeNode]] = []
     for i, traj in enumerate(trajectories):
+        root = roots.setdefault(traj.group, TreeNode())
         if branched_from is None:
             node, path = root, []
             for turn in traj.turns:
@@ -120,10 +121,11 @@ def build_tree(trajectories: Sequence[Trajectory], branched_from: Sequence[tuple
             shared = 0 if src is None else int(src[1])
             if src is not None:
                 j = int(src[0])
-                if not (0 <= j < i and 0 <= shared <= min(len(paths[j]), traj.n_turns)):
+                if not (0 <= j < i and trajectories[j].group == traj.group
+                        and 0 <= shared <= min(len(paths[j]), traj.n_turns)):
                     raise UsageError(
                         f"trajectory {i} is recorded as branched from trajectory {j} after {shared} turns, "
-                        "which is no earlier trajectory's prefix; record (earlier index, turns shared)."
+                        "which is no earlier trajectory's prefix in its group; record (earlier index, turns shared)."
                     )
             path = list(paths[int(src[0])][:shared]) if src is not None else []
             node = path[-1] if path else root
@@ -134,7 +136,7 @@ def build_tree(trajectories: Sequence[Trajectory], branched_from: Sequence[tuple
             n.trajectories.append(i)
         (path[-1] if path else root).outcomes.append(float(traj.reward))
         paths.append(path)
-    return Tree(root, paths)
+    return Tree(roots, paths)
 
 
 def backup(tree: Tree) -> Tree:
@@ -148,7 +150,7 @@ def backup(tree: Tree) -> Tree:
 def node_advantages(tree: Tree) -> list[np.ndarray]:
     """``A(c) = V(c) - V(parent(c))`` (sets ``node.advantage``); returns ``[T_i]`` per trajectory:
     ``A_{i,t} = A(n_{i,t+1})``. Backs the tree up first if it has no values yet."""
-    if math.isnan(tree.root.value):
+    if any(math.isnan(r.value) for r in tree.roots.values()):
         backup(tree)
     for node in tree.nodes():
         if node.parent is not None:
