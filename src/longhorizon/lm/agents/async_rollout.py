@@ -213,10 +213,14 @@ class Rollouts:
 
     def next(self) -> tuple[list[Trajectory], dict]:
         """The next batch: the trajectories of the next ``requests_per_batch`` requests, in request order, and
-        ``info`` (versions, lags, retries, actor restarts, stale results dropped, seconds waited)."""
+        ``info``: ``request_ids``, per trajectory ``versions`` and ``lags`` (current version - version),
+        ``staleness_max``/``_mean``, and during this call: ``retries`` (requests dispatched again),
+        ``actor_restarts``, ``dropped_stale`` (results too old to hand over, generated again) and
+        ``wait_seconds``. The attributes ``retries``, ``actor_restarts``, ``dropped_stale`` count the whole run.
+        Raises ``StopIteration`` when the request stream is exhausted."""
         if self._version is None:
             raise UsageError("rollouts need parameters before the first batch; call publish(params, 0) first.")
-        start, retries, restarts = time.perf_counter(), self.retries, self.actor_restarts
+        start, before = time.perf_counter(), (self.retries, self.actor_restarts, self.dropped_stale)
         self._admit()
         head = [self._pending.popleft() for _ in range(min(self.config.requests_per_batch, len(self._pending)))]
         if not head:
@@ -232,8 +236,10 @@ class Rollouts:
         lags = [self._version - v for v in versions]
         info = {"request_ids": [r.id for r in head], "trajectories": len(trajectories), "versions": versions,
                 "lags": lags, "staleness_max": max(lags, default=0), "staleness_mean": float(np.mean(lags)) if lags else 0.0,
-                "retries": self.retries - retries, "actor_restarts": self.actor_restarts - restarts,
-                "dropped_stale": self.dropped_stale, "wait_seconds": time.perf_counter() - start}
+                **{name: now - then for name, now, then in zip(("retries", "actor_restarts", "dropped_stale"),
+                                                                 (self.retries, self.actor_restarts, self.dropped_stale),
+                                                                 before)},
+                "wait_seconds": time.perf_counter() - start}
         return trajectories, info
 
     def __iter__(self) -> Iterator[tuple[list[Trajectory], dict]]:
