@@ -52,16 +52,21 @@ def _same(a, b) -> bool:
 
 
 def _reference(source, requests, params_by_batch, k):
-    """The in-process loop written out: fn called in order with the same params, tasks and seeds."""
+    """The in-process loop written out: fn called in order with the same params, tasks and seeds; groups
+    renumbered per batch (one per request and source group, in order)."""
     fn, out, requests = source.build(), [], iter(requests)
     for version, params in enumerate(params_by_batch):
         batch = []
         for _ in range(k):
-            request_id = sum(len(b) for b in out) + len(batch)
+            request_id = len(out) * k + len(batch)
             tasks, seed = next(requests)
             batch.append(generate(fn, params, request_id, tasks, seed, version))
-        out.append(batch)
-    return [[t for request in batch for t in request] for batch in out]
+        groups = {}
+        for r, request in enumerate(batch):
+            for t in request:
+                t.group = groups.setdefault((r, t.group), len(groups))
+        out.append([t for request in batch for t in request])
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,10 +147,20 @@ def test_in_process_loop_is_the_rollout_function_called_in_order():
         got.append(trajectories)
     assert _same(got, _reference(source, group_requests(TASKS, 2, seed=7), [_params(v) for v in range(3)], k))
     assert [t.uid for t in got[1]] == ["2-0", "2-1", "3-0", "3-1"]
+    assert [t.group for t in got[1]] == [0, 0, 1, 1]  # one group per request (the source's groups were 2 and 3)
     # the content depends on params and seed (so the equality checks above mean something)
     fn = source.build()
     assert not _same(fn(_params(0), TASKS[:1], 7, 0), fn(_params(1), TASKS[:1], 7, 0))
     assert not _same(fn(_params(0), TASKS[:1], 7, 0), fn(_params(0), TASKS[:1], 8, 0))
+
+
+def test_groups_are_one_per_request_and_source_group():
+    """Request 0 holds source groups 0, 1, 0 and request 1 source group 0 again: batch groups 0, 1, 0, 2."""
+    requests = [([TASKS[0], TASKS[1], TASKS[0]], 0), ([TASKS[0]], 1)]
+    rollouts = Rollouts(SyntheticSource(turns=1), requests, Config(actors=0, requests_per_batch=2))
+    rollouts.publish(_params(0), 0)
+    trajectories, _ = rollouts.next()
+    assert [t.group for t in trajectories] == [0, 1, 0, 2] and [t.uid for t in trajectories] == ["0-0", "0-1", "0-2", "1-0"]
 
 
 def test_synthetic_source_by_hand():
@@ -234,8 +249,10 @@ def test_async_never_hands_over_a_batch_older_than_max_staleness(ray_local):
         rollouts.publish(_params(2), 2)
         trajectories, info = rollouts.next()
     assert info["request_ids"] == [2, 3] and info["versions"] == [2, 2] and info["dropped_stale"] == 2
-    assert _same(trajectories, [t for i in (2, 3) for t in generate(SyntheticSource(turns=1).build(), _params(2), i,
-                                                                     [TASKS[i]], i, 2)])
+    expected = [t for i in (2, 3) for t in generate(SyntheticSource(turns=1).build(), _params(2), i, [TASKS[i]], i, 2)]
+    for group, t in enumerate(expected):
+        t.group = group
+    assert _same(trajectories, expected)
 
 
 def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_local, tmp_path):

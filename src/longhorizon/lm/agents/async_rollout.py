@@ -25,7 +25,10 @@ over. ``sync`` mode admits and dispatches only inside ``next()``, so every reque
 current parameters: the batch equals calling ``fn`` in this process with the same params, tasks
 and seeds in the same order, bit for bit (``actors=0`` is that in-process loop).
 
-Every trajectory carries the version that generated it and ``uid = "{request id}-{index}"``.
+Every trajectory carries the version that generated it and ``uid = "{request id}-{index}"``; its
+``group`` is renumbered per batch, one group per (request, the source's group) in order of
+appearance, so requests whose sources number their groups from 0 never merge in group-relative
+advantages.
 Faults: an actor whose process dies is killed, replaced (its ``build`` runs again) and its lost
 requests are dispatched again under the same ids, so nothing is counted twice; a request whose
 rollout raises is dispatched again too. A request that fails more than ``max_restarts`` times ends
@@ -231,6 +234,10 @@ class Rollouts:
                 request.result = generate(self._fn, self._params, request.id, request.tasks, request.seed, self._version)
         else:
             self._await(head)
+        groups: dict[tuple[int, Any], int] = {}
+        for request in head:  # one batch-wide group per (request, the source's group): sources may number from 0
+            for t in request.result:
+                t.group = groups.setdefault((request.id, t.group), len(groups))
         trajectories = [t for request in head for t in request.result]
         versions = [t.version for t in trajectories]
         lags = [self._version - v for v in versions]
