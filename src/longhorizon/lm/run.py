@@ -186,7 +186,9 @@ class RLSpec:
     :mod:`longhorizon.lm.samplers`, or a :class:`longhorizon.lm.data.DatasetSpec` (prompts from files,
     TRL-style reward functions; it brings its own evaluation and rewards, so those stay None);
     ``rewards``: :class:`longhorizon.lm.data.RewardFunctions` scoring whole rollouts of the sampler's
-    items (None: the task problems' built-in verifier); ``checkpoint_every``: steps between checkpoints (0: about ten per
+    items (None: the task problems' built-in verifier); ``agent``: a
+    :class:`longhorizon.lm.agents.spec.AgentSpec` makes each item a task row of a tool environment,
+    played as a multi-turn episode (its evaluation is an :class:`longhorizon.lm.agents.spec.AgentEval`); ``checkpoint_every``: steps between checkpoints (0: about ten per
     run; the last step and Ctrl-C always save); ``seed``: the trainer's PRNG key (the sampler's
     seeds are its own); ``record``: extra config.json fields of whoever built the spec (the CLI keeps
     its options there for ``--resume``).
@@ -203,9 +205,12 @@ class RLSpec:
     seed: int = 0
     record: dict = dataclasses.field(default_factory=dict)
     rewards: Any = None
+    agent: Any = None  # longhorizon.lm.agents.spec.AgentSpec: multi-turn episodes of a tool environment
 
     def check(self) -> None:
         """Refuse settings that cannot act, before anything loads or compiles."""
+        if self.agent is not None:
+            self.agent.check()
         if self.steps < 1:
             raise UsageError(f"--steps must be at least 1 (got {self.steps}).")
         if self.prompts_per_step < 1:
@@ -231,6 +236,7 @@ class RLSpec:
         """The config.json this run writes (the policy's folder is read, its parameters are not)."""
         return {**self.record, **_policy_record(self.init), "grpo": self.grpo, "sampler": self.sampler.describe(),
                 **({"rewards": self.rewards.describe()} if self.rewards is not None else {}),
+                **({"agent": self.agent.describe()} if self.agent is not None else {}),
                 "steps": self.steps, "prompts_per_step": self.prompts_per_step,
                 "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
                 "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
@@ -309,7 +315,11 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
         rewards = sampler_spec.rewards
         sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)
     sampler = sampler_spec.build()
-    trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=spec.seed, batch_rewards=rewards)
+    if spec.agent is not None:
+        trainer = spec.agent.trainer(policy, grpo, spec.seed)
+    else:
+        trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=spec.seed,
+                              batch_rewards=rewards)
     save_ref = grpo.beta != 0.0  # the KL term is the only reader of the reference
 
     def trainer_arrays() -> dict:

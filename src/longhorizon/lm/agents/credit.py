@@ -132,7 +132,9 @@ def _pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
-def turn_advantages(trajectories: Sequence[Trajectory], gamma: float = 1.0, scale_rewards: str = "group") -> list[np.ndarray]:
+def turn_advantages(trajectories: Sequence[Trajectory], gamma: float = 1.0, scale_rewards: str = "group", *,
+                    turn_rewards: Sequence[np.ndarray] | None = None,
+                    outcomes: Sequence[float] | None = None) -> list[np.ndarray]:
     """Per-turn advantages, one ``[n_turns_i]`` array per trajectory.
 
     ``r_{i,t}`` = the turn's own reward (milestones, EAPO), plus the outcome ``R_i`` at the last turn;
@@ -141,23 +143,43 @@ def turn_advantages(trajectories: Sequence[Trajectory], gamma: float = 1.0, scal
     members* of the group ``g`` of ``i``. Baseline choice: one baseline per group, not per turn index,
     because trajectories of one group differ in length and turn ``t`` of one is no state of another;
     the pooled mean is the group's average return-to-go. A group with a single turn in all gets 0.
+    ``turn_rewards`` / ``outcomes`` replace ``Trajectory.turn_rewards()`` / ``Trajectory.reward``
+    (e.g. with milestone bonuses added, or a weighted sum of reward terms).
     """
     if not 0.0 < gamma <= 1.0:
         raise UsageError(f"gamma={gamma} must lie in (0, 1].")
     rewards = []
-    for traj in trajectories:
-        r = traj.turn_rewards()
+    for i, traj in enumerate(trajectories):
+        r = np.array(traj.turn_rewards() if turn_rewards is None else turn_rewards[i], np.float64)
         if r.size:
-            r[-1] += traj.reward
+            r[-1] += traj.reward if outcomes is None else outcomes[i]
         rewards.append(r)
-    returns = returns_to_go(rewards, gamma)
-    flat = np.concatenate(returns) if returns else np.zeros(0)
+    return pooled_group_advantages(returns_to_go(rewards, gamma), [t.group for t in trajectories], scale_rewards)
+
+
+def pooled_group_advantages(values: Sequence[np.ndarray], groups: Sequence, scale_rewards: str = "group") -> list[np.ndarray]:
+    """Group-relative advantages of per-turn values ``[n_turns_i]``, mean and std pooled over all turns
+    of all members of a group (:func:`turn_advantages`; EAPO's per-round rewards use it directly)."""
+    flat = np.concatenate(values) if len(values) else np.zeros(0)
     if flat.size == 0:
-        return [np.zeros(0, np.float32) for _ in trajectories]
-    groups = np.concatenate([np.full(len(g), t.group) for g, t in zip(returns, trajectories)])
-    adv = group_advantages(flat, groups, scale_rewards)
-    bounds = np.cumsum([0] + [len(g) for g in returns])
+        return [np.zeros(len(v), np.float32) for v in values]
+    owners = np.concatenate([np.full(len(v), g) for v, g in zip(values, groups)])
+    adv = group_advantages(flat, owners, scale_rewards)
+    bounds = np.cumsum([0] + [len(v) for v in values])
     return [adv[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def milestones_reached(trajectory: Trajectory) -> list[int | None]:
+    """The turn at which each milestone was first reached (``None``: never), from the rollout's per-turn
+    record ``Turn.info["milestones"]`` (the environment's ``milestones`` after that turn)."""
+    reached: list[int | None] = []
+    for t, turn in enumerate(trajectory.turns):
+        marks = turn.info.get("milestones") or []
+        reached += [None] * (len(marks) - len(reached))
+        for m, value in enumerate(marks):
+            if reached[m] is None and value >= 1.0:
+                reached[m] = t
+    return reached
 
 
 def token_advantages(trajectory: Trajectory, per_turn: np.ndarray | float) -> list[np.ndarray]:

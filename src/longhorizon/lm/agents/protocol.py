@@ -162,6 +162,17 @@ def parse_tool_calls(text: str, tool_format: str, tools: dict[str, Callable] | N
     raise UsageError(f"tool_format={tool_format!r} is unknown; use one of {TOOL_FORMATS}.")
 
 
+def format_tool_call(name: str, arguments: dict, tool_format: str, tools: dict[str, Callable] | None = None) -> str:
+    """The text of one call in ``tool_format`` (what :func:`parse_tool_calls` reads back)."""
+    if tool_format == "hermes":
+        return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+    if tool_format == "tags":
+        fn = (tools or {}).get(name)
+        order = [p.name for p in _parameters(fn)] if fn is not None else list(arguments)
+        return f"<{name}>" + "|".join(str(arguments[k]) for k in order if k in arguments) + f"</{name}>"
+    raise UsageError(f"tool_format={tool_format!r} is unknown; use one of {TOOL_FORMATS}.")
+
+
 # ----------------------------------------------------------------------------- executing
 
 

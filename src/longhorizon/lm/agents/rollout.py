@@ -53,7 +53,7 @@ class AgentConfig:
     max_observation_chars: int = 800  # longer observations are cut (and say so)
     tool_timeout_s: float | None = 30.0
     tool_concurrency: int = 8  # threads running one round's tool calls
-    temperature: float = 1.0
+    temperature: float = 1.0  # 0: greedy (evaluation); training samples at the GRPO config's temperature
     top_p: float = 1.0
     describe_tools: bool = True  # list the tools and the call format in the first message
     length_bucket: int = 32  # contexts are padded to a multiple of this (few compiled shapes)
@@ -71,8 +71,8 @@ class AgentConfig:
         if self.max_action_tokens >= self.max_context_tokens:
             raise UsageError(f"max_action_tokens={self.max_action_tokens} leaves no room for a prompt within "
                              f"max_context_tokens={self.max_context_tokens}; raise max_context_tokens.")
-        if self.temperature <= 0:
-            raise UsageError(f"temperature={self.temperature} must be positive for RL sampling; use e.g. 1.0.")
+        if self.temperature < 0:
+            raise UsageError(f"temperature={self.temperature} must be 0 (greedy) or positive.")
 
 
 # ----------------------------------------------------------------------------- text of turns
@@ -156,12 +156,15 @@ class _Episode:
 class MultiTurnRollout:
     """Runs episodes of an environment factory with a policy (module docstring).
 
+    ``policy`` replaces the model's sampling (a scripted expert writing demonstrations, see
+    :func:`longhorizon.lm.agents.demos.expert_policy`).
     ``run(params, rows, group_size, key, version)`` returns ``len(rows) * group_size`` trajectories,
     rows ``g*S .. g*S+S-1`` of group ``g`` (every member of a group gets a fresh environment reset
     with the same row)."""
 
-    def __init__(self, model_cfg, tokenizer, env_factory: Callable[[], Any], cfg: AgentConfig):
+    def __init__(self, model_cfg, tokenizer, env_factory: Callable[[], Any], cfg: AgentConfig, policy: Callable | None = None):
         self.model_cfg, self.tok, self.cfg = model_cfg, tokenizer, cfg
+        self.policy = policy  # None: the model samples; else policy(params, contexts, key, episodes) like sample()
         self.factory = protocol.make_factory(env_factory)
         self.fmt = ChatFormat(tokenizer, cfg)
         context = getattr(model_cfg, "context_length", None)
@@ -245,6 +248,8 @@ class MultiTurnRollout:
         policies that are not the model: a scripted expert writing demonstrations, a test's script."""
         from longhorizon.lm.generate import generate
 
+        if self.policy is not None:
+            return self.policy(params, contexts, key, episodes)
         cfg = self.cfg
         tokens, valid = self._pad(contexts)
         gen = generate(params, tokens, valid, key, cfg=self.model_cfg, max_new_tokens=cfg.max_action_tokens,

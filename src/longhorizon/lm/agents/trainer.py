@@ -38,6 +38,7 @@ import numpy as np
 
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.lm import grpo
+from longhorizon.lm.agents import credit as credit_rules
 from longhorizon.lm.agents.rollout import AgentConfig, MultiTurnRollout
 from longhorizon.lm.agents.trajectory import Trajectory
 
@@ -67,71 +68,32 @@ class CreditConfig:
 # ----------------------------------------------------------------------------- credit
 
 
-def trajectory_rewards(trajectories: Sequence[Trajectory], weights: tuple = ()) -> np.ndarray:
-    """``[N]`` the learning reward of each trajectory: the environment's reward, or the weighted sum of its terms."""
-    if not weights:
-        return np.array([t.reward for t in trajectories], np.float64)
-    out = []
+def learning_rewards(trajectories: Sequence[Trajectory], cfg: CreditConfig) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(outcomes [N], per-turn rewards)``: the environment's reward (or the weighted sum of its terms)
+    and each turn's own reward plus the milestone bonuses (:mod:`longhorizon.lm.agents.credit`)."""
+    weights = dict(cfg.reward_weights)
+    outcomes = np.array([credit_rules.combine_rewards(t.reward_terms, weights) if weights else t.reward
+                         for t in trajectories], np.float64)
+    turn_rewards = []
     for t in trajectories:
-        missing = [k for k, _ in weights if k not in t.reward_terms]
-        if missing:
-            raise UsageError(f"reward_weights names {missing} but the environment reports only the terms "
-                             f"{sorted(t.reward_terms)}; weight those.")
-        out.append(sum(w * t.reward_terms[k] for k, w in weights))
-    return np.array(out, np.float64)
+        r = t.turn_rewards()
+        if cfg.milestone_bonus:
+            r = r + credit_rules.milestone_turn_rewards(credit_rules.milestones_reached(t), t.n_turns, cfg.milestone_bonus)
+        turn_rewards.append(r)
+    return outcomes, turn_rewards
 
 
-def milestone_turn_rewards(traj: Trajectory, bonus: float) -> np.ndarray:
-    """``[n_turns]``: each turn's own reward plus ``bonus`` per milestone it newly reached (from ``info["milestones"]``)."""
-    rewards = traj.turn_rewards()
-    if bonus:
-        before = 0.0
-        for t, turn in enumerate(traj.turns):
-            reached = float(sum(turn.info.get("milestones", []) or [0.0]))
-            rewards[t] += bonus * max(reached - before, 0.0)
-            before = max(before, reached)
-    return rewards
-
-
-def per_turn_advantages(trajectories: Sequence[Trajectory], rewards: np.ndarray, cfg: CreditConfig,
-                        scale_rewards: str) -> list[np.ndarray]:
-    """One advantage per turn of each trajectory (module docstring's credit rules)."""
-    groups = np.array([t.group for t in trajectories])
-    if cfg.credit == "trajectory" and not cfg.milestone_bonus:
-        adv = grpo.group_advantages(rewards, groups, scale_rewards)
-        return [np.full(max(t.n_turns, 1), a, np.float64) for t, a in zip(trajectories, adv)]
-    returns, owners = [], []
-    for i, (t, r) in enumerate(zip(trajectories, rewards)):
-        n = max(t.n_turns, 1)
-        step = np.zeros(n)
-        step[: t.n_turns] = milestone_turn_rewards(t, cfg.milestone_bonus)
-        if cfg.credit == "eapo":  # round k of T gets gamma^(T-k) R_T
-            step += r * cfg.gamma ** (n - 1 - np.arange(n))
-            g = step
-        else:
-            step[-1] += r
-            g = np.array([sum(cfg.gamma ** (s - k) * step[s] for s in range(k, n)) for k in range(n)])
-        if cfg.credit == "trajectory":  # milestones shape the trajectory's total
-            g = np.full(n, g[0])
-        returns.append(g)
-        owners.append(np.full(n, groups[i]))
-    flat = grpo.group_advantages(np.concatenate(returns), np.concatenate(owners), scale_rewards)
-    out, start = [], 0
-    for g in returns:
-        out.append(flat[start:start + len(g)].astype(np.float64))
-        start += len(g)
-    return out
-
-
-def token_advantages(traj: Trajectory, per_turn: np.ndarray) -> list[np.ndarray]:
-    """Each sequence's per-token advantages: its turn's advantage (0 at context tokens, turn -1)."""
-    out = []
-    for seq in traj.sequences:
-        adv = np.zeros(len(seq), np.float32)
-        known = seq.turn >= 0
-        adv[known] = per_turn[np.minimum(seq.turn[known], len(per_turn) - 1)]
-        out.append(adv)
-    return out
+def per_turn_advantages(trajectories: Sequence[Trajectory], cfg: CreditConfig, scale_rewards: str) -> list[np.ndarray]:
+    """One advantage per turn of each trajectory, by ``cfg.credit`` (module docstring)."""
+    outcomes, turn_rewards = learning_rewards(trajectories, cfg)
+    groups = [t.group for t in trajectories]
+    if cfg.credit == "trajectory":  # one value per trajectory: its outcome plus its milestone rewards
+        adv = grpo.group_advantages(outcomes + np.array([r.sum() for r in turn_rewards]), groups, scale_rewards)
+        return [np.full(t.n_turns, a) for t, a in zip(trajectories, adv)]
+    if cfg.credit == "eapo":  # each round its own sample: r_t + gamma^(T-t) R_T, no returns-to-go
+        rounds = [r + credit_rules.eapo_turn_rewards(o, t.n_turns, cfg.gamma) for t, r, o in zip(trajectories, turn_rewards, outcomes)]
+        return credit_rules.pooled_group_advantages(rounds, groups, scale_rewards)
+    return credit_rules.turn_advantages(trajectories, cfg.gamma, scale_rewards, turn_rewards=turn_rewards, outcomes=outcomes)
 
 
 # ----------------------------------------------------------------------------- the trainer
@@ -145,6 +107,8 @@ class AgentTrainer:
 
     def __init__(self, model_cfg, params, tokenizer, cfg: grpo.GRPOConfig, agent: AgentConfig, env_factory: Callable,
                  credit: CreditConfig = CreditConfig(), *, ref_params=None, seed: int = 0, rollout: Any = None):
+        # one sampling distribution: the rollout samples at the temperature the loss's log-probabilities assume
+        agent = dataclasses.replace(agent, temperature=cfg.temperature, top_p=cfg.top_p)
         self.model_cfg, self.cfg, self.tokenizer, self.agent, self.credit = model_cfg, cfg, tokenizer, agent, credit
         self.params = jax.tree_util.tree_map(jnp.array, params)
         self.ref_params = self.params if ref_params is None else jax.tree_util.tree_map(jnp.array, ref_params)
@@ -176,10 +140,10 @@ class AgentTrainer:
     # -- learning from a batch of trajectories -------------------------------------------
     def learn(self, trajectories: Sequence[Trajectory]) -> dict:
         cfg = self.cfg
-        rewards = trajectory_rewards(trajectories, self.credit.reward_weights)
-        turn_adv = per_turn_advantages(trajectories, rewards, self.credit, cfg.scale_rewards)
+        rewards, _ = learning_rewards(trajectories, self.credit)
+        turn_adv = per_turn_advantages(trajectories, self.credit, cfg.scale_rewards)
         rows = [(i, seq, adv) for i, t in enumerate(trajectories)
-                for seq, adv in zip(t.sequences, token_advantages(t, turn_adv[i]))]
+                for seq, adv in zip(t.sequences, credit_rules.token_advantages(t, turn_adv[i]))]
         lags = np.array([self.version - trajectories[i].version for i, _, _ in rows])
         if (lags < 0).any():
             raise UsageError("a trajectory claims a policy version newer than the learner's; the rollouts were given "

@@ -1,0 +1,170 @@
+"""`longhorizon lm agent`: multi-turn RL of a language-model agent in a tool environment.
+
+The command only builds an :class:`longhorizon.lm.run.RLSpec` with an
+:class:`longhorizon.lm.agents.spec.AgentSpec`; the LM run spine trains it (results folder,
+checkpoints, ``--resume``, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from longhorizon.errors import UsageError
+
+
+def agent(
+    ctx: typer.Context,
+    env: str = typer.Option("search", help="Environment: search, router, fees, research, or a TRL-style class "
+                            "'pkg.module:Class' / 'file.py:Class' (then --tasks is required)."),
+    tasks: Optional[Path] = typer.Option(None, help="Task rows, a JSONL file with a `prompt` column (other columns go to "
+                                         "the environment's reset); default: the environment's own generated tasks."),
+    env_arg: Optional[list[str]] = typer.Option(None, help="KEY=VALUE for the environment's task generator, e.g. "
+                                                "hops=3 (repeatable)."),
+    train_tasks: int = typer.Option(256, help="Generated training tasks (without --tasks)."),
+    eval_tasks: int = typer.Option(32, help="Held-out tasks played greedily at --eval-every and after the last step "
+                                   "(generated, or the last rows of --tasks; 0: none)."),
+    init: Optional[Path] = typer.Option(None, help="Base policy: a folder written by `lm agent`, `lm rl` or `lm sft`."),
+    model: Optional[str] = typer.Option(None, help="Pretrained policy when --init is not given: smollm2 (the default), "
+                                        "tiny-random, a .gguf file or a Hugging Face folder."),
+    out: Optional[Path] = typer.Option(None, help="Results folder."),
+    steps: int = typer.Option(50, help="RL steps (generation batches)."),
+    prompts_per_step: int = typer.Option(4, help="Tasks per step; each is played --num-generations times."),
+    num_generations: int = typer.Option(8, help="Episodes per task (the group of group-relative advantages)."),
+    beta: float = typer.Option(0.0, help="KL anchor to the initial policy (CANOPY), k3 estimator."),
+    epsilon: float = typer.Option(0.2),
+    loss_type: str = typer.Option("dapo", help="grpo, dr_grpo, dapo or bnpo."),
+    scale_rewards: str = typer.Option("group", help="group, batch or none."),
+    learning_rate: float = typer.Option(1e-6),
+    temperature: float = typer.Option(1.0),
+    max_turns: int = typer.Option(6, help="Model turns per episode."),
+    max_action_tokens: int = typer.Option(64, help="New tokens per model turn."),
+    max_context_tokens: int = typer.Option(2048, help="The longest an episode's sequence may grow."),
+    context: str = typer.Option("full", help="full (the whole history) or workspace (IterResearch: report + last "
+                                "action and observation, rebuilt each round)."),
+    tool_format: str = typer.Option("hermes", help="hermes (<tool_call>{json}</tool_call>) or tags (<tool>arg</tool>)."),
+    credit: str = typer.Option("trajectory", help="trajectory (one group-normalised outcome advantage), turn (returns "
+                               "to go of per-turn rewards) or eapo (gamma^(T-t) R_T)."),
+    gamma: float = typer.Option(1.0, help="--credit turn/eapo: the per-turn discount."),
+    milestone_bonus: float = typer.Option(0.0, help="MiRA: reward added when a turn reaches a new milestone."),
+    reward_weights: Optional[str] = typer.Option(None, help="Learn from a weighted sum of the environment's reward "
+                                                 "terms, e.g. format=1,outcome=1,cost=-0.5 (default: its reward)."),
+    latency: float = typer.Option(0.0, help="Seconds every tool call sleeps (a slow environment)."),
+    eval_every: int = typer.Option(0, help="Evaluate every N steps (0: only at the end)."),
+    checkpoint_every: int = typer.Option(0, help="Save a checkpoint every N steps (0: about ten per run)."),
+    seed: int = typer.Option(0),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder with its saved options."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check every option and print the config.json the run "
+                                 "would write; train and write nothing."),
+) -> None:
+    """Multi-turn agent RL: episodes of a tool environment (search, router, feedback scaffolds, research workspace, or
+    your TRL environment class), trajectory- or turn-level credit, the GRPO-family loss on action tokens only."""
+    from longhorizon.lm.cli import _interrupted, _options, _print_plan
+    from longhorizon.lm.run import Interrupted, run_rl
+    from longhorizon.lm.run import dry_run as plan_run
+
+    o = _options(ctx, resume, "lm agent")
+    folder = o["out"]
+    spec = agent_spec(o, folder)
+    if dry_run:
+        _print_plan(plan_run(spec, resume is not None))
+        return
+    try:
+        summary = run_rl(spec, resume=resume is not None)
+    except Interrupted as stop:
+        raise _interrupted("lm agent", stop.folder, stop.step) from None
+    ev = summary["eval"]
+    if ev is not None:
+        print(f"held-out: reward {ev['reward']:.3f}  success {ev['success']:.3f}  turns {ev['turns']:.2f}  "
+              f"tool errors {ev['tool_errors']:.2f}  ({ev['episodes']} episodes)")
+    print(f"wrote {folder}")
+
+
+def _env_args(pairs: list[str] | None) -> dict:
+    out = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise UsageError(f"--env-arg {pair!r} is not KEY=VALUE; write e.g. --env-arg hops=3.")
+        key, value = pair.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise UsageError(f"--tasks {path} does not exist; give a JSONL file of task rows.")
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--tasks {path} line {n} is not JSON ({e.msg}); write one JSON object per line.") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise UsageError(f"--tasks {path} line {n} has no `prompt` string; every row needs one.")
+        rows.append(row)
+    if not rows:
+        raise UsageError(f"--tasks {path} holds no rows; write one JSON object per line.")
+    return rows
+
+
+def agent_spec(o: dict, out: str):
+    """The run spec of ``lm agent`` options (validated, nothing loaded)."""
+    from longhorizon.lm import samplers
+    from longhorizon.lm.agents import envs
+    from longhorizon.lm.agents.rollout import AgentConfig
+    from longhorizon.lm.agents.spec import AgentEval, AgentSpec
+    from longhorizon.lm.agents.trainer import CreditConfig
+    from longhorizon.lm.grpo import GRPOConfig
+    from longhorizon.lm.run import Pretrained, RLSpec
+
+    if o.get("init") is not None and o.get("model") is not None:
+        raise UsageError("--init continues a policy and --model starts from a pretrained one; give only one of them.")
+    init = o["init"] if o.get("init") is not None else Pretrained(o.get("model") or "smollm2")
+    registered = ":" not in o["env"]
+    args = _env_args(o.get("env_arg"))
+    if o.get("tasks") is not None:
+        if args:
+            raise UsageError("--env-arg configures generated tasks; with --tasks the rows are given, so drop --env-arg.")
+        rows = _read_rows(Path(o["tasks"]))
+        n_eval = min(o["eval_tasks"], len(rows) - 1)
+        train, held = rows[: len(rows) - n_eval], rows[len(rows) - n_eval:]
+    elif registered:
+        make = envs.get(o["env"]).make_tasks
+        try:
+            train = make(o["train_tasks"], seed=o["seed"], **args)
+            held = make(o["eval_tasks"], seed=o["seed"] + 10_000, **args) if o["eval_tasks"] else []
+        except TypeError as e:
+            raise UsageError(f"--env-arg does not fit the {o['env']} task generator ({e}); check the KEY names.") from None
+    else:
+        raise UsageError(f"--env {o['env']} is your environment class, so its tasks must be given: add --tasks FILE.jsonl.")
+    weights = ()
+    if o.get("reward_weights"):
+        pairs = [p.split("=", 1) for p in o["reward_weights"].split(",")]
+        if any(len(p) != 2 for p in pairs):
+            raise UsageError("--reward-weights takes NAME=WEIGHT pairs, e.g. format=1,outcome=1,cost=-0.5.")
+        try:
+            weights = tuple((k.strip(), float(v)) for k, v in pairs)
+        except ValueError:
+            raise UsageError("--reward-weights takes numbers as weights, e.g. outcome=1,cost=-0.5.") from None
+    agent_cfg = AgentConfig(max_turns=o["max_turns"], max_action_tokens=o["max_action_tokens"],
+                            max_context_tokens=o["max_context_tokens"], context=o["context"],
+                            tool_format=o["tool_format"], temperature=o["temperature"])
+    credit_cfg = CreditConfig(credit=o["credit"], gamma=o["gamma"], milestone_bonus=o["milestone_bonus"],
+                              reward_weights=weights)
+    grpo_cfg = GRPOConfig(num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"],
+                          loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], learning_rate=o["learning_rate"],
+                          temperature=o["temperature"], max_prompt_length=1, max_completion_length=o["max_context_tokens"] - 1)
+    spec = AgentSpec(o["env"], agent_cfg, credit_cfg, latency_s=o["latency"])
+    evaluation = AgentEval(tuple(held), o["env"], agent_cfg, o["eval_every"], o["latency"]) if held else None
+    return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=samplers.ShuffledPool(tuple(train), seed=o["seed"]),
+                  steps=o["steps"], prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
+                  checkpoint_every=o["checkpoint_every"], seed=o["seed"], record={"command": "lm agent", "options": o},
+                  agent=spec)
