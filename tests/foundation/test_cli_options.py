@@ -12,7 +12,8 @@ sub-command), so an option added without a case here fails
 
 Argv strings may name the fixture folders ``{RUN}``, ``{RUN2}`` (train results), ``{SFT}``,
 ``{SFT2}`` (lm sft results), ``{RL}`` (lm rl results), ``{GGUF}`` (a tiny pretrained model), ``{DATA}``,
-``{DATA2}`` (prompt datasets), ``{ODATA}``, ``{ODATA_VAL}``
+``{DATA2}`` (prompt datasets), ``{AGENT}`` (lm agent results), ``{ATASKS}``, ``{ATASKS2}`` (agent task rows),
+``{ODATA}``, ``{ODATA_VAL}``
 (a tiny OGBench dataset and its -val file) and ``{TMP}`` (an empty scratch folder).
 """
 
@@ -74,6 +75,9 @@ OTRAIN = ("offline", "train", "ota", "--dataset", "pointmaze-medium-stitch-v0", 
 OEVAL = (*OTRAIN, "--eval-episodes", "2")
 MAKE = ("offline", "make-dataset", "pointmaze-medium-stitch-v0", "--out", "{TMP}/m.npz")
 INSPECT = ("offline", "inspect", "{ODATA}")
+AGENT = ("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--steps", "4", "--train-tasks", "8",
+         "--eval-tasks", "2")
+AGENT_ROWS = ("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--steps", "4", "--tasks", "{ATASKS}")
 SWEEP = ("sweep", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--grid", "learning_rate=1e-4,3e-4",
          "--out", "{TMP}/w")
 
@@ -299,6 +303,49 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "quiet": [acts(OTRAIN, "--quiet")],
         "dry_run": [DRY],
     },
+    ("lm", "agent"): {
+        "env": [acts(AGENT, "--env", "router"), refused((*AGENT, "--env", "mymod:Cls"), "tasks must be given"),
+                refused((*AGENT_ROWS, "--env", "mymod:Cls"), "cannot import")],
+        "tasks": [acts(AGENT_ROWS, replace={"{ATASKS}": "{ATASKS2}"}),
+                  refused((*AGENT_ROWS, "--env-arg", "hops=2"), "drop --env-arg"),
+                  refused(("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--tasks", "{TMP}/none.jsonl"),
+                          "does not exist")],
+        "env_arg": [acts(AGENT, "--env-arg", "hops=3"), refused((*AGENT, "--env-arg", "bogus=1"), "does not fit"),
+                    refused((*AGENT, "--env-arg", "hops"), "not KEY=VALUE")],
+        "train_tasks": [acts(AGENT, replace={"8": "16"}), refused((*AGENT_ROWS, "--train-tasks", "4"), "drop --train-tasks")],
+        "eval_tasks": [acts(AGENT, replace={"2": "3"})],
+        "init": [acts(("lm", "agent", "--out", "{TMP}/a", "--init", "{RL}"), "--steps", "3"),
+                 refused((*AGENT, "--init", "{RL}"), "give only one of them")],
+        "model": [acts(AGENT, replace={"tiny-random": "{GGUF}"})],
+        "out": [acts(AGENT, replace={"{TMP}/a": "{TMP}/a2"})],
+        "steps": [acts(AGENT, replace={"4": "5"}), refused((*AGENT, "--steps", "0"), "at least 1")],
+        "prompts_per_step": [acts(AGENT, "--prompts-per-step", "2")],
+        "num_generations": [acts(AGENT, "--num-generations", "4"), refused((*AGENT, "--num-generations", "1"), "at least 2")],
+        "beta": [acts(AGENT, "--beta", "0.04"), refused((*AGENT, "--beta", "-1"), "non-negative")],
+        "epsilon": [acts(AGENT, "--epsilon", "0.3")],
+        "loss_type": [acts(AGENT, "--loss-type", "grpo"), refused((*AGENT, "--loss-type", "x"), "unknown")],
+        "scale_rewards": [acts(AGENT, "--scale-rewards", "none"), refused((*AGENT, "--scale-rewards", "x"), "unknown")],
+        "learning_rate": [acts(AGENT, "--learning-rate", "1e-5"), refused((*AGENT, "--learning-rate", "0"), "positive")],
+        "temperature": [acts(AGENT, "--temperature", "0.7"), refused((*AGENT, "--temperature", "0"), "positive")],
+        "max_turns": [acts(AGENT, "--max-turns", "3"), refused((*AGENT, "--max-turns", "0"), "positive integer")],
+        "max_action_tokens": [acts(AGENT, "--max-action-tokens", "32"),
+                              refused((*AGENT, "--max-action-tokens", "4096"), "leaves no room")],
+        "max_context_tokens": [acts(AGENT, "--max-context-tokens", "1024")],
+        "context": [acts(AGENT, "--context", "workspace"), refused((*AGENT, "--context", "x"), "unknown")],
+        "tool_format": [acts(AGENT, "--tool-format", "tags"), refused((*AGENT, "--tool-format", "x"), "unknown")],
+        "credit": [acts(AGENT, "--credit", "turn"), refused((*AGENT, "--credit", "x"), "unknown")],
+        "gamma": [acts((*AGENT, "--credit", "eapo"), "--gamma", "0.9"), refused((*AGENT, "--gamma", "0.9"), "drop --gamma")],
+        "milestone_bonus": [acts(AGENT, "--milestone-bonus", "0.1")],
+        "reward_weights": [acts(AGENT, "--reward-weights", "outcome=1"),
+                           refused((*AGENT, "--reward-weights", "outcome"), "NAME=WEIGHT")],
+        "latency": [acts(AGENT, "--latency", "0.1"), refused((*AGENT, "--latency", "-1"), "0 or positive")],
+        "eval_every": [acts(AGENT, "--eval-every", "2"), refused((*AGENT, "--eval-every", "9"), "beyond the run's")],
+        "checkpoint_every": [acts(AGENT, "--checkpoint-every", "2")],
+        "seed": [acts(AGENT, "--seed", "1")],
+        "resume": [Acts(AGENT, ("lm", "agent", "--resume", "{AGENT}")),
+                   refused(("lm", "agent", "--resume", "{AGENT}", "--seed", "1"), "cannot be changed when resuming")],
+        "dry_run": [DRY],
+    },
     ("sweep",): {
         "algo": [acts(SWEEP, replace={"ppo": "pqn"})],
         "env": [acts(SWEEP, replace={"CartPole-v1": "Acrobot-v1"})],
@@ -321,7 +368,7 @@ NO_OPTIONS = {("envs",)}
 DRY_ARGV = {("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
             ("lm", "eval"): LM_EVAL, ("lm", "fetch"): FETCH, ("repro",): REPRO, ("sweep",): SWEEP,
             ("offline", "datasets"): ("offline", "datasets"), ("offline", "make-dataset"): MAKE,
-            ("offline", "inspect"): INSPECT, ("offline", "train"): OTRAIN}
+            ("offline", "inspect"): INSPECT, ("offline", "train"): OTRAIN, ("lm", "agent"): AGENT}
 
 
 def cli_parameters() -> dict[tuple[str, ...], set[str]]:
@@ -360,7 +407,7 @@ def _materialise(folder: Path, plan: dict, lm: bool) -> None:
         plan.pop(key, None)
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(plan))
-    if plan.get("command") == "lm rl":
+    if plan.get("command") in ("lm rl", "lm agent"):
         (folder / "checkpoints" / "1").mkdir()  # an orbax step folder (lm.run_checkpoint)
     else:
         (folder / "checkpoints" / "latest.json").write_text(json.dumps({"chunk": 1, "step": 1, "file": "chunk_000001.msgpack"}))
@@ -380,11 +427,12 @@ def _dry(argv: list[str], capsys) -> tuple[int, str, str]:
 def places(tmp_path_factory):
     """The fixture folders, laid out from the dry runs of the commands that would write them."""
     root = tmp_path_factory.mktemp("options")
-    folders = {name: root / name.lower() for name in ("RUN", "RUN2", "SFT", "SFT2", "RL")}
+    folders = {name: root / name.lower() for name in ("RUN", "RUN2", "SFT", "SFT2", "RL", "AGENT")}
     makers = {"RUN": ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096"],
               "RUN2": ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--seeds", "2"],
               "SFT": ["lm", "sft", "--steps", "10"], "SFT2": ["lm", "sft", "--steps", "10", "--d-model", "32"],
-              "RL": ["lm", "rl", "--init", str(folders["SFT"]), "--steps", "10"]}
+              "RL": ["lm", "rl", "--init", str(folders["SFT"]), "--steps", "10"],
+              "AGENT": ["lm", "agent", "--model", "tiny-random", "--steps", "4", "--train-tasks", "8", "--eval-tasks", "2"]}
     import contextlib
     import io
 
@@ -398,6 +446,9 @@ def places(tmp_path_factory):
     files = {"GGUF": write_gguf(root / "tiny.gguf"), "DATA": root / "d.jsonl", "DATA2": root / "d2.jsonl"}
     files["DATA"].write_text('{"prompt": "2+2=", "answer": "4"}\n')
     files["DATA2"].write_text('{"prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"}\n')
+    files["ATASKS"], files["ATASKS2"] = root / "a.jsonl", root / "a2.jsonl"  # agent task rows (search env columns)
+    files["ATASKS"].write_text('{"prompt": "Who?", "answer": "x"}\n{"prompt": "Where?", "answer": "y"}\n')
+    files["ATASKS2"].write_text('{"prompt": "When?", "answer": "z"}\n{"prompt": "Why?", "answer": "w"}\n')
     from longhorizon.offline.datasets import make_dataset, val_path  # a tiny OGBench-format file for `offline inspect`
 
     files["ODATA"] = make_dataset("pointmaze-medium-stitch-v0", root / "pm.npz", size=400, workers=1, progress=False)

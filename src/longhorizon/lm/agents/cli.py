@@ -62,12 +62,13 @@ def agent(
 ) -> None:
     """Multi-turn agent RL: episodes of a tool environment (search, router, feedback scaffolds, research workspace, or
     your TRL environment class), trajectory- or turn-level credit, the GRPO-family loss on action tokens only."""
-    from longhorizon.lm.cli import _interrupted, _options, _print_plan
+    from longhorizon.lm.cli import _given, _interrupted, _options, _print_plan
     from longhorizon.lm.run import Interrupted, run_rl
     from longhorizon.lm.run import dry_run as plan_run
 
     o = _options(ctx, resume, "lm agent")
     folder = o["out"]
+    _check_agent_options(o, _given(ctx))
     spec = agent_spec(o, folder)
     if dry_run:
         _print_plan(plan_run(spec, resume is not None))
@@ -81,6 +82,15 @@ def agent(
         print(f"held-out: reward {ev['reward']:.3f}  success {ev['success']:.3f}  turns {ev['turns']:.2f}  "
               f"tool errors {ev['tool_errors']:.2f}  ({ev['episodes']} episodes)")
     print(f"wrote {folder}")
+
+
+def _check_agent_options(o: dict, given: set[str]) -> None:
+    """Refuse an option that nothing in this run would read."""
+    if "gamma" in given and o["credit"] == "trajectory":
+        raise UsageError("--gamma discounts turns under --credit turn or eapo; --credit trajectory has one value per "
+                         "episode, so add --credit turn/eapo or drop --gamma.")
+    if "train_tasks" in given and o.get("tasks") is not None:
+        raise UsageError("--train-tasks sizes generated tasks; with --tasks the rows are given, so drop --train-tasks.")
 
 
 def _env_args(pairs: list[str] | None) -> dict:

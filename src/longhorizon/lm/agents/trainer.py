@@ -111,7 +111,8 @@ class AgentTrainer:
         agent = dataclasses.replace(agent, temperature=cfg.temperature, top_p=cfg.top_p)
         self.model_cfg, self.cfg, self.tokenizer, self.agent, self.credit = model_cfg, cfg, tokenizer, agent, credit
         self.params = jax.tree_util.tree_map(jnp.array, params)
-        self.ref_params = self.params if ref_params is None else jax.tree_util.tree_map(jnp.array, ref_params)
+        # a copy of its own: the update donates the policy's buffers
+        self.ref_params = jax.tree_util.tree_map(jnp.array, params if ref_params is None else ref_params)
         self.optimizer = grpo.rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
         self.opt_state = self.optimizer.init(self.params)
         self.key = jax.random.PRNGKey(seed)
