@@ -11,10 +11,14 @@ trajectories each:
   ``(s + 1) k`` requests are generated ahead while the learner waits or trains.
 
 Sources: ``--source synthetic`` (:class:`SyntheticSource`: no model, the latency is the only cost)
-or ``--source real`` (the lead's ``lm/agents/rollout.py`` source with ``lm.policy.tiny_random()``
-and the latency environment wrapper ``lm/agents/envs/latency.py``, when both exist). Actor start-up
-(and, for ``real``, the first batch, which compiles) is excluded: the clock runs from the first
-timed ``publish`` to the last batch. Repeats are interleaved; the table gives the median and the
+or ``--source real`` (:class:`TinyAgentSource`: the real multi-turn rollout,
+``lm.agents.rollout.MultiTurnRollout``, of ``lm.policy.tiny_random()`` in the search environment
+slowed by ``lm.agents.envs.latency.with_latency``; the model generates each turn's
+``--action-tokens`` tokens, the compute a policy costs, and a scripted expert's tool call is
+appended, because a random model would rarely write one and the latency would never be met).
+Actor start-up is excluded, and for ``real`` every program is compiled beforehand (an in-process
+pass over the same requests fills the persistent compilation cache the actors share): the clock
+runs from the first timed ``publish`` to the last batch. Repeats are interleaved; the table gives the median and the
 min-max spread of trajectories/s and action tokens/s, and the speed-up over the in-process median.
 
 Run (Ray stays on loopback: the script moves itself into a private network namespace; needs root):
@@ -25,11 +29,11 @@ Run (Ray stays on loopback: the script moves itself into a private network names
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
 import statistics
-import sys
 import time
 
 
@@ -45,43 +49,73 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=2, help="environment turns per trajectory (synthetic)")
     parser.add_argument("--max-staleness", type=int, default=1)
     parser.add_argument("--train-seconds", type=float, default=0.0, help="simulated learner time per batch")
+    parser.add_argument("--action-tokens", type=int, default=16, help="model tokens per turn (real)")
     parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray instance")
+    parser.add_argument("--cache", default="/tmp/longhorizon-bench-jax-cache", help="persistent compilation cache")
     parser.add_argument("--out", default="agent_async_rollouts.json")
     return parser.parse_args()
 
 
+@dataclasses.dataclass(frozen=True)
+class TinyAgentSource:
+    """``MultiTurnRollout`` of ``tiny_random()`` in the slowed search environment (module docstring)."""
+
+    latency_s: float
+    action_tokens: int = 16
+
+    def build(self):
+        import jax
+
+        from longhorizon.lm import policy
+        from longhorizon.lm.agents import envs
+        from longhorizon.lm.agents.demos import expert_policy
+        from longhorizon.lm.agents.rollout import AgentConfig, MultiTurnRollout
+
+        model, spec = policy.tiny_random(), envs.get("search")
+        agent = AgentConfig(max_turns=4, max_action_tokens=self.action_tokens, max_context_tokens=2048,
+                            length_bucket=256, max_observation_chars=300, describe_tools=False)
+        env = envs.with_latency(spec.cls, self.latency_s)
+        sampler = MultiTurnRollout(model.cfg, model.tokenizer, env, agent)
+        expert, stops = expert_policy(spec.expert, agent.tool_format, model.tokenizer), set(model.tokenizer.eos_ids)
+
+        def model_then_call(params, contexts, key, episodes):
+            out = []
+            for (ids, lps), (call, call_lps) in zip(sampler.sample(params, contexts, key, episodes),
+                                                     expert(params, contexts, key, episodes)):
+                if ids and ids[-1] in stops:
+                    ids, lps = ids[:-1], lps[:-1]
+                out.append((ids + call, lps + call_lps))
+            return out
+
+        rollout = MultiTurnRollout(model.cfg, model.tokenizer, env, agent, policy=model_then_call)
+        return lambda params, tasks, seed, version: rollout.run(params, tasks, 1, jax.random.PRNGKey(seed), version)
+
+
 def make_source(args, latency: float):
+    """``(source, tasks, params_of_version)``."""
     if args.source == "synthetic":
         from longhorizon.lm.agents.async_rollout import SyntheticSource
 
-        return SyntheticSource(turns=args.turns, tokens_per_turn=16, latency_s=latency), (lambda v: {"w": [0.5]})
-    return real_source(args, latency)
+        tasks = [{"prompt": f"task {i}", "group": i} for i in range(64)]
+        return SyntheticSource(turns=args.turns, tokens_per_turn=16, latency_s=latency), tasks, (lambda v: {"w": [0.5]})
+    from longhorizon.lm import policy
+    from longhorizon.lm.agents import envs
 
-
-def real_source(args, latency: float):
-    """The lead's rollout source around tiny_random() in a latency environment (see the module docstring)."""
-    try:
-        from longhorizon.lm.agents import rollout  # noqa: F401
-        from longhorizon.lm.agents.envs import latency as latency_env  # noqa: F401
-    except ImportError as error:
-        sys.exit(f"--source real needs lm/agents/rollout.py and lm/agents/envs/latency.py ({error}); use --source synthetic.")
-    return rollout.benchmark_source(latency_env, latency)  # noqa: F821 - filled in when the real source lands
+    params = policy.tiny_random().params  # the same weights every version: equal work in every setting
+    return TinyAgentSource(latency, args.action_tokens), envs.get("search").make_tasks(64, seed=0), (lambda v: params)
 
 
 def measure(args, latency: float, actors: int) -> dict:
     from longhorizon.lm.agents.async_rollout import Config, Rollouts, group_requests
 
-    source, params = make_source(args, latency)
-    tasks = [{"prompt": f"task {i}", "group": i} for i in range(64)]
+    source, tasks, params = make_source(args, latency)
     config = (Config(actors=0, requests_per_batch=args.requests_per_batch) if actors == 0 else
               Config(actors=actors, mode="async", max_staleness=args.max_staleness,
                      requests_per_batch=args.requests_per_batch))
     with Rollouts(source, group_requests(tasks, args.group), config) as rollouts:
         version = 0
-        if args.source == "real":  # compile outside the clock
-            rollouts.publish(params(version), version)
-            rollouts.next()
-            version += 1
+        if args.source == "real":  # every actor traces and loads its programs before the clock starts
+            rollouts.warm_up(params(version), tasks[:1] * args.group, seed=10**6)
         start, trajectories, tokens, lags, waits = time.perf_counter(), 0, 0, [], 0.0
         for _ in range(args.steps):
             rollouts.publish(params(version), version)
@@ -98,8 +132,21 @@ def measure(args, latency: float, actors: int) -> dict:
             "staleness_mean": statistics.mean(lags), "wait_seconds": waits, "load": os.getloadavg()[0]}
 
 
+def warm_up(args) -> None:
+    """Real source: compile every program the timed runs use (same requests, same weights: same shapes)."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", args.cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    if args.source == "real":
+        start = time.perf_counter()
+        measure(args, 0.0, 0)
+        print(f"warm-up (compiles) took {time.perf_counter() - start:.1f} s", flush=True)
+
+
 def main() -> None:
     args = parse_args()
+    warm_up(args)
     from longhorizon.engine.ray_loopback import enter_loopback_namespace
 
     enter_loopback_namespace()

@@ -148,6 +148,8 @@ def test_in_process_loop_is_the_rollout_function_called_in_order():
     assert _same(got, _reference(source, group_requests(TASKS, 2, seed=7), [_params(v) for v in range(3)], k))
     assert [t.uid for t in got[1]] == ["2-0", "2-1", "3-0", "3-1"]
     assert [t.group for t in got[1]] == [0, 0, 1, 1]  # one group per request (the source's groups were 2 and 3)
+    rollouts.warm_up(_params(5), TASKS, seed=1)
+    assert rollouts.next()[1]["request_ids"] == [6, 7]  # warm_up took no request and no id
     # the content depends on params and seed (so the equality checks above mean something)
     fn = source.build()
     assert not _same(fn(_params(0), TASKS[:1], 7, 0), fn(_params(1), TASKS[:1], 7, 0))
@@ -196,6 +198,7 @@ def test_sync_equals_in_process_bit_for_bit(ray_local):
     source, k = SyntheticSource(turns=2, tokens_per_turn=4, latency_s=0.01), 3
     params = [_params(v) for v in range(3)]
     with Rollouts(source, group_requests(TASKS, 2, seed=11), Config(actors=2, requests_per_batch=k)) as rollouts:
+        assert rollouts.warm_up(_params(9), TASKS[:2], seed=5) > 0  # runs on both actors; nothing published or counted
         got = []
         for version, p in enumerate(params):
             rollouts.publish(p, version)

@@ -249,6 +249,20 @@ class Rollouts:
                 "wait_seconds": time.perf_counter() - start}
         return trajectories, info
 
+    def warm_up(self, params: Any, tasks: list, seed: int = 0) -> float:
+        """Run ``fn(params, tasks, seed)`` once on every actor (``actors=0``: here) and discard the trajectories,
+        so each process compiles its programs before training (or a benchmark's clock) starts; nothing
+        is published or counted. Returns the seconds it took."""
+        start, params = time.perf_counter(), jax.device_get(params)
+        if self._fn is not None:
+            generate(self._fn, params, -1, list(tasks), seed, 0)
+        else:
+            import ray
+
+            ref = ray.put(params)
+            ray.get([w.generate.remote(ref, -1, list(tasks), seed, 0) for w in self._workers])
+        return time.perf_counter() - start
+
     def __iter__(self) -> Iterator[tuple[list[Trajectory], dict]]:
         while True:
             try:
