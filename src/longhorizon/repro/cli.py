@@ -27,6 +27,12 @@ REPROS = {
     "ota": ("longhorizon.repro.ota", "an option-aware high-level value (OTA) keeps HIQL's advantage signs right far from the goal"),
     "qgf": ("longhorizon.repro.qgf", "test-time critic-gradient guidance of a flow BC policy raises return; vs best-of-N and FQL"),
     "hecrl": ("longhorizon.repro.hecrl", "factored subgoal diffusion raises a value-based agent's success on long multi-block tasks"),
+    "trpo-agent": ("longhorizon.repro.trpo_agent",
+                   "one trajectory-level advantage over all turns (Mobile-Agent-v3's TRPO) trains as well as per-turn credit"),
+    "iterresearch": ("longhorizon.repro.iterresearch",
+                     "a rebuilt workspace keeps an agent's context bounded over many rounds; EAPO's discount shortens episodes"),
+    "asearcher": ("longhorizon.repro.asearcher",
+                  "search agents use more turns as questions need more hops; a larger turn budget raises accuracy"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }

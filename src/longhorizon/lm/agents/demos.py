@@ -22,8 +22,12 @@ from longhorizon.lm.agents import protocol
 from longhorizon.lm.agents.trajectory import Trajectory
 
 
-def expert_policy(expert_cls, tool_format: str, tokenizer, *, noise: float = 0.0, seed: int = 0):
-    """A rollout ``policy`` (see :class:`longhorizon.lm.agents.rollout.MultiTurnRollout`) playing ``expert_cls``."""
+def expert_policy(expert_cls, tool_format: str, tokenizer, *, noise: float = 0.0, seed: int = 0, report: bool = False):
+    """A rollout ``policy`` (see :class:`longhorizon.lm.agents.rollout.MultiTurnRollout`) playing ``expert_cls``.
+
+    ``report``: every turn first writes ``<report>...</report>``, the note-taking a reconstructed-workspace
+    context needs (IterResearch): the expert's own ``report()`` after reading the last observation when
+    it has one (a synthesis of bounded length), else every observation so far joined by ``; ``."""
     experts: dict[int, object] = {}
     rng = np.random.default_rng(seed)
 
@@ -39,7 +43,13 @@ def expert_policy(expert_cls, tool_format: str, tokenizer, *, noise: float = 0.0
                 name = str(rng.choice(sorted(tools)))
                 words = [w for w in (last or e.row["prompt"]).replace(".", " ").split() if w.isalnum()] or ["x"]
                 kwargs = {p: str(rng.choice(words)) for p in protocol.tool_schema(name, tools[name])["parameters"]["properties"]}
-            ids = list(tokenizer.encode(protocol.format_tool_call(name, kwargs, tool_format, tools))) + [tokenizer.eos_ids[0]]
+            text = protocol.format_tool_call(name, kwargs, tool_format, tools)
+            if report:
+                expert = experts[e.index]
+                notes = expert.report() if hasattr(expert, "report") else \
+                    "; ".join(t.observation for t in e.turns if t.observation and not t.error)
+                text = f"<report>{notes}</report>" + text
+            ids = list(tokenizer.encode(text)) + [tokenizer.eos_ids[0]]
             out.append((ids, [0.0] * len(ids)))
         return out
 
@@ -48,13 +58,15 @@ def expert_policy(expert_cls, tool_format: str, tokenizer, *, noise: float = 0.0
 
 def demonstrations(model_cfg, tokenizer, env_factory, expert_cls, rows: Sequence[dict], agent, *, noise: float = 0.0,
                    seed: int = 0) -> list[Trajectory]:
-    """One expert episode per row, through the real rollout (module docstring)."""
+    """One expert episode per row, through the real rollout (module docstring); with a workspace context
+    the expert also keeps the report (:func:`expert_policy`)."""
     import jax
 
     from longhorizon.lm.agents.rollout import MultiTurnRollout
 
-    rollout = MultiTurnRollout(model_cfg, tokenizer, env_factory, agent,
-                               policy=expert_policy(expert_cls, agent.tool_format, tokenizer, noise=noise, seed=seed))
+    policy = expert_policy(expert_cls, agent.tool_format, tokenizer, noise=noise, seed=seed,
+                           report=agent.context == "workspace")
+    rollout = MultiTurnRollout(model_cfg, tokenizer, env_factory, agent, policy=policy)
     return rollout.run(None, list(rows), 1, jax.random.PRNGKey(seed))
 
 

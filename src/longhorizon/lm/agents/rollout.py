@@ -148,7 +148,7 @@ class _Episode:
         if fmt.cfg.context == "full":
             return self.tokens
         last = self.turns[-1] if self.turns else None
-        text = fmt.workspace(self.prompt_text, self.report, last.action if last else None,
+        text = fmt.workspace(self.prompt_text, self.report, _REPORT.sub("", last.action).strip() if last else None,
                              last.observation if last else None)
         return encode(fmt.first_prompt(text, self.tools_text))
 
@@ -213,7 +213,8 @@ class MultiTurnRollout:
                     report = _REPORT.findall(text)
                     if report:
                         e.report = report[-1].strip()
-                    parsed = protocol.parse_tool_calls(text, cfg.tool_format, protocol.tool_methods(e.env))
+                    calls_text = _REPORT.sub("", text)  # the report is notes, not a call
+                    parsed = protocol.parse_tool_calls(calls_text, cfg.tool_format, protocol.tool_methods(e.env))
                     turn = Turn(action=text, tool_calls=[dataclasses.asdict(c) for c in parsed.calls], error=parsed.error)
                     e.turns.append(turn)
                     if parsed.error is not None:

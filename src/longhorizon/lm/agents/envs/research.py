@@ -122,3 +122,13 @@ class Expert:
         if todo:
             return "lookup", {"name": todo[0]}
         return "answer", {"answer": solve(self.kind, self.notes)}
+
+    def report(self) -> str:
+        """IterResearch's evolving report, synthesised rather than copied: the answer so far and how many
+        cities were looked up (cities are looked up in the listed order), so its length does not grow."""
+        if not self.notes:
+            return "none looked up yet"
+        if self.kind == "sum":
+            return f"total so far {solve('sum', self.notes)}; looked up {len(self.notes)}"
+        best = solve(self.kind, self.notes)
+        return f"{self.kind} so far {best} {self.notes[best]}; looked up {len(self.notes)}"

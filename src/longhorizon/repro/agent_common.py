@@ -1,0 +1,170 @@
+"""Shared protocol of the agent reproductions (issue 15): a warm-started tiny agent, RL arms, held-out success.
+
+Scale (2 CPU cores): the policy is ``tiny-random`` (a 2-layer, d=64 Llama over bytes with ChatML),
+warm-started by teacher forcing on scripted-expert episodes of the environment
+(:mod:`longhorizon.lm.agents.demos`; a share ``demo_noise`` of the expert's calls replaced by random
+calls, so the warm start is imperfect and RL has something to improve). Each arm then trains from
+that same warm start through the LM run spine (``lm agent``'s code path) for the same number of
+steps, prompts and generations, and is scored greedily on held-out tasks. Warm starts are cached
+(``$LONGHORIZON_CACHE/agents``, default ``~/.cache/longhorizon/agents``) by their settings, so the
+arms and later runs share them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from longhorizon.lm.agents.rollout import AgentConfig
+from longhorizon.lm.agents.trainer import CreditConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRepro:
+    env: str
+    task_args: tuple = ()  # (("hops", 2), ...) for the environment's make_tasks
+    variants: tuple = ()  # ((("hops", 1),), (("hops", 2),)): rows drawn from each in turn, over task_args
+    # 256-token length buckets: few compiled shapes (compilation, not compute, dominates a tiny model on CPU)
+    agent: AgentConfig = AgentConfig(tool_format="tags", describe_tools=False, max_action_tokens=40, length_bucket=256)
+    demos: int = 256
+    demo_noise: float = 0.3
+    warm_steps: int = 300
+    warm_lr: float = 3e-3
+    train_tasks: int = 256
+    eval_tasks: int = 64
+    steps: int = 30
+    prompts_per_step: int = 4
+    num_generations: int = 8
+    learning_rate: float = 1e-4
+    beta: float = 0.0
+    seeds: int = 2
+
+    def rows(self, n: int, seed: int, **extra) -> list[dict]:
+        from longhorizon.lm.agents import envs
+
+        make = envs.get(self.env).make_tasks
+        if not self.variants or extra:
+            return make(n, seed=seed, **{**dict(self.task_args), **extra})
+        parts = [make(-(-n // len(self.variants)), seed=seed, **{**dict(self.task_args), **dict(v)}) for v in self.variants]
+        return [parts[i % len(parts)][i // len(parts)] for i in range(n)]
+
+    def scale(self) -> str:
+        return (f"tiny-random (2 layers, d=64, bytes), warm start: {self.warm_steps} teacher-forcing steps on "
+                f"{self.demos} expert episodes ({self.demo_noise:.0%} of the calls random); RL: {self.steps} steps x "
+                f"{self.prompts_per_step} tasks x {self.num_generations} episodes, lr {self.learning_rate:g}, "
+                f"{self.seeds} seed(s); {self.eval_tasks} held-out tasks, greedy.")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "agents"
+
+
+def warm_policy(setup: AgentRepro, seed: int = 0, agent: AgentConfig | None = None, progress=print):
+    """The warm-started policy (module docstring), from the cache when it was made before."""
+    from flax import serialization
+
+    from longhorizon.lm.agents import envs
+    from longhorizon.lm.agents.demos import WarmStart, demonstrations, warm_start
+    from longhorizon.lm.policy import tiny_random
+    from longhorizon.lm.run import Policy
+    from longhorizon.runner.results import to_jsonable
+
+    agent = agent or setup.agent
+    base = tiny_random(seed=seed)
+    key = json.dumps(to_jsonable({"env": setup.env, "task_args": setup.task_args, "variants": setup.variants,
+                                  "agent": dataclasses.replace(agent, length_bucket=1), "demos": setup.demos,
+                                  "noise": setup.demo_noise, "steps": setup.warm_steps, "lr": setup.warm_lr,
+                                  "seed": seed}), sort_keys=True)
+    path = cache_dir() / f"{setup.env}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.msgpack"
+    if path.is_file():
+        params = serialization.from_bytes(base.params, path.read_bytes())
+    else:
+        spec = envs.get(setup.env)
+        progress(f"warm start: {setup.demos} expert episodes of {setup.env}, {setup.warm_steps} teacher-forcing steps")
+        demos = demonstrations(base.cfg, base.tokenizer, spec.cls, spec.expert, setup.rows(setup.demos, seed + 500),
+                               agent, noise=setup.demo_noise, seed=seed)
+        params, _ = warm_start(base.params, base.cfg, base.tokenizer, demos,
+                               WarmStart(steps=setup.warm_steps, learning_rate=setup.warm_lr), seed=seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(serialization.to_bytes(params))
+        tmp.replace(path)
+    return Policy(params, base.cfg, base.tokenizer, f"warm start {path.name}")
+
+
+def evaluate(policy, params, setup: AgentRepro, rows, agent: AgentConfig | None = None) -> dict:
+    """Greedy held-out episodes: :func:`longhorizon.lm.agents.spec.summarize` of them."""
+    from longhorizon.lm.agents.spec import AgentEval
+
+    return AgentEval(tuple(rows), setup.env, agent or setup.agent).run(params, policy)
+
+
+def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, seed: int, held, agent: AgentConfig | None = None,
+              eval_every: int = 0, keep_params: bool = False) -> dict:
+    """One RL arm through the run spine; ``{"summary", "rows"}`` and with ``keep_params`` the final
+    ``"params"`` (the checkpoints are removed, the metrics kept)."""
+    from longhorizon.lm import samplers
+    from longhorizon.lm.agents.spec import AgentEval, AgentSpec
+    from longhorizon.lm.grpo import GRPOConfig
+    from longhorizon.lm.run import RLSpec, run_rl
+
+    agent = agent or setup.agent
+    grpo = GRPOConfig(num_generations=setup.num_generations, learning_rate=setup.learning_rate, beta=setup.beta,
+                      max_prompt_length=1, max_completion_length=agent.max_context_tokens - 1)
+    spec = RLSpec(out=str(out), init=policy, grpo=grpo,
+                  sampler=samplers.ShuffledPool(tuple(setup.rows(setup.train_tasks, seed)), seed=seed),
+                  steps=setup.steps, prompts_per_step=setup.prompts_per_step,
+                  evaluation=AgentEval(tuple(held), setup.env, agent, every=eval_every), checkpoint_every=setup.steps,
+                  seed=seed, agent=AgentSpec(setup.env, agent, credit))
+    shutil.rmtree(out, ignore_errors=True)
+    summary = run_rl(spec, quiet=True)
+    params = None
+    if keep_params:
+        from longhorizon.lm.run_checkpoint import RunCheckpoints
+
+        with RunCheckpoints(out / "checkpoints", read_only=True) as store:
+            params = store.restore_params(policy.params)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {"summary": summary, "rows": rows, "params": params}
+
+
+def mean_se(values) -> tuple[float, float]:
+    v = np.asarray(values, np.float64)
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
+
+
+def write(out: Path, summary: dict, lines: list[str]) -> None:
+    from longhorizon.runner.results import write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "summary.json", summary)
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'README.md'}")
+
+
+def plot_curves(path: Path, curves: dict, xlabel: str, ylabel: str, title: str) -> None:
+    """``curves[label] = (xs, means, ses)`` as lines with shaded standard errors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for label, (xs, ys, es) in curves.items():
+        ys, es = np.asarray(ys), np.asarray(es)
+        ax.plot(xs, ys, marker="o", ms=3, label=label)
+        ax.fill_between(xs, ys - es, ys + es, alpha=0.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
