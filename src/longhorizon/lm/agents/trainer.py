@@ -102,11 +102,16 @@ def per_turn_advantages(trajectories: Sequence[Trajectory], cfg: CreditConfig, s
 class AgentTrainer:
     """Policy, reference and optimiser of a multi-turn agent; the run spine's trainer (module docstring).
 
+    ``rollout`` replaces the in-process :class:`MultiTurnRollout` (anything with its ``run``);
+    ``token_advantages(trajectories, trainer)`` replaces the credit rules with per-token advantages
+    (one ``[L]`` array per sequence of each trajectory).
+
     It has :class:`longhorizon.lm.grpo.GRPOTrainer`'s state (``params``, ``opt_state``, ``key``,
     ``ref_params``, ``counters``), so the spine checkpoints and resumes it the same way."""
 
     def __init__(self, model_cfg, params, tokenizer, cfg: grpo.GRPOConfig, agent: AgentConfig, env_factory: Callable,
-                 credit: CreditConfig = CreditConfig(), *, ref_params=None, seed: int = 0, rollout: Any = None):
+                 credit: CreditConfig = CreditConfig(), *, ref_params=None, seed: int = 0, rollout: Any = None,
+                 token_advantages: Callable | None = None):
         # one sampling distribution: the rollout samples at the temperature the loss's log-probabilities assume
         agent = dataclasses.replace(agent, temperature=cfg.temperature, top_p=cfg.top_p)
         self.model_cfg, self.cfg, self.tokenizer, self.agent, self.credit = model_cfg, cfg, tokenizer, agent, credit
@@ -117,6 +122,9 @@ class AgentTrainer:
         self.opt_state = self.optimizer.init(self.params)
         self.key = jax.random.PRNGKey(seed)
         self.rollout = rollout or MultiTurnRollout(model_cfg, tokenizer, env_factory, agent)
+        # token_advantages(trajectories, trainer) -> per trajectory, one [L] array per sequence: replaces the
+        # credit rules (on-policy distillation's teacher log-ratios, TreeOPSD's tree credit)
+        self.token_advantages = token_advantages
         self.counters = {"generations": 0, "rollout_tokens": 0, "generated_tokens": 0, "update_tokens": 0,
                          "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0, "version": 0}
 
@@ -142,9 +150,12 @@ class AgentTrainer:
     def learn(self, trajectories: Sequence[Trajectory]) -> dict:
         cfg = self.cfg
         rewards, _ = learning_rewards(trajectories, self.credit)
-        turn_adv = per_turn_advantages(trajectories, self.credit, cfg.scale_rewards)
-        rows = [(i, seq, adv) for i, t in enumerate(trajectories)
-                for seq, adv in zip(t.sequences, credit_rules.token_advantages(t, turn_adv[i]))]
+        if self.token_advantages is not None:
+            per_sequence = self.token_advantages(trajectories, self)
+        else:
+            turn_adv = per_turn_advantages(trajectories, self.credit, cfg.scale_rewards)
+            per_sequence = [credit_rules.token_advantages(t, a) for t, a in zip(trajectories, turn_adv)]
+        rows = [(i, seq, adv) for i, t in enumerate(trajectories) for seq, adv in zip(t.sequences, per_sequence[i])]
         lags = np.array([self.version - trajectories[i].version for i, _, _ in rows])
         if (lags < 0).any():
             raise UsageError("a trajectory claims a policy version newer than the learner's; the rollouts were given "
