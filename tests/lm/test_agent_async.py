@@ -123,10 +123,13 @@ def ray_local():
     (dict(mode="fast"), "mode must be sync or async"),
     (dict(mode="sync", max_staleness=1), "applies to mode='async' only"),
     (dict(mode="async", actors=0), "actors=0 is refused"),
-    (dict(actors=-1), "actors must be 0"),
-    (dict(mode="async", max_staleness=-1), "max_staleness must be 0 or more"),
+    (dict(actors=-1), r"actors must be at least 0 \(got -1\); pass actors=0 or more"),
+    (dict(mode="async", max_staleness=-1), "max_staleness must be at least 0"),
     (dict(requests_per_batch=0), "requests_per_batch must be at least 1"),
-    (dict(max_restarts=-2), "max_restarts must be 0 or more"),
+    (dict(inflight_per_actor=0), "inflight_per_actor must be at least 1"),
+    (dict(max_restarts=-2), "max_restarts must be at least 0"),
+    (dict(actor_gpus=-1.0), "actor_gpus must be at least 0"),
+    (dict(actor_cpus=float("nan")), r"actor_cpus must be at least 0 \(got nan\)"),
     (dict(address="my cluster"), "address 'my cluster' is not local"),
 ])
 def test_invalid_configs_are_refused_in_one_sentence(fields, message):

@@ -53,6 +53,10 @@ from longhorizon.engine.ray import (_ADDRESS, MODES, RayOptions, _compile_settin
 from longhorizon.errors import UsageError
 from longhorizon.lm.agents.trajectory import TokenSequence, Trajectory, Turn
 
+_COUNTED = ("retries", "actor_restarts", "dropped_stale")  # run-long counters; info reports each call's share
+_MINIMUM = {"actors": 0, "max_staleness": 0, "requests_per_batch": 1, "inflight_per_actor": 1, "max_restarts": 0,
+            "actor_cpus": 0, "actor_gpus": 0, "placement_timeout_s": 0}
+
 
 class RolloutFailed(UsageError):
     """Rollouts cannot go on: a request failed more than ``max_restarts`` times, or a source's build failed."""
@@ -74,23 +78,14 @@ class Config:
     def __post_init__(self):
         if self.mode not in MODES:
             raise UsageError(f"mode must be sync or async (got '{self.mode}'); pass mode='sync' or mode='async'.")
-        if self.actors < 0:
-            raise UsageError(f"actors must be 0 (in-process) or more (got {self.actors}); pass actors=0 or more.")
-        if self.max_staleness < 0:
-            raise UsageError(f"max_staleness must be 0 or more (got {self.max_staleness}); pass max_staleness=0 or more.")
+        for name, low in _MINIMUM.items():
+            if not getattr(self, name) >= low:
+                raise UsageError(f"{name} must be at least {low} (got {getattr(self, name)}); pass {name}={low} or more.")
         if self.mode == "sync" and self.max_staleness:
             raise UsageError(f"max_staleness={self.max_staleness} applies to mode='async' only; drop it or pass "
                              f"mode='async'.")
         if self.mode == "async" and self.actors == 0:
             raise UsageError("mode='async' generates on Ray actors, so actors=0 is refused; pass actors=1 or more.")
-        for name in ("requests_per_batch", "inflight_per_actor"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be at least 1 (got {getattr(self, name)}); pass {name}=1 or more.")
-        if self.max_restarts < 0:
-            raise UsageError(f"max_restarts must be 0 or more (got {self.max_restarts}); pass max_restarts=3 for example.")
-        if self.actor_cpus < 0 or self.actor_gpus < 0:
-            raise UsageError(f"actor_cpus and actor_gpus must not be negative (got {self.actor_cpus} and "
-                             f"{self.actor_gpus}); pass actor_cpus=1, actor_gpus=0 for example.")
         if not _ADDRESS.match(self.address):
             raise UsageError(f"address '{self.address}' is not local, auto, HOST:PORT or ray://HOST:PORT; pass "
                              f"address='local' for a private instance on this machine.")
@@ -223,7 +218,7 @@ class Rollouts:
         Raises ``StopIteration`` when the request stream is exhausted."""
         if self._version is None:
             raise UsageError("rollouts need parameters before the first batch; call publish(params, 0) first.")
-        start, before = time.perf_counter(), (self.retries, self.actor_restarts, self.dropped_stale)
+        start, before = time.perf_counter(), {name: getattr(self, name) for name in _COUNTED}
         self._admit()
         head = [self._pending.popleft() for _ in range(min(self.config.requests_per_batch, len(self._pending)))]
         if not head:
@@ -231,7 +226,8 @@ class Rollouts:
         if self._fn is not None:
             for request in head:
                 request.version = self._version
-                request.result = generate(self._fn, self._params, request.id, request.tasks, request.seed, self._version)
+                request.result = generate(self._fn, self._params, request.id, request.tasks, request.seed,
+                                          self._version)
         else:
             self._await(head)
         groups: dict[tuple[int, Any], int] = {}
@@ -242,10 +238,9 @@ class Rollouts:
         versions = [t.version for t in trajectories]
         lags = [self._version - v for v in versions]
         info = {"request_ids": [r.id for r in head], "trajectories": len(trajectories), "versions": versions,
-                "lags": lags, "staleness_max": max(lags, default=0), "staleness_mean": float(np.mean(lags)) if lags else 0.0,
-                **{name: now - then for name, now, then in zip(("retries", "actor_restarts", "dropped_stale"),
-                                                                 (self.retries, self.actor_restarts, self.dropped_stale),
-                                                                 before)},
+                "lags": lags, "staleness_max": max(lags, default=0),
+                "staleness_mean": float(np.mean(lags)) if lags else 0.0,
+                **{name: getattr(self, name) - then for name, then in before.items()},
                 "wait_seconds": time.perf_counter() - start}
         return trajectories, info
 
@@ -321,8 +316,8 @@ class Rollouts:
             load[actor] += 1
             request.attempts += 1
             request.actor, request.version = actor, self._version
-            request.ref = self._workers[actor].generate.remote(self._params_ref, request.id, request.tasks, request.seed,
-                                                               self._version)
+            request.ref = self._workers[actor].generate.remote(self._params_ref, request.id, request.tasks,
+                                                               request.seed, self._version)
 
     def _all_requests(self) -> list[Request]:
         return [*self._head, *self._pending]
@@ -336,7 +331,7 @@ class Rollouts:
             while True:
                 for request in head:
                     if request.result is not None and self._version - request.version > self.config.max_staleness:
-                        request.result, request.actor = None, -1  # too old to learn from: generate it again with the newest parameters
+                        request.result, request.actor = None, -1  # too old to learn from: generate it again
                         self.dropped_stale += 1
                 if all(r.result is not None for r in head):
                     return
@@ -433,7 +428,9 @@ class SyntheticSource:
         for index, task in enumerate(tasks):
             rng = np.random.default_rng([seed, index])
             n = self.tokens_per_turn
-            tokens, mask, logprobs, turn_ids, turns = [rng.integers(0, 256, 4)], [np.zeros(4, bool)], [np.zeros(4)], [np.full(4, -1)], []
+            # a 4-token prompt, then per turn n action tokens (sampled) and n observation tokens
+            tokens, mask, logprobs, turn_ids = [rng.integers(0, 256, 4)], [np.zeros(4, bool)], [np.zeros(4)], [np.full(4, -1)]
+            turns = []
             for t in range(self.turns):
                 time.sleep(self.latency_s)  # the environment's turn (a tool call)
                 action, observation = rng.integers(0, 256, n), rng.integers(0, 256, n)
