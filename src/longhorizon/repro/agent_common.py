@@ -106,9 +106,10 @@ def evaluate(policy, params, setup: AgentRepro, rows, agent: AgentConfig | None 
 
 
 def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, seed: int, held, agent: AgentConfig | None = None,
-              eval_every: int = 0, keep_params: bool = False) -> dict:
+              eval_every: int = 0, keep_params: bool = False, spec_options: dict | None = None) -> dict:
     """One RL arm through the run spine; ``{"summary", "rows"}`` and with ``keep_params`` the final
-    ``"params"`` (the checkpoints are removed, the metrics kept)."""
+    ``"params"`` (the checkpoints are removed, the metrics kept). ``spec_options``: further
+    :class:`~longhorizon.lm.agents.spec.AgentSpec` fields (``rollout``, ``token_advantages``)."""
     from longhorizon.lm import samplers
     from longhorizon.lm.agents.spec import AgentEval, AgentSpec
     from longhorizon.lm.grpo import GRPOConfig
@@ -121,7 +122,7 @@ def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, see
                   sampler=samplers.ShuffledPool(tuple(setup.rows(setup.train_tasks, seed)), seed=seed),
                   steps=setup.steps, prompts_per_step=setup.prompts_per_step,
                   evaluation=AgentEval(tuple(held), setup.env, agent, every=eval_every), checkpoint_every=setup.steps,
-                  seed=seed, agent=AgentSpec(setup.env, agent, credit))
+                  seed=seed, agent=AgentSpec(setup.env, agent, credit, **(spec_options or {})))
     shutil.rmtree(out, ignore_errors=True)
     summary = run_rl(spec, quiet=True)
     params = None

@@ -32,6 +32,10 @@ class AgentSpec:
     agent: AgentConfig = AgentConfig()
     credit: CreditConfig = CreditConfig()
     latency_s: float = 0.0  # every tool call sleeps this long (the slow-environment setting)
+    # rollout(trainer) -> a rollout replacing trainer.rollout (e.g. lm.agents.branching.BranchingRollout)
+    rollout: Any = dataclasses.field(default=None, compare=False)
+    # token_advantages(trajectories, trainer) -> per-token advantages replacing the credit rules (lm.agents.opd)
+    token_advantages: Any = dataclasses.field(default=None, compare=False)
 
     def check(self) -> None:
         if self.latency_s < 0:
@@ -42,13 +46,18 @@ class AgentSpec:
         from longhorizon.runner.results import to_jsonable
 
         return {"env": self.env, "agent": to_jsonable(self.agent), "credit": to_jsonable(self.credit),
-                "latency_s": self.latency_s}
+                "latency_s": self.latency_s,
+                **{k: repr(getattr(self, k)) for k in ("rollout", "token_advantages") if getattr(self, k) is not None}}
 
     def trainer(self, policy, grpo_cfg, seed: int):
         from longhorizon.lm.agents.trainer import AgentTrainer
 
-        return AgentTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo_cfg, self.agent,
-                            environment_class(self.env, self.latency_s), self.credit, seed=seed)
+        trainer = AgentTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo_cfg, self.agent,
+                               environment_class(self.env, self.latency_s), self.credit, seed=seed,
+                               token_advantages=self.token_advantages)
+        if self.rollout is not None:  # built from the trainer: its agent settings and its in-process rollout
+            trainer.rollout = self.rollout(trainer)
+        return trainer
 
 
 @dataclasses.dataclass(frozen=True)
