@@ -33,6 +33,11 @@ REPROS = {
                      "a rebuilt workspace keeps an agent's context bounded over many rounds; EAPO's discount shortens episodes"),
     "asearcher": ("longhorizon.repro.asearcher",
                   "search agents use more turns as questions need more hops; a larger turn budget raises accuracy"),
+    "router-r1": ("longhorizon.repro.router_r1",
+                  "Router-R1: raising the cost weight of format + outcome - w cost lowers a router's cost (an accuracy-cost frontier)"),
+    "fees": ("longhorizon.repro.fees", "feedback-enriched environments: structured feedback speeds up agent RL at equal tokens"),
+    "canopy": ("longhorizon.repro.canopy",
+               "CANOPY: with large same-task groups, a KL anchor keeps the agent near its start without losing success"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
