@@ -44,6 +44,7 @@ class AgentRepro:
     learning_rate: float = 1e-4
     beta: float = 0.0
     seeds: int = 2
+    shared_warm_start: bool = False  # True: one warm start (seed 0) for every RL seed (saves its cost per seed)
 
     def rows(self, n: int, seed: int, **extra) -> list[dict]:
         from longhorizon.lm.agents import envs
@@ -58,7 +59,8 @@ class AgentRepro:
         return (f"tiny-random (2 layers, d=64, bytes), warm start: {self.warm_steps} teacher-forcing steps on "
                 f"{self.demos} expert episodes ({self.demo_noise:.0%} of the calls random); RL: {self.steps} steps x "
                 f"{self.prompts_per_step} tasks x {self.num_generations} episodes, lr {self.learning_rate:g}, "
-                f"{self.seeds} seed(s); {self.eval_tasks} held-out tasks, greedy.")
+                f"{self.seeds} seed(s){' from one shared warm start' if self.shared_warm_start else ''}; "
+                f"{self.eval_tasks} held-out tasks, greedy.")
 
 
 def cache_dir() -> Path:
@@ -76,6 +78,7 @@ def warm_policy(setup: AgentRepro, seed: int = 0, agent: AgentConfig | None = No
     from longhorizon.runner.results import to_jsonable
 
     agent = agent or setup.agent
+    seed = 0 if setup.shared_warm_start else seed
     base = tiny_random(seed=seed)
     key = json.dumps(to_jsonable({"env": setup.env, "task_args": setup.task_args, "variants": setup.variants,
                                   "agent": dataclasses.replace(agent, length_bucket=1), "demos": setup.demos,

@@ -37,7 +37,7 @@ HOPS = (1, 2, 3, 4)
 AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=8, max_action_tokens=40,
                     max_context_tokens=2048, length_bucket=256)
 SETUP = common.AgentRepro(env="search", variants=((("hops", 1),), (("hops", 2),), (("hops", 3),)), agent=AGENT,
-                          eval_tasks=48)
+                          eval_tasks=48, shared_warm_start=True)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
                             num_generations=2, seeds=1)
 
@@ -64,7 +64,8 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
     warm, trained = [], []
     for seed in range(setup.seeds):
         policy = common.warm_policy(setup, seed)
-        warm.append(evaluate_by_hops(policy, policy.params, setup))
+        if seed == 0 or not setup.shared_warm_start:  # greedy: a shared warm start scores the same every time
+            warm.append(evaluate_by_hops(policy, policy.params, setup))
         arm = common.train_arm(out / "runs" / f"rl-seed{seed}", policy, setup, CreditConfig(), seed=seed, held=held,
                                keep_params=True)
         trained.append(evaluate_by_hops(policy, arm["params"], setup))

@@ -39,7 +39,7 @@ from longhorizon.repro import agent_common as common
 
 AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=7, max_action_tokens=64, max_context_tokens=1536,
                     length_bucket=256)
-SETUP = common.AgentRepro(env="research", task_args=(("items", 4),), agent=AGENT)
+SETUP = common.AgentRepro(env="research", task_args=(("items", 4),), agent=AGENT, shared_warm_start=True)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
                             num_generations=2, seeds=1)
 ITEMS = (2, 4, 8, 16)
@@ -78,7 +78,9 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
         for context in warm:
             agent = dataclasses.replace(setup.agent, context=context)
             policies[context] = common.warm_policy(setup, seed, agent=agent)
-            warm[context].append(common.evaluate(policies[context], policies[context].params, setup, held, agent=agent))
+            if seed == 0 or not setup.shared_warm_start:  # greedy: a shared warm start scores the same every time
+                warm[context].append(common.evaluate(policies[context], policies[context].params, setup, held,
+                                                     agent=agent))
         for i, (arm, (context, credit)) in enumerate(ARMS.items()):
             agent = dataclasses.replace(setup.agent, context=context)
             results[arm].append(common.train_arm(out / "runs" / f"arm{i}-seed{seed}", policies[context], setup, credit,
