@@ -33,6 +33,8 @@ REPROS = {
                      "a rebuilt workspace keeps an agent's context bounded over many rounds; EAPO's discount shortens episodes"),
     "asearcher": ("longhorizon.repro.asearcher",
                   "search agents use more turns as questions need more hops; a larger turn budget raises accuracy"),
+    "treeopsd": ("longhorizon.repro.treeopsd",
+                 "tree-branched rollouts with tree credit + a bounded self-teacher beat GRPO at equal sampled tokens"),
     "router-r1": ("longhorizon.repro.router_r1",
                   "Router-R1: raising the cost weight of format + outcome - w cost lowers a router's cost (an accuracy-cost frontier)"),
     "fees": ("longhorizon.repro.fees", "feedback-enriched environments: structured feedback speeds up agent RL at equal tokens"),
