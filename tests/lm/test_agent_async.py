@@ -215,9 +215,12 @@ def test_sync_equals_in_process_bit_for_bit(ray_local):
 def test_async_lags_by_hand_with_one_actor(ray_local):
     """s = 1, k = 1, one actor holding 2 requests: publish(0) admits requests 0 and 1 (both with version 0);
     every later publish(V) admits one more, dispatched with V. So batch t (learned at version t) holds request
-    t generated at versions 0, 0, 1, 2, 3: lags 0, 1, 1, 1, 1, never above s."""
+    t generated at versions 0, 0, 1, 2, 3: lags 0, 1, 1, 1, 1, never above s. Then the learner publishes 5 and
+    6 before its next batch: request 5 (made with version 4, lag 2 > s) is dropped, counted and generated again
+    with version 6, never handed over."""
     config = Config(actors=1, mode="async", max_staleness=1, requests_per_batch=1, inflight_per_actor=2)
-    with Rollouts(SyntheticSource(turns=1, latency_s=0.05), group_requests(TASKS, 1), config) as rollouts:
+    source = SyntheticSource(turns=1, latency_s=0.05)
+    with Rollouts(source, group_requests(TASKS, 1), config) as rollouts:
         versions, lags, ids = [], [], []
         for version in range(5):
             rollouts.publish(_params(version), version)
@@ -225,15 +228,21 @@ def test_async_lags_by_hand_with_one_actor(ray_local):
             versions += info["versions"]
             lags += info["lags"]
             ids += info["request_ids"]
-            assert [t.version for t in trajectories] == info["versions"]
-    assert versions == [0, 0, 1, 2, 3] and lags == [0, 1, 1, 1, 1] and ids == [0, 1, 2, 3, 4]
-    assert info["dropped_stale"] == 0
+            assert [t.version for t in trajectories] == info["versions"] and info["dropped_stale"] == 0
+        assert versions == [0, 0, 1, 2, 3] and lags == [0, 1, 1, 1, 1] and ids == [0, 1, 2, 3, 4]
+        rollouts.publish(_params(5), 5)
+        time.sleep(0.2)  # request 5 (version 4) is done by now
+        rollouts.publish(_params(6), 6)
+        trajectories, info = rollouts.next()
+        assert info["request_ids"] == [5] and info["versions"] == [6] and info["dropped_stale"] == 1
+        assert rollouts.next()[1]["lags"] == [1]  # request 6, dispatched at publish(5)
+    (expected,) = generate(source.build(), _params(6), 5, [TASKS[0]], 5, 6)
+    expected.group = 0
+    assert _same(trajectories, [expected])
 
 
-def test_async_never_hands_over_a_batch_older_than_max_staleness(ray_local):
-    """Two actors run ahead (s = 2) while the learner trains; a learner that publishes two versions between
-    batches (lag 1 > s = 0 for what was generated in between) gets those results dropped, counted and
-    generated again, never handed over."""
+def test_async_actors_run_ahead_within_max_staleness(ray_local):
+    """Two actors run ahead (s = 2) while the learner trains: lags above 0 occur, none above s, every uid once."""
     config = Config(actors=2, mode="async", max_staleness=2, requests_per_batch=2)
     seen, lags = [], []
     with Rollouts(SyntheticSource(turns=2, latency_s=0.03), group_requests(TASKS, 2), config) as rollouts:
@@ -246,26 +255,13 @@ def test_async_never_hands_over_a_batch_older_than_max_staleness(ray_local):
             time.sleep(0.05)  # training
     assert len(seen) == len(set(seen)) == 6 * 2 * 2
     assert max(lags) > 0  # acting really ran ahead: requests 2 and 3 were dispatched with version 0
-    config = Config(actors=1, mode="async", max_staleness=0, requests_per_batch=2)
-    with Rollouts(SyntheticSource(turns=1, latency_s=0.02), group_requests(TASKS, 1), config) as rollouts:
-        rollouts.publish(_params(0), 0)
-        assert rollouts.next()[1]["lags"] == [0, 0]
-        rollouts.publish(_params(1), 1)  # admits and dispatches requests 2 and 3 with version 1
-        time.sleep(0.2)
-        rollouts.publish(_params(2), 2)
-        trajectories, info = rollouts.next()
-    assert info["request_ids"] == [2, 3] and info["versions"] == [2, 2] and info["dropped_stale"] == 2
-    expected = [t for i in (2, 3) for t in generate(SyntheticSource(turns=1).build(), _params(2), i, [TASKS[i]], i, 2)]
-    for group, t in enumerate(expected):
-        t.group = group
-    assert _same(trajectories, expected)
 
 
 def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_local, tmp_path):
     """Sync, 2 actors: actor 1's process is killed by its pid while it sleeps inside the source; it is
     replaced, its request generated again under the same ids, and the batch still equals the in-process
     loop bit for bit (no trajectory lost or counted twice)."""
-    source, k = MarkedSource(turns=2, latency_s=0.3, marker_dir=str(tmp_path)), 2
+    source, k = MarkedSource(turns=2, latency_s=0.2, marker_dir=str(tmp_path)), 2
     with Rollouts(source, group_requests(TASKS, 2), Config(actors=2, requests_per_batch=k)) as rollouts:
         rollouts.publish(_params(0), 0)
         first, info = rollouts.next()
@@ -326,6 +322,19 @@ def test_a_source_that_raises_every_time_is_retried_then_named(ray_local):
     with pytest.raises(RolloutFailed, match=r"failed 3 times \(last: ValueError: the tool server is unreachable\)"):
         rollouts.next()
     assert rollouts.retries == 3 and rollouts.actor_restarts == 0
+
+
+def test_a_hung_actor_is_killed_after_request_timeout_s(ray_local):
+    """The source sleeps 60 s per turn; with request_timeout_s=1 the actor is killed and replaced, then the run
+    ends (max_restarts=0: no retry) with one sentence naming the timeout, instead of waiting."""
+    config = Config(actors=1, max_restarts=0, request_timeout_s=1.0)
+    rollouts = Rollouts(SyntheticSource(turns=1, latency_s=60.0), group_requests(TASKS, 1), config)
+    rollouts.publish(_params(0), 0)
+    start = time.monotonic()
+    with pytest.raises(RolloutFailed, match=r"failed 1 time \(last: TimeoutError: no result within "
+                                            r"request_timeout_s=1 s\)") as error:
+        rollouts.next()
+    assert time.monotonic() - start < 10 and rollouts.actor_restarts == 1 and str(error.value).count(". ") == 0
 
 
 def test_a_build_that_fails_is_one_sentence(ray_local):

@@ -31,7 +31,8 @@ appearance, so requests whose sources number their groups from 0 never merge in 
 advantages.
 Faults: an actor whose process dies is killed, replaced (its ``build`` runs again) and its lost
 requests are dispatched again under the same ids, so nothing is counted twice; a request whose
-rollout raises is dispatched again too. A request that fails more than ``max_restarts`` times ends
+rollout raises is dispatched again too, and with ``request_timeout_s`` an actor that gives no result
+in time is killed and handled as dead. A request that fails more than ``max_restarts`` times ends
 the run with :class:`RolloutFailed` (a ``UsageError``: one sentence, exit code 2), never a hang.
 """
 
@@ -55,7 +56,7 @@ from longhorizon.lm.agents.trajectory import TokenSequence, Trajectory, Turn
 
 _COUNTED = ("retries", "actor_restarts", "dropped_stale")  # run-long counters; info reports each call's share
 _MINIMUM = {"actors": 0, "max_staleness": 0, "requests_per_batch": 1, "inflight_per_actor": 1, "max_restarts": 0,
-            "actor_cpus": 0, "actor_gpus": 0, "placement_timeout_s": 0}
+            "actor_cpus": 0, "actor_gpus": 0, "placement_timeout_s": 0, "request_timeout_s": 0}
 
 
 class RolloutFailed(UsageError):
@@ -74,6 +75,7 @@ class Config:
     actor_cpus: float = 1.0
     actor_gpus: float = 0.0
     placement_timeout_s: float = 300.0
+    request_timeout_s: float = 0.0  # > 0: an attempt without a result this long after dispatch is a dead actor
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -108,6 +110,7 @@ class Request:
     version: int = -1  # parameter version of the current (or finished) attempt
     actor: int = -1  # actor running it (-1: not dispatched)
     ref: Any = None  # Ray object reference of the attempt in flight
+    dispatched: float = 0.0  # time.monotonic() of the attempt's dispatch
     result: list[Trajectory] | None = None
 
 
@@ -315,7 +318,7 @@ class Rollouts:
                 return
             load[actor] += 1
             request.attempts += 1
-            request.actor, request.version = actor, self._version
+            request.actor, request.version, request.dispatched = actor, self._version, time.monotonic()
             request.ref = self._workers[actor].generate.remote(self._params_ref, request.id, request.tasks,
                                                                request.seed, self._version)
 
@@ -338,8 +341,17 @@ class Rollouts:
                 self._dispatch(head)
                 self._dispatch()
                 flying = {r.ref: r for r in self._all_requests() if r.ref is not None}
-                ready, _ = ray.wait(list(flying), num_returns=1)
-                self._receive(flying[ready[0]])
+                timeout = self.config.request_timeout_s or None
+                if timeout:  # wake up when the oldest attempt runs out of time
+                    timeout = max(0.0, min(r.dispatched for r in flying.values()) + timeout - time.monotonic())
+                ready, _ = ray.wait(list(flying), num_returns=1, timeout=timeout)
+                if ready:
+                    self._receive(flying[ready[0]])
+                else:  # a hung actor: kill it, as if it had died (replaced, its requests retried)
+                    late = min(flying.values(), key=lambda r: r.dispatched)
+                    late.ref = None
+                    self._replace(late.actor, TimeoutError(f"no result within request_timeout_s="
+                                                           f"{self.config.request_timeout_s:g} s"), late)
         finally:
             self._head = []
 
@@ -361,7 +373,7 @@ class Rollouts:
         if request.attempts > self.config.max_restarts:
             what = "its actor's process died" if actor_died(error) else _cause(error)
             self.close()
-            raise RolloutFailed(f"rollout request {request.id} failed {request.attempts} times (last: {what}), so the "
+            raise RolloutFailed(f"rollout request {request.id} failed {request.attempts} time{'s' * (request.attempts > 1)} (last: {what}), so the "
                                 f"rollout source fails on every attempt; run its build() and fn in-process to see "
                                 f"why, or raise max_restarts (now {self.config.max_restarts}).") from error
 
