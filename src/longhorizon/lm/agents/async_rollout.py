@@ -29,6 +29,7 @@ Every trajectory carries the version that generated it and ``uid = "{request id}
 ``group`` is renumbered per batch, one group per (request, the source's group) in order of
 appearance, so requests whose sources number their groups from 0 never merge in group-relative
 advantages.
+
 Faults: an actor whose process dies is killed, replaced (its ``build`` runs again) and its lost
 requests are dispatched again under the same ids, so nothing is counted twice; a request whose
 rollout raises is dispatched again too, and with ``request_timeout_s`` an actor that gives no result
@@ -373,9 +374,10 @@ class Rollouts:
         if request.attempts > self.config.max_restarts:
             what = "its actor's process died" if actor_died(error) else _cause(error)
             self.close()
-            raise RolloutFailed(f"rollout request {request.id} failed {request.attempts} time{'s' * (request.attempts > 1)} (last: {what}), so the "
-                                f"rollout source fails on every attempt; run its build() and fn in-process to see "
-                                f"why, or raise max_restarts (now {self.config.max_restarts}).") from error
+            times = f"{request.attempts} time{'s' * (request.attempts > 1)}"
+            raise RolloutFailed(f"rollout request {request.id} failed {times} (last: {what}); run the source's build() "
+                                f"and fn in-process to see why, or raise max_restarts (now "
+                                f"{self.config.max_restarts}).") from error
 
     # ------------------------------------------------------------------ Ray
     def _start(self) -> None:
