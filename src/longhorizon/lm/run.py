@@ -316,7 +316,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
         sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)
     sampler = sampler_spec.build()
     if spec.agent is not None:
-        trainer = spec.agent.trainer(policy, grpo, spec.seed)
+        trainer = spec.agent.trainer(policy, grpo, spec.seed, sampler=sampler)
     else:
         trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=spec.seed,
                               batch_rewards=rewards)
@@ -375,11 +375,13 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
                 if stop.requested:
                     step -= 1
                     break
-                items, sizes = sampler.sample(spec.prompts_per_step)
+                # asynchronous agent workers draw their rows from the sampler themselves, ahead of the steps
+                items, sizes = ([], None) if getattr(trainer, "samples_itself", False) else \
+                    sampler.sample(spec.prompts_per_step)
                 metrics = trainer.step(items, sizes)
                 row: dict = {"step": step}
                 horizons = [getattr(p, "horizon", None) for p in items]
-                if None not in horizons:
+                if horizons and None not in horizons:
                     row["horizon"] = int(max(horizons))
                 row.update(metrics)
                 if sizes is not None:
@@ -415,6 +417,8 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
         store.close()
         if loggers is not None:
             loggers.close()
+        if hasattr(trainer, "close"):
+            trainer.close()
 
 
 class _Quiet:

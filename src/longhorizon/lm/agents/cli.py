@@ -53,6 +53,11 @@ def agent(
     reward_weights: Optional[str] = typer.Option(None, help="Learn from a weighted sum of the environment's reward "
                                                  "terms, e.g. format=1,outcome=1,cost=-0.5 (default: its reward)."),
     latency: float = typer.Option(0.0, help="Seconds every tool call sleeps (a slow environment)."),
+    actors: int = typer.Option(0, help="Ray rollout workers generating episodes (0: in this process)."),
+    mode: str = typer.Option("sync", help="--actors: sync (every batch from the current policy, bit-identical to "
+                             "--actors 0 for the same request split) or async (workers generate ahead)."),
+    max_staleness: int = typer.Option(1, help="--mode async: the largest policy-version lag of a batch (corrected "
+                                      "by decoupled PPO)."),
     eval_every: int = typer.Option(0, help="Evaluate every N steps (0: only at the end)."),
     checkpoint_every: int = typer.Option(0, help="Save a checkpoint every N steps (0: about ten per run)."),
     seed: int = typer.Option(0),
@@ -89,6 +94,11 @@ def _check_agent_options(o: dict, given: set[str]) -> None:
     if "gamma" in given and o["credit"] == "trajectory":
         raise UsageError("--gamma discounts turns under --credit turn or eapo; --credit trajectory has one value per "
                          "episode, so add --credit turn/eapo or drop --gamma.")
+    for name in ("mode", "max_staleness"):
+        if name in given and not o.get("actors"):
+            raise UsageError(f"--{name.replace('_', '-')} applies to Ray rollout workers; add --actors N or drop it.")
+    if "max_staleness" in given and o.get("mode") != "async":
+        raise UsageError("--max-staleness bounds asynchronous batches; add --mode async or drop --max-staleness.")
     if "train_tasks" in given and o.get("tasks") is not None:
         raise UsageError("--train-tasks sizes generated tasks; with --tasks the rows are given, so drop --train-tasks.")
 
@@ -172,7 +182,14 @@ def agent_spec(o: dict, out: str):
     grpo_cfg = GRPOConfig(num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"],
                           loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], learning_rate=o["learning_rate"],
                           temperature=o["temperature"], max_prompt_length=1, max_completion_length=o["max_context_tokens"] - 1)
-    spec = AgentSpec(o["env"], agent_cfg, credit_cfg, latency_s=o["latency"])
+    workers = None
+    if o.get("actors"):
+        from longhorizon.lm.agents.async_rollout import Config as WorkersConfig
+
+        workers = WorkersConfig(actors=o["actors"], mode=o["mode"],
+                                max_staleness=o["max_staleness"] if o["mode"] == "async" else 0,
+                                requests_per_batch=o["prompts_per_step"])
+    spec = AgentSpec(o["env"], agent_cfg, credit_cfg, latency_s=o["latency"], workers=workers)
     evaluation = AgentEval(tuple(held), o["env"], agent_cfg, o["eval_every"], o["latency"]) if held else None
     return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=samplers.ShuffledPool(tuple(train), seed=o["seed"]),
                   steps=o["steps"], prompts_per_step=o["prompts_per_step"], evaluation=evaluation,

@@ -36,6 +36,8 @@ class AgentSpec:
     rollout: Any = dataclasses.field(default=None, compare=False)
     # token_advantages(trajectories, trainer) -> per-token advantages replacing the credit rules (lm.agents.opd)
     token_advantages: Any = dataclasses.field(default=None, compare=False)
+    # rollouts on Ray workers (lm.agents.async_rollout.Config; requests_per_batch = tasks per step), None: here
+    workers: Any = None
 
     def check(self) -> None:
         if self.latency_s < 0:
@@ -46,10 +48,11 @@ class AgentSpec:
         from longhorizon.runner.results import to_jsonable
 
         return {"env": self.env, "agent": to_jsonable(self.agent), "credit": to_jsonable(self.credit),
-                "latency_s": self.latency_s,
+                "latency_s": self.latency_s, "workers": to_jsonable(self.workers),
                 **{k: repr(getattr(self, k)) for k in ("rollout", "token_advantages") if getattr(self, k) is not None}}
 
-    def trainer(self, policy, grpo_cfg, seed: int):
+    def trainer(self, policy, grpo_cfg, seed: int, sampler=None):
+        """The trainer; with ``workers`` in async mode it pulls its task rows from ``sampler`` ahead of the steps."""
         from longhorizon.lm.agents.trainer import AgentTrainer
 
         trainer = AgentTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo_cfg, self.agent,
@@ -57,6 +60,19 @@ class AgentSpec:
                                token_advantages=self.token_advantages)
         if self.rollout is not None:  # built from the trainer: its agent settings and its in-process rollout
             trainer.rollout = self.rollout(trainer)
+        if self.workers is not None:
+            from longhorizon.lm.agents.workers import AgentSource, WorkerRollout
+
+            source = AgentSource(policy.model_cfg, policy.tokenizer, self.env, trainer.agent, self.latency_s)
+            pull = None
+            if self.workers.mode == "async":
+                seeds = iter(range(10**9))  # one seed per request, in the order the sampler hands rows out
+
+                def pull():
+                    rows, _ = sampler.sample(self.workers.requests_per_batch)
+                    return rows, [seed * 7919 + next(seeds) for _ in rows]
+
+            trainer.rollout = WorkerRollout(source, self.workers, grpo_cfg.num_generations, pull=pull)
         return trainer
 
 

@@ -129,6 +129,17 @@ class AgentTrainer:
                          "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0, "version": 0}
 
     @property
+    def samples_itself(self) -> bool:
+        """True when the rollout pulls its own task rows (asynchronous workers): the spine then passes none."""
+        return bool(getattr(self.rollout, "samples_itself", False))
+
+    def close(self) -> None:
+        """Stop the rollout's workers, if it has any."""
+        close = getattr(self.rollout, "close", None)
+        if close is not None:
+            close()
+
+    @property
     def version(self) -> int:
         """The policy version: how many generation batches it has learned from."""
         return self.counters["version"]
