@@ -15,3 +15,5 @@ _cache = Path(os.environ.get("LONGHORIZON_TEST_CACHE", Path(tempfile.gettempdir(
 _cache.mkdir(parents=True, exist_ok=True)
 jax.config.update("jax_compilation_cache_dir", str(_cache))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+from ray_fixture import ray_session  # noqa: E402,F401  (one Ray instance per test session, loopback only)

@@ -1,4 +1,4 @@
-"""One Ray instance for the whole test session, on loopback only.
+"""One Ray instance for the whole test session, on loopback only (the fixture `ray_session`, from tests/conftest.py).
 
 The first test that asks for ``ray_session`` moves the test process's main thread into a private
 network namespace whose only interface is ``lo`` (see :mod:`longhorizon.engine.ray_loopback`; it

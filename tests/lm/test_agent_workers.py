@@ -1,7 +1,5 @@
 """The agent trainer on Ray rollout workers: sync equals the in-process loop bit for bit; async lags stay bounded."""
 
-import os
-
 import jax
 import numpy as np
 import pytest
@@ -18,25 +16,6 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance: keep these test
 AGENT = AgentConfig(max_turns=2, max_action_tokens=12, max_context_tokens=768, tool_format="tags", describe_tools=False,
                     length_bucket=256)
 GRPO = GRPOConfig(num_generations=2, learning_rate=1e-3, batch_multiple=4)
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    from longhorizon.engine.ray_loopback import enter_loopback_namespace
-
-    try:
-        enter_loopback_namespace()
-    except PermissionError as error:
-        pytest.skip(f"Ray tests need a loopback-only network namespace: {error.strerror}")
-    started = not ray.is_initialized()
-    if started:
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False, configure_logging=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +51,7 @@ def test_the_in_process_request_split_is_what_sync_workers_compute(tiny):
         np.testing.assert_array_equal(a.sequences[0].logprobs, b.sequences[0].logprobs)
 
 
-def test_sync_workers_train_bit_identically_to_the_in_process_loop(tiny, ray_local):
+def test_sync_workers_train_bit_identically_to_the_in_process_loop(tiny, ray_session):
     here, ray = _trainer(tiny, Config(actors=0, requests_per_batch=2)), _trainer(tiny, Config(actors=1, requests_per_batch=2))
     try:
         for step in range(2):
@@ -85,7 +64,7 @@ def test_sync_workers_train_bit_identically_to_the_in_process_loop(tiny, ray_loc
         ray.close()
 
 
-def test_async_workers_pull_rows_ahead_and_stay_within_the_staleness_bound(tiny, ray_local):
+def test_async_workers_pull_rows_ahead_and_stay_within_the_staleness_bound(tiny, ray_session):
     from longhorizon.lm import samplers
 
     sampler = samplers.ShuffledPool(tuple(_rows()), seed=0).build()
