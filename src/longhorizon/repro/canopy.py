@@ -39,7 +39,8 @@ from longhorizon.repro import agent_common as common
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
                                             max_context_tokens=1536, length_bucket=256),
-                          steps=24, prompts_per_step=1, num_generations=16, learning_rate=2e-4, seeds=2, eval_tasks=48)
+                          demos=128, warm_steps=200, steps=16, prompts_per_step=1, num_generations=16, learning_rate=2e-4,
+                          seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=1,
                             num_generations=4, seeds=1)
 BETAS = (0.0, 0.05)
@@ -115,14 +116,14 @@ def summarise(setup, warm, warm_entropy, arms) -> dict:
     ent = {b: common.mean_se(a["entropy"]) for b, a in arms.items()}
     d_kl, se_kl = kl[anchor][0] - kl[free][0], float(np.hypot(kl[anchor][1], kl[free][1]))
     d_ent, se_ent = ent[anchor][0] - ent[free][0], float(np.hypot(ent[anchor][1], ent[free][1]))
-    tail = (f"KL to pi_0 {kl[anchor][0]:.4f} (beta {anchor:g}) vs {kl[free][0]:.4f} (beta 0), entropy "
+    tail = (f"KL to pi_0 {kl[anchor][0]:.3g} (beta {anchor:g}) vs {kl[free][0]:.3g} (beta 0), entropy "
             f"{ent[anchor][0]:.3f} vs {ent[free][0]:.3f} (warm start {np.mean(warm_entropy):.3f})")
     if d_kl < -2 * se_kl and d_ent >= -2 * se_ent:
         close = f"holds: {tail}"
     elif d_kl > 2 * se_kl:
         close = f"contradicted: the anchored policy drifted further; {tail}"
     else:
-        close = (f"inconclusive: the KLs differ by {d_kl:+.4f}, within two standard errors ({2 * se_kl:.4f}), or the "
+        close = (f"inconclusive: the KLs differ by {d_kl:+.3g}, within two standard errors ({2 * se_kl:.3g}), or the "
                  f"anchored entropy fell more; {tail}")
     n = setup.eval_tasks * setup.seeds
     base = float(np.mean(warm))
@@ -153,7 +154,7 @@ def plot(path: Path, arms) -> None:
         es = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else np.zeros(values.shape[1])
         curves[f"beta {b:g}"] = (np.arange(1, values.shape[1] + 1), values.mean(0), es)
     common.plot_curves(path, curves, "RL step", "policy entropy on the batch's action tokens",
-                       "search, 2 hops, G=16 on one task: with and without a KL anchor")
+                       "search, 2 hops, one task per step: with and without a KL anchor")
 
 
 def report(setup, summary, quick: bool) -> list[str]:
@@ -167,12 +168,12 @@ def report(setup, summary, quick: bool) -> list[str]:
     for b in summary["final_success"]:
         kl, ent = summary["kl_to_start"][b], summary["entropy"][b]
         lines.append(f"| beta {b} | {', '.join(f'{v:.3f}' for v in summary['final_success'][b])} | "
-                     f"{kl[0]:.4f} ± {kl[1]:.4f} | {ent[0]:.3f} ± {ent[1]:.3f} |")
+                     f"{kl[0]:.3g} ± {kl[1]:.2g} | {ent[0]:.3f} ± {ent[1]:.3f} |")
     lines += ["", "![entropy over training](canopy.png)", ""]
     lines += [f"- **{claim}**: {verdict}" for claim, verdict in summary["claims"].items()]
     lines += ["", f"**Verdict**: {summary['verdict']}.", "",
               "Differences from the paper: a 2-layer byte-level agent on synthetic 2-hop search instead of LLM agents on "
-              "real tool tasks; G=16 episodes of one task per step; KL and entropy are measured at the end on one "
+              f"real tool tasks; G={setup.num_generations} episodes of one task per step; KL and entropy are measured at the end on one "
               "sampled episode per held-out task (± standard errors over episodes and seeds); the success standard "
               "error is binomial."]
     return lines

@@ -37,7 +37,7 @@ SETUP = common.AgentRepro(env="fees", task_args=TASK_ARGS,
                           variants=((("feedback", "plain"),), (("feedback", "structured"),)),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=3, max_action_tokens=40,
                                             max_context_tokens=1024, length_bucket=256),
-                          steps=24, seeds=2, eval_tasks=48)
+                          demos=128, warm_steps=200, steps=16, seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=2, prompts_per_step=2,
                             num_generations=2, seeds=1)
 MODES = ("plain", "structured")

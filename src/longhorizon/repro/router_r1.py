@@ -38,7 +38,7 @@ from longhorizon.repro import agent_common as common
 SETUP = common.AgentRepro(env="router", agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=3,
                                                           max_action_tokens=40, max_context_tokens=1024,
                                                           length_bucket=256),
-                          steps=24, seeds=2, eval_tasks=48)
+                          demos=128, warm_steps=200, steps=16, seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
                             num_generations=2, seeds=1)
 WEIGHTS = (0.0, 0.5, 1.5)

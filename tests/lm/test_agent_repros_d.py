@@ -1,0 +1,97 @@
+"""router-r1, fees and canopy: their --quick modes write their folder from the data; their verdict rules by hand."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.xdist_group("agent_repros")  # one worker: they share compiled programs of the tiny agent
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LONGHORIZON_CACHE", str(tmp_path / "cache"))  # warm starts made here, not in the user's cache
+
+
+def _check(out, png, claims):
+    summary = json.loads((out / "summary.json").read_text())
+    readme = (out / "README.md").read_text()
+    assert (out / png).is_file() and "**Verdict" in readme and "QUICK" in readme
+    assert set(summary["claims"]) == set(claims)
+    for verdict in summary["claims"].values():
+        assert verdict.split(":")[0] in ("holds", "contradicted", "inconclusive", "not shown"), verdict
+    return summary
+
+
+def test_router_r1_quick(tmp_path):
+    from longhorizon.repro import router_r1
+
+    summary = router_r1.run(str(tmp_path / "r"), quick=True)
+    s = _check(tmp_path / "r", "router_r1.png", router_r1.CLAIMS)
+    assert set(s["arms"]) == {"0", "0.5", "1.5"} and summary["verdict"] == s["verdict"]
+    # the reference frontier is computed from expert episodes: a higher threshold never pays less
+    costs = [v["cost"] for v in s["expert_frontier"].values()]
+    assert costs == sorted(costs) and costs[-1] > costs[0]
+    assert router_r1.credit(1.5).reward_weights == (("format", 1.0), ("outcome", 1.0), ("cost", -1.5))
+
+
+def test_router_trend_rule_by_hand():
+    from longhorizon.repro.router_r1 import _trend
+
+    warm = [0.3] * 10 + [0.5] * 10  # mean 0.4
+    falling = {0.0: [0.8] * 20, 0.5: [0.4] * 10 + [0.5] * 10, 1.5: [0.1] * 20}
+    assert _trend("cost", falling, warm).startswith("holds")
+    assert _trend("cost", {0.0: [0.1] * 20, 0.5: [0.4] * 20, 1.5: [0.8] * 20}, warm).startswith("contradicted")
+    assert _trend("cost", {w: [0.3] * 10 + [0.5] * 10 for w in (0.0, 1.5)}, warm).startswith("inconclusive")
+    bumpy = {0.0: [0.8] * 20, 0.5: [1.2] * 10 + [1.3] * 10, 1.5: [0.1] * 20}  # falls overall, but rises at 0.5
+    assert _trend("cost", bumpy, warm).startswith("not shown")
+
+
+def test_fees_quick(tmp_path):
+    from longhorizon.repro import fees
+
+    fees.run(str(tmp_path / "f"), quick=True)
+    s = _check(tmp_path / "f", "fees.png", [fees.CLAIM])
+    assert set(s["success_at_equal_tokens"]) == set(fees.MODES)
+    # the budget is the fewest tokens any run reached, read from the runs' rollout_tokens counters
+    assert s["equal_tokens"] == min(t for ts in s["final_tokens"].values() for t in ts) > 0
+    for mode, curves in s["curves"].items():
+        xs, ys = curves[0]
+        assert xs[0] == 0 and ys[0] == s["warm_start_success"][mode] and xs == sorted(xs)
+
+
+def test_fees_curve_and_interpolation_by_hand():
+    from longhorizon.repro.fees import curve
+
+    rows = [{"step": 1, "rollout_tokens": 100}, {"step": 2, "rollout_tokens": 220, "eval_success": 0.5},
+            {"step": 3, "rollout_tokens": 300}, {"step": 4, "rollout_tokens": 400, "eval_success": 0.75}]
+    xs, ys = curve(rows, 0.25)
+    assert (xs, ys) == ([0, 220, 400], [0.25, 0.5, 0.75])
+    assert np.interp(310, xs, ys) == pytest.approx(0.625)  # halfway between 220 and 400
+
+
+def test_canopy_quick(tmp_path):
+    from longhorizon.repro import canopy
+
+    canopy.run(str(tmp_path / "c"), quick=True)
+    s = _check(tmp_path / "c", "canopy.png", canopy.CLAIMS)
+    assert set(s["kl_to_start"]) == {"0", "0.05"}
+    for kl, se in s["kl_to_start"].values():
+        assert kl >= 0 and se >= 0  # k3 is non-negative per token
+    assert s["warm_start_entropy"] > 0
+
+
+def test_canopy_drift_is_zero_at_the_start_and_matches_k3_by_hand():
+    from longhorizon.core.kl import kl_k3
+    from longhorizon.lm.policy import tiny_random
+    from longhorizon.repro import canopy
+
+    policy = tiny_random(seed=0)
+    rows = canopy.QUICK.rows(2, 3)
+    same = canopy.drift(policy, policy.params, canopy.QUICK, rows)
+    assert np.allclose(same["kl"], 0.0, atol=1e-6) and all(e > 0 for e in same["entropy"])
+    # k3 by hand: pi(x)=0.5, pi_0(x)=0.25 -> 0.5 - 1 - log 0.5
+    assert float(kl_k3(np.log(0.5), np.log(0.25))) == pytest.approx(0.5 - 1 - np.log(0.5))
+    other = tiny_random(seed=1).params
+    moved = canopy.drift(policy, other, canopy.QUICK, rows)
+    assert min(moved["kl"]) > 0.0
