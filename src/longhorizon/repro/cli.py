@@ -35,6 +35,8 @@ REPROS = {
                   "search agents use more turns as questions need more hops; a larger turn budget raises accuracy"),
     "treeopsd": ("longhorizon.repro.treeopsd",
                  "tree-branched rollouts with tree credit + a bounded self-teacher beat GRPO at equal sampled tokens"),
+    "agents-a1": ("longhorizon.repro.agents_a1",
+                  "on-policy distillation from teachers routed by domain beats one teacher and no distillation"),
     "router-r1": ("longhorizon.repro.router_r1",
                   "Router-R1: raising the cost weight of format + outcome - w cost lowers a router's cost (an accuracy-cost frontier)"),
     "fees": ("longhorizon.repro.fees", "feedback-enriched environments: structured feedback speeds up agent RL at equal tokens"),
