@@ -84,9 +84,11 @@ def test_canopy_quick(tmp_path):
 def test_canopy_drift_is_zero_at_the_start_and_matches_k3_by_hand():
     from longhorizon.core.kl import kl_k3
     from longhorizon.lm.policy import tiny_random
+    from longhorizon.lm.run import Policy
     from longhorizon.repro import canopy
 
-    policy = tiny_random(seed=0)
+    base = tiny_random(seed=0)
+    policy = Policy(base.params, base.cfg, base.tokenizer, "tiny-random")
     rows = canopy.QUICK.rows(2, 3)
     same = canopy.drift(policy, policy.params, canopy.QUICK, rows)
     assert np.allclose(same["kl"], 0.0, atol=1e-6) and all(e > 0 for e in same["entropy"])
