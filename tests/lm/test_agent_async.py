@@ -1,8 +1,7 @@
 """Asynchronous rollouts of multi-turn trajectories on Ray: sync == in-process, the staleness bound, faults.
 
-The Ray tests share one local Ray instance on loopback (the module fixture ``ray_local``: a private
-network namespace as tests/engine/conftest.py makes it, usage statistics and the dashboard off; it
-reuses the engine tests' instance when that one is up, and ends only the one it started, with
+The Ray tests share the test session's one Ray instance on loopback (``ray_session``,
+tests/ray_fixture.py: a private network namespace, usage statistics and the dashboard off, ended with
 ``ray.shutdown()``). Sources defined here are pickled by value, so Ray's worker processes need not
 import this test module.
 """
@@ -99,23 +98,10 @@ class BrokenBuild:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    from longhorizon.engine.ray_loopback import enter_loopback_namespace
-
-    try:
-        enter_loopback_namespace()
-    except PermissionError as error:
-        pytest.skip(f"Ray tests need a loopback-only network namespace: {error.strerror}")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    started = not ray.is_initialized()
-    if started:
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False, configure_logging=False)
-    yield ray
-    if started:
-        ray.shutdown()
+def ray_local(ray_session):
+    """The session's Ray instance (tests/ray_fixture.py), with this module's sources pickled by value."""
+    ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray_session
 
 
 # ----------------------------------------------------------------------------- without Ray
