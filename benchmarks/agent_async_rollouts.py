@@ -15,7 +15,10 @@ or ``--source real`` (:class:`TinyAgentSource`: the real multi-turn rollout,
 ``lm.agents.rollout.MultiTurnRollout``, of ``lm.policy.tiny_random()`` in the search environment
 slowed by ``lm.agents.envs.latency.with_latency``; the model generates each turn's
 ``--action-tokens`` tokens, the compute a policy costs, and a scripted expert's tool call is
-appended, because a random model would rarely write one and the latency would never be met).
+appended, because a random model would rarely write one and the latency would never be met), or
+``--source agent`` (the agent trainer's own source, ``lm.agents.workers.AgentSource``, with
+``tiny_random()`` in the slowed search environment: exactly what ``longhorizon lm agent --actors N``
+runs; the random model seldom writes a tool call, so this measures generation more than latency).
 Actor start-up is excluded, and for ``real`` every program is compiled beforehand (an in-process
 pass over the same requests fills the persistent compilation cache the actors share): the clock
 runs from the first timed ``publish`` to the last batch. Repeats are interleaved; the table gives the median and the
@@ -39,7 +42,7 @@ import time
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", choices=("synthetic", "real"), default="synthetic")
+    parser.add_argument("--source", choices=("synthetic", "real", "agent"), default="synthetic")
     parser.add_argument("--latencies", default="0.05,0.2,0.5", help="seconds per environment turn")
     parser.add_argument("--actors", default="1,2,4")
     parser.add_argument("--repeats", type=int, default=3)
@@ -101,8 +104,16 @@ def make_source(args, latency: float):
     from longhorizon.lm import policy
     from longhorizon.lm.agents import envs
 
-    params = policy.tiny_random().params  # the same weights every version: equal work in every setting
-    return TinyAgentSource(latency, args.action_tokens), envs.get("search").make_tasks(64, seed=0), (lambda v: params)
+    model = policy.tiny_random()
+    params, tasks = model.params, envs.get("search").make_tasks(64, seed=0)  # the same weights every version
+    if args.source == "agent":
+        from longhorizon.lm.agents.rollout import AgentConfig
+        from longhorizon.lm.agents.workers import AgentSource
+
+        agent = AgentConfig(max_turns=4, max_action_tokens=args.action_tokens, max_context_tokens=2048,
+                            length_bucket=256, max_observation_chars=300)
+        return AgentSource(model.cfg, model.tokenizer, "search", agent, latency_s=latency), tasks, (lambda v: params)
+    return TinyAgentSource(latency, args.action_tokens), tasks, (lambda v: params)
 
 
 def measure(args, latency: float, actors: int) -> dict:
@@ -114,14 +125,15 @@ def measure(args, latency: float, actors: int) -> dict:
                      requests_per_batch=args.requests_per_batch))
     with Rollouts(source, group_requests(tasks, args.group), config) as rollouts:
         version = 0
-        if args.source == "real":  # every actor traces and loads its programs before the clock starts
+        if args.source != "synthetic":  # every actor traces and loads its programs before the clock starts
             rollouts.warm_up(params(version), tasks[:1] * args.group, seed=10**6)
-        start, trajectories, tokens, lags, waits = time.perf_counter(), 0, 0, [], 0.0
+        start, trajectories, tokens, turns, lags, waits = time.perf_counter(), 0, 0, 0, [], 0.0
         for _ in range(args.steps):
             rollouts.publish(params(version), version)
             batch, info = rollouts.next()
             trajectories += len(batch)
             tokens += sum(t.action_tokens for t in batch)
+            turns += sum(t.n_turns for t in batch)
             lags += info["lags"]
             waits += info["wait_seconds"]
             time.sleep(args.train_seconds)
@@ -129,7 +141,8 @@ def measure(args, latency: float, actors: int) -> dict:
         seconds = time.perf_counter() - start
     return {"latency_s": latency, "actors": actors, "seconds": seconds, "trajectories": trajectories,
             "trajectories_per_s": trajectories / seconds, "tokens_per_s": tokens / seconds,
-            "staleness_mean": statistics.mean(lags), "wait_seconds": waits, "load": os.getloadavg()[0]}
+            "staleness_mean": statistics.mean(lags), "wait_seconds": waits, "load": os.getloadavg()[0],
+            "turns_mean": turns / trajectories}
 
 
 def warm_up(args) -> None:
@@ -138,7 +151,7 @@ def warm_up(args) -> None:
 
     jax.config.update("jax_compilation_cache_dir", args.cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    if args.source == "real":
+    if args.source != "synthetic":
         start = time.perf_counter()
         measure(args, 0.0, 0)
         print(f"warm-up (compiles) took {time.perf_counter() - start:.1f} s", flush=True)
@@ -176,13 +189,14 @@ def main() -> None:
             table.append({"latency_s": latency, "setting": "in-process" if actors == 0 else f"async {actors}",
                           "trajectories_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
                           "tokens_per_s": statistics.median(toks), "speedup": statistics.median(rates) / base,
-                          "staleness_mean": statistics.median(r["staleness_mean"] for r in mine)})
-    print("\n| turn latency | setting | trajectories/s (median, min-max) | action tokens/s | speed-up | mean lag |")
-    print("|---|---|---|---|---|---|")
+                          "staleness_mean": statistics.median(r["staleness_mean"] for r in mine),
+                          "turns_mean": statistics.median(r["turns_mean"] for r in mine)})
+    print("\n| turn latency | setting | trajectories/s (median, min-max) | action tokens/s | speed-up | mean lag | turns |")
+    print("|---|---|---|---|---|---|---|")
     for row in table:
         print(f"| {row['latency_s'] * 1000:.0f} ms | {row['setting']} | {row['trajectories_per_s']:.2f} "
               f"({row['min']:.2f}-{row['max']:.2f}) | {row['tokens_per_s']:.0f} | {row['speedup']:.2f}x | "
-              f"{row['staleness_mean']:.2f} |")
+              f"{row['staleness_mean']:.2f} | {row['turns_mean']:.1f} |")
     with open(args.out, "w") as f:
         json.dump({"args": vars(args), "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                    "rows": rows, "table": table}, f, indent=1)
