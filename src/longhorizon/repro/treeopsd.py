@@ -37,7 +37,7 @@ from longhorizon.repro import agent_common as common
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
                                             max_context_tokens=1536, length_bucket=256),
-                          steps=24, seeds=2, eval_tasks=48)
+                          steps=12, seeds=1, eval_tasks=32)  # sized for ~20 minutes on a loaded 2-core machine
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
                             num_generations=2, seeds=1)
 BRANCH = BranchConfig(branch_turn=1, branches=2)
@@ -64,7 +64,7 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
     held = setup.rows(setup.eval_tasks, 10_000)
     results = {arm: [] for arm in ARMS}
     warm = []
-    eval_every = max(1, setup.steps // 6)
+    eval_every = max(1, setup.steps // 4)
     for seed in range(setup.seeds):
         policy = common.warm_policy(setup, seed)
         warm.append(common.evaluate(policy, policy.params, setup, held))
