@@ -48,10 +48,10 @@ class MixedDomains(common.AgentRepro):
 
 AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40, max_context_tokens=1536,
                     length_bucket=256)
-# sized for ~20 minutes on a loaded 2-core machine: one seed, 12 steps, 128-episode warm starts
+# sized for ~20 minutes on a loaded 2-core machine: one seed, 8 steps, 128-episode warm starts
 SETUP = MixedDomains(env="search", variants=tuple(DOMAINS.values()), agent=AGENT, demos=128, demo_noise=0.5,
-                     warm_steps=60, steps=12, seeds=1, eval_tasks=32)
-TEACHER_STEPS, TEACHER_DEMOS = 300, 128
+                     warm_steps=60, steps=8, seeds=1, eval_tasks=32)
+TEACHER_STEPS, TEACHER_DEMOS = 200, 128
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=5, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
                             num_generations=2, seeds=1)
 QUICK_TEACHER = (10, 8)
