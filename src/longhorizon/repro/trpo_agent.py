@@ -30,7 +30,8 @@ from longhorizon.repro import agent_common as common
 
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
-                                            max_context_tokens=1536, length_bucket=256))
+                                            max_context_tokens=1536, length_bucket=256),
+                          shared_warm_start=True)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
                             num_generations=2, seeds=1)
 ARMS = {"trajectory (TRPO)": CreditConfig(credit="trajectory"),
@@ -46,7 +47,8 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
     eval_every = max(1, setup.steps // 5)
     for seed in range(setup.seeds):
         policy = common.warm_policy(setup, seed)
-        warm.append(common.evaluate(policy, policy.params, setup, held))
+        if seed == 0 or not setup.shared_warm_start:  # greedy: a shared warm start scores the same every time
+            warm.append(common.evaluate(policy, policy.params, setup, held))
         for arm, credit in ARMS.items():
             slug = "trajectory" if arm.startswith("trajectory") else "turn"
             results[arm].append(common.train_arm(out / "runs" / f"{slug}-seed{seed}", policy, setup, credit, seed=seed,
