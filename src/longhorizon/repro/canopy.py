@@ -39,8 +39,8 @@ from longhorizon.repro import agent_common as common
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
                                             max_context_tokens=1536, length_bucket=256),
-                          demos=128, warm_steps=200, steps=16, prompts_per_step=1, num_generations=16, learning_rate=2e-4,
-                          seeds=1, eval_tasks=32)
+                          demos=128, warm_steps=200, steps=16, prompts_per_step=1, num_generations=16,
+                          learning_rate=2e-4, seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=1,
                             num_generations=4, seeds=1)
 BETAS = (0.0, 0.05)
@@ -131,7 +131,8 @@ def summarise(setup, warm, warm_entropy, arms) -> dict:
     success = {b: float(np.mean(a["success"])) for b, a in arms.items()}
     s_tail = f"success {success[anchor]:.3f} (beta {anchor:g}) vs {success[free]:.3f} (beta 0), warm start {base:.3f}"
     if max(abs(v - base) for v in success.values()) <= 2 * se:
-        kept = f"inconclusive: no arm's success moved off the warm start by more than two standard errors ({2 * se:.3f}); {s_tail}"
+        kept = (f"inconclusive: no arm's success moved off the warm start by more than two standard errors "
+                f"({2 * se:.3f}); {s_tail}")
     elif success[anchor] >= success[free] - 2 * np.sqrt(2) * se:
         kept = f"holds: {s_tail}"
     else:
@@ -172,8 +173,9 @@ def report(setup, summary, quick: bool) -> list[str]:
     lines += ["", "![entropy over training](canopy.png)", ""]
     lines += [f"- **{claim}**: {verdict}" for claim, verdict in summary["claims"].items()]
     lines += ["", f"**Verdict**: {summary['verdict']}.", "",
-              "Differences from the paper: a 2-layer byte-level agent on synthetic 2-hop search instead of LLM agents on "
-              f"real tool tasks; G={setup.num_generations} episodes of one task per step; KL and entropy are measured at the end on one "
+              "Differences from the paper: a 2-layer byte-level agent on synthetic 2-hop search instead of LLM "
+              f"agents on real tool tasks; G={setup.num_generations} episodes of one task per step; KL and entropy "
+              "are measured at the end on one "
               "sampled episode per held-out task (± standard errors over episodes and seeds); the success standard "
               "error is binomial."]
     return lines

@@ -95,7 +95,8 @@ def summarise(setup, warm, results) -> dict:
     se = float(np.sqrt(max(base * (1 - base), 1 / n) / n))
     improved = max(max(np.mean(v) for v in final.values()), max(mean.values())) - base > 2 * se
     diff, se_diff = mean["structured"] - mean["plain"], float(np.sqrt(2) * se)
-    tail = f"structured {mean['structured']:.3f} vs plain {mean['plain']:.3f} at {budget} tokens (warm start {base:.3f})"
+    tail = (f"structured {mean['structured']:.3f} vs plain {mean['plain']:.3f} at {budget} tokens "
+            f"(warm start {base:.3f})")
     if not improved:
         verdict = (f"inconclusive: neither arm improved on the warm start by more than two standard errors "
                    f"({2 * se:.3f}) at this scale; {tail}")
@@ -105,7 +106,8 @@ def summarise(setup, warm, results) -> dict:
         verdict = f"contradicted: {tail}"
     else:
         verdict = f"not shown: the difference {diff:+.3f} is within two standard errors ({2 * se_diff:.3f}); {tail}"
-    return {"claims": {CLAIM: verdict}, "verdict": verdict, "warm_start_success": {m: float(np.mean(v)) for m, v in warm.items()},
+    return {"claims": {CLAIM: verdict}, "verdict": verdict,
+            "warm_start_success": {m: float(np.mean(v)) for m, v in warm.items()},
             "equal_tokens": budget, "success_at_equal_tokens": at, "success_at_equal_tokens_mean": mean,
             "final_success_own_mode": final, "final_success_plain_mode": plain,
             "final_tokens": {m: [r["curve"][0][-1] for r in rs] for m, rs in results.items()},
@@ -129,14 +131,16 @@ def report(setup, summary, quick: bool) -> list[str]:
              ("QUICK smoke test (numbers mean nothing). " if quick else "") + "Scale: " + setup.scale()
              + f" Tasks: {dict(setup.task_args)}.", "",
              f"Command: `longhorizon repro fees{' --quick' if quick else ''}`", "",
-             f"| arm | warm start (own mode) | success at {summary['equal_tokens']} tokens (per seed) | final, own mode | "
+             f"| arm | warm start (own mode) | success at {summary['equal_tokens']} tokens (per seed) | "
+             "final, own mode | "
              "final, plain mode | training tokens |", "|---|---|---|---|---|---|"]
     for mode in MODES:
         f = summary
         lines.append(f"| {mode} feedback | {f['warm_start_success'][mode]:.3f} | "
                      f"{', '.join(f'{v:.3f}' for v in f['success_at_equal_tokens'][mode])} "
                      f"(mean {f['success_at_equal_tokens_mean'][mode]:.3f}) | "
-                     f"{np.mean(f['final_success_own_mode'][mode]):.3f} | {np.mean(f['final_success_plain_mode'][mode]):.3f} "
+                     f"{np.mean(f['final_success_own_mode'][mode]):.3f} | "
+                     f"{np.mean(f['final_success_plain_mode'][mode]):.3f} "
                      f"| {', '.join(str(t) for t in f['final_tokens'][mode])} |")
     lines += ["", "![held-out success vs training tokens](fees.png)", "", f"**Verdict**: {summary['verdict']}.", "",
               "The plain-mode column scores both arms without the structured hints: a gap there is learning, a gap "

@@ -119,7 +119,8 @@ def _trend(what: str, values: dict, warm: list) -> str:
         return f"holds: {what} falls as w rises; {tail}"
     if drop <= 0:
         return f"contradicted: {what} at w={hi:g} is not below {what} at w={lo:g}; {tail}"
-    return f"not shown: {what} falls by {drop:.3f}, within two standard errors ({2 * se_drop:.3f}) or not monotone; {tail}"
+    return (f"not shown: {what} falls by {drop:.3f}, within two standard errors ({2 * se_drop:.3f}) or not "
+            f"monotone; {tail}")
 
 
 def summarise(setup, warm, arms, frontier) -> dict:
@@ -169,8 +170,10 @@ def report(setup, summary, quick: bool) -> list[str]:
     lines = ["# router-r1: the cost weight of Router-R1's reward traces an accuracy-cost frontier", "",
              ("QUICK smoke test (numbers mean nothing). " if quick else "") + "Scale: " + setup.scale(), "",
              f"Command: `longhorizon repro router-r1{' --quick' if quick else ''}`", "",
-             "| policy | held-out accuracy | mean cost | answered | last training batch's cost |", "|---|---|---|---|---|",
-             f"| warm start | {ws['accuracy'][0]:.3f} ± {ws['accuracy'][1]:.3f} | {ws['cost'][0]:.3f} ± {ws['cost'][1]:.3f} "
+             "| policy | held-out accuracy | mean cost | answered | last training batch's cost |",
+             "|---|---|---|---|---|",
+             f"| warm start | {ws['accuracy'][0]:.3f} ± {ws['accuracy'][1]:.3f} | "
+             f"{ws['cost'][0]:.3f} ± {ws['cost'][1]:.3f} "
              f"| {ws['answered']:.2f} | |"]
     for w, s in summary["arms"].items():
         lines.append(f"| RL, w={w} | {s['accuracy'][0]:.3f} ± {s['accuracy'][1]:.3f} | {s['cost'][0]:.3f} ± "
