@@ -94,8 +94,10 @@ class BranchingRollout:
         k_root, k_branch = jax.random.split(key)
         roots = self.prefix.run(params, rows, group_size // b, k_root, version, uid_prefix=f"{uid_prefix}r")
         branching = [i for i, r in enumerate(roots) if not r.finished and r.n_turns == t_b]
-        branches = self._continue(params, [roots[i] for i in branching], k_branch, version, uid_prefix) if branching else []
-        out, links, offspring = [], [], dict(zip(branching, (branches[j * b:(j + 1) * b] for j in range(len(branching)))))
+        branches = self._continue(params, [roots[i] for i in branching], k_branch, version,
+                                  uid_prefix) if branching else []
+        offspring = {i: branches[j * b:(j + 1) * b] for j, i in enumerate(branching)}
+        out, links = [], []
         for i, root in enumerate(roots):  # roots in task order, so groups stay contiguous
             if i not in offspring:
                 out.append(root)
@@ -130,8 +132,8 @@ class BranchingRollout:
             if replayed != recorded:
                 turn = next((k for k, (x, y) in enumerate(zip(replayed, recorded)) if x != y), len(replayed))
                 raise UsageError(
-                    f"replaying trajectory {root.uid}'s calls into a fresh environment returned a different observation "
-                    f"at turn {turn}, so its state cannot be branched; use an environment that is deterministic given "
+                    f"replaying trajectory {root.uid}'s calls into a fresh environment returned a different "
+                    f"observation at turn {turn}, so its state cannot be branched; use an environment that is deterministic given "
                     "its row and calls, or the plain rollout.")
         return out
 

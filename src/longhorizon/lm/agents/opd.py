@@ -42,7 +42,8 @@ from longhorizon.lm.agents.tree import bounded_teacher_turn_log_ratios, build_tr
 def _check_rewards(trajectories: Sequence[Trajectory]) -> None:
     bad = [t.uid for t in trajectories if not math.isfinite(float(t.reward))]
     if bad:
-        raise UsageError(f"trajectories {bad[:3]} have a non-finite reward; make the environment's reward a finite number.")
+        raise UsageError(f"trajectories {bad[:3]} have a non-finite reward; make the environment's reward a "
+                         "finite number.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,8 @@ class TreeOPSD:
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise UsageError(f"{name}={getattr(self, name)} must be a finite number >= 0.")
         if self.credit_weight == self.distill_weight == 0:
-            raise UsageError("credit_weight and distill_weight are both 0, so nothing would be learned; make one positive.")
+            raise UsageError("credit_weight and distill_weight are both 0, so nothing would be learned; "
+                             "make one positive.")
 
     def turn_advantages(self, trajectories: Sequence[Trajectory], branched_from=None) -> list[np.ndarray]:
         """``[T_i]`` per trajectory: ``a_{i,t}`` of the module docstring."""
@@ -93,7 +95,8 @@ class RoutedDistillation:
         if not self.teachers:
             raise UsageError("RoutedDistillation needs at least one teacher; pass teachers={domain: Teacher(...)}.")
         if self.default is not None and self.default not in self.teachers:
-            raise UsageError(f"default teacher {self.default!r} is not one of {sorted(self.teachers)}; name one of them.")
+            raise UsageError(f"default teacher {self.default!r} is not one of {sorted(self.teachers)}; "
+                             "name one of them.")
         if self.length_bucket < 1:
             raise UsageError(f"length_bucket={self.length_bucket} must be a positive integer.")
 
@@ -105,8 +108,8 @@ class RoutedDistillation:
         for t in trajectories:
             task = t.task if isinstance(t.task, dict) else {}
             if self.domain_column not in task and self.default is None:
-                raise UsageError(f"a task row has no {self.domain_column!r} column (columns: {sorted(task)}); tag every "
-                                 "row with its domain or give a default teacher.")
+                raise UsageError(f"a task row has no {self.domain_column!r} column (columns: {sorted(task)}); "
+                                 "tag every row with its domain or give a default teacher.")
             out.append(str(task.get(self.domain_column, "")))
         return out
 
