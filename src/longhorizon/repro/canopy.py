@@ -20,7 +20,8 @@ large groups on hard tool tasks; here the agent is a 2-layer byte-level model.
 Verdict: "closer to its start" holds when the anchored arm's KL is below the unanchored arm's by
 more than two standard errors (per-episode KLs over held-out tasks and seeds) and its entropy is
 not lower by more than two SE; contradicted when its KL is higher by more than two SE; otherwise
-inconclusive. "no success lost" is judged only when some arm's success differs from the warm
+inconclusive (also when the unanchored arm moved less than MIN_DRIFT = 1e-3 nats from its start, numerical noise
+rather than drift). "no success lost" is judged only when some arm's success differs from the warm
 start's by more than two (binomial) SE; it holds when the anchored arm's success is no lower than
 the unanchored arm's minus two SE of the difference, else it is contradicted.
 """
@@ -110,6 +111,9 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
     return summary
 
 
+MIN_DRIFT = 1e-3  # nats of KL(pi || pi_0) per token below which "drift" is numerical noise, not learning
+
+
 def summarise(setup, warm, warm_entropy, arms) -> dict:
     free, anchor = BETAS
     kl = {b: common.mean_se(a["kl"]) for b, a in arms.items()}
@@ -118,7 +122,9 @@ def summarise(setup, warm, warm_entropy, arms) -> dict:
     d_ent, se_ent = ent[anchor][0] - ent[free][0], float(np.hypot(ent[anchor][1], ent[free][1]))
     tail = (f"KL to pi_0 {kl[anchor][0]:.3g} (beta {anchor:g}) vs {kl[free][0]:.3g} (beta 0), entropy "
             f"{ent[anchor][0]:.3f} vs {ent[free][0]:.3f} (warm start {np.mean(warm_entropy):.3f})")
-    if d_kl < -2 * se_kl and d_ent >= -2 * se_ent:
+    if kl[free][0] < MIN_DRIFT:  # the unanchored policy barely moved: no drift for an anchor to hold back
+        close = f"inconclusive: without the anchor the policy moved only {kl[free][0]:.3g} nats from its start; {tail}"
+    elif d_kl < -2 * se_kl and d_ent >= -2 * se_ent:
         close = f"holds: {tail}"
     elif d_kl > 2 * se_kl:
         close = f"contradicted: the anchored policy drifted further; {tail}"
