@@ -1,26 +1,10 @@
 """router-r1, fees and canopy: their --quick modes write their folder from the data; their verdict rules by hand."""
 
-import json
-
 import numpy as np
 import pytest
+from test_agent_repros import _check, _private_cache  # noqa: F401  (the same folder checks; warm starts in tmp)
 
 pytestmark = pytest.mark.xdist_group("agent_repros")  # one worker: they share compiled programs of the tiny agent
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LONGHORIZON_CACHE", str(tmp_path / "cache"))  # warm starts made here, not in the user's cache
-
-
-def _check(out, png, claims):
-    summary = json.loads((out / "summary.json").read_text())
-    readme = (out / "README.md").read_text()
-    assert (out / png).is_file() and "**Verdict" in readme and "QUICK" in readme
-    assert set(summary["claims"]) == set(claims)
-    for verdict in summary["claims"].values():
-        assert verdict.split(":")[0] in ("holds", "contradicted", "inconclusive", "not shown"), verdict
-    return summary
 
 
 def test_router_r1_quick(tmp_path):
