@@ -119,6 +119,21 @@ def _print_plan(plan: dict) -> None:
 _DRY_HELP = "Check every option and print the config.json the run would write; train and write nothing."
 
 
+def plan_or_run(spec, command: str, resume: bool, dry_run: bool) -> dict | None:
+    """``--dry-run``: print the plan and return None; else run the spec through the LM run spine and return
+    its summary (Ctrl-C: the saved step and how to resume, exit code INTERRUPTED_EXIT)."""
+    from longhorizon.lm.run import Interrupted, run_rl
+    from longhorizon.lm.run import dry_run as plan_run
+
+    if dry_run:
+        _print_plan(plan_run(spec, resume))
+        return None
+    try:
+        return run_rl(spec, resume=resume)
+    except Interrupted as stop:
+        raise _interrupted(command, stop.folder, stop.step) from None
+
+
 def _interrupted(command: str, folder, step: int) -> typer.Exit:
     from longhorizon.lm.resume import INTERRUPTED_EXIT
 
@@ -333,8 +348,6 @@ def rl(
     """GRPO-family RL with verifiable rewards: a pretrained model (or an `lm sft` policy) on a prompt dataset scored
     by TRL-style reward functions, or on a built-in task under the h1 curriculum, SCALER or sGPO."""
     from longhorizon.lm.resume import resume_options
-    from longhorizon.lm.run import Interrupted, run_rl
-    from longhorizon.lm.run import dry_run as plan_run
 
     o = _options(ctx, resume, "lm rl")
     folder = o["out"]
@@ -342,13 +355,9 @@ def rl(
         o["out"] = resume_options(resume, "lm rl").get("out", folder)
     _check_rl_options(o, _given(ctx))
     spec = _rl_spec(o, folder)
-    if dry_run:
-        _print_plan(plan_run(spec, resume is not None))
+    summary = plan_or_run(spec, "lm rl", resume is not None, dry_run)
+    if summary is None:
         return
-    try:
-        summary = run_rl(spec, resume=resume is not None)
-    except Interrupted as stop:
-        raise _interrupted("lm rl", stop.folder, stop.step) from None
     if summary["eval"] is not None:
         _print_eval(summary["eval"])
     counters = summary["counters"]

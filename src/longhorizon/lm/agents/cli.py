@@ -67,21 +67,14 @@ def agent(
 ) -> None:
     """Multi-turn agent RL: episodes of a tool environment (search, router, feedback scaffolds, research workspace, or
     your TRL environment class), trajectory- or turn-level credit, the GRPO-family loss on action tokens only."""
-    from longhorizon.lm.cli import _given, _interrupted, _options, _print_plan
-    from longhorizon.lm.run import Interrupted, run_rl
-    from longhorizon.lm.run import dry_run as plan_run
+    from longhorizon.lm.cli import _given, _options, plan_or_run
 
     o = _options(ctx, resume, "lm agent")
     folder = o["out"]
     _check_agent_options(o, _given(ctx))
-    spec = agent_spec(o, folder)
-    if dry_run:
-        _print_plan(plan_run(spec, resume is not None))
+    summary = plan_or_run(agent_spec(o, folder), "lm agent", resume is not None, dry_run)
+    if summary is None:
         return
-    try:
-        summary = run_rl(spec, resume=resume is not None)
-    except Interrupted as stop:
-        raise _interrupted("lm agent", stop.folder, stop.step) from None
     ev = summary["eval"]
     if ev is not None:
         print(f"held-out: reward {ev['reward']:.3f}  success {ev['success']:.3f}  turns {ev['turns']:.2f}  "

@@ -66,3 +66,16 @@ def check_positive_int(value, name: str, low: int = 1, high: int | None = None) 
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise UsageError(f"{name}={value!r} is invalid; give an integer {bound}.")
     return int(value)
+
+
+def submit_answer(env, answer) -> str:
+    """The one-try ``answer`` tool of the search and research environments: an exact-match outcome in
+    ``env.reward`` (and ``reward_terms["outcome"]``), ``env.done``; a bad or late answer is an error string."""
+    error = text_argument(answer, "answer") or ("Error: the episode is over." if env.done else None)
+    if error:
+        env.metrics["tool_errors"] += 1
+        return error
+    env.done = True
+    env.reward = exact_match(answer, env._gold)
+    env.reward_terms = {"outcome": env.reward}
+    return "Correct." if env.reward else "Incorrect."

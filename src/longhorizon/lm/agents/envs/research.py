@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.agents.envs.common import check_positive_int, exact_match, invented_names, listing, normalize, \
+from longhorizon.lm.agents.envs.common import check_positive_int, invented_names, listing, normalize, submit_answer, \
     text_argument
 
 MAX_ITEMS = 16
@@ -76,14 +76,7 @@ class ResearchEnv:
         Args:
             answer: a city's name or a number.
         """
-        error = text_argument(answer, "answer") or ("Error: the episode is over." if self.done else None)
-        if error:
-            self.metrics["tool_errors"] += 1
-            return error
-        self.done = True
-        self.reward = exact_match(answer, self._gold)
-        self.reward_terms = {"outcome": self.reward}
-        return "Correct." if self.reward else "Incorrect."
+        return submit_answer(self, answer)
 
 
 def make_tasks(n: int, *, seed: int, items: int = 6, question: str = "max") -> list[dict]:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.agents.envs.common import check_positive_int, exact_match, invented_names, normalize, text_argument
+from longhorizon.lm.agents.envs.common import check_positive_int, invented_names, normalize, submit_answer, text_argument
 
 MAX_HOPS = 8
 
@@ -202,14 +202,7 @@ class SearchEnv:
         Args:
             answer: the answer, e.g. a name.
         """
-        error = text_argument(answer, "answer") or ("Error: the episode is over." if self.done else None)
-        if error:
-            self.metrics["tool_errors"] += 1
-            return error
-        self.done = True
-        self.reward = exact_match(answer, self._gold)
-        self.reward_terms = {"outcome": self.reward}
-        return "Correct." if self.reward else "Incorrect."
+        return submit_answer(self, answer)
 
 
 def search_env(corpus: str, top_k: int = 3) -> type:
