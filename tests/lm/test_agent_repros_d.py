@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from test_agent_repros import _check, _private_cache  # noqa: F401  (the same folder checks; warm starts in tmp)
 
-pytestmark = pytest.mark.xdist_group("agent_repros")  # one worker: they share compiled programs of the tiny agent
+# no xdist group: each builds its own warm start; the two workers share compiled programs through the
+# persistent compilation cache (tests/conftest.py), and spreading them keeps the suite's critical path short
 
 
 def test_router_r1_quick(tmp_path):
