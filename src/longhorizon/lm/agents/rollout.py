@@ -230,8 +230,7 @@ class MultiTurnRollout:
                     if len(text) > cfg.max_observation_chars:
                         text = text[: cfg.max_observation_chars] + " ...(cut)"
                     turn.observation = text
-                    reward, _, milestones, _ = protocol.outcome(e.env)
-                    turn.info["milestones"] = milestones
+                    turn.info["milestones"] = protocol.outcome(e.env)[2]
                     if protocol.is_done(e.env):
                         e.done = e.finished = True
                     if cfg.context == "full" and not e.done:
@@ -296,8 +295,8 @@ class MultiTurnRollout:
         reward, terms, milestones, metrics = protocol.outcome(e.env)
         sequences = e.sequences if self.cfg.context == "workspace" else [
             TokenSequence(e.tokens, e.mask, e.logprobs, e.turn_ids)]
-        if metrics:
-            e.turns and e.turns[-1].info.setdefault("env_metrics", metrics)
+        if metrics and e.turns:
+            e.turns[-1].info.setdefault("env_metrics", metrics)
         return Trajectory(group=e.group, sequences=sequences, turns=e.turns, reward=reward,
                           reward_terms={**terms, **({"milestones": float(sum(milestones))} if milestones else {})},
                           version=version, finished=e.finished, task=e.row, uid=f"{uid_prefix}{e.index}")
