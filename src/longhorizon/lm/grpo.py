@@ -56,7 +56,7 @@ import optax
 from longhorizon.core.kl import kl_k3
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.lm.generate import generate
-from longhorizon.lm.model import ModelConfig, shared_prompt_logprobs, token_logprobs
+from longhorizon.lm.model import ModelConfig, ScoringStream, logp_entropy, positions_from_valid, shared_prompt_stream
 from longhorizon.lm.tasks import Problem, score, segment_ids, segment_rewards
 from longhorizon.lm.tokenizer import Tokenizer
 
@@ -230,22 +230,37 @@ def reduce_loss(token_loss, mask, loss_type: str, *, max_completion_length: int,
     raise UsageError(f"loss_type={loss_type!r} is unknown; use one of {LOSS_TYPES}.")
 
 
-def completion_logprobs_of(params, batch, model_cfg: ModelConfig, temperature: float):
-    """Teacher-forced ``(logp, entropy) [B, N]`` of a batch's completions, in either layout:
-    ``prompt, prompt_valid [G, P]`` + ``completion, completion_valid [G*S, N]`` (groups share their
-    prompt), or ``tokens, valid [B, P+N]`` (each row carries its prompt)."""
+def completion_stream(batch, temperature: float) -> ScoringStream:
+    """How a batch's completions are scored, in either layout: ``prompt, prompt_valid [G, P]`` +
+    ``completion, completion_valid [G*S, N]`` (groups share their prompt), or ``tokens, valid [B, P+N]``
+    (each row carries its prompt); ``scores`` returns ``(logp, entropy) [B, N]``."""
     if "prompt" in batch:
-        return shared_prompt_logprobs(params, model_cfg, batch["prompt"], batch["prompt_valid"], batch["completion"],
-                                      batch["completion_valid"], temperature)
-    p = batch["tokens"].shape[1] - batch["mask"].shape[1]
-    logp, entropy = token_logprobs(params, model_cfg, batch["tokens"], batch["valid"], temperature)
-    return logp[:, p - 1 :], entropy[:, p - 1 :]
+        return shared_prompt_stream(batch["prompt"], batch["prompt_valid"], batch["completion"], batch["completion_valid"],
+                                    temperature)
+    tokens, valid = batch["tokens"], batch["valid"]
+    p = tokens.shape[1] - batch["mask"].shape[1]
+
+    def scores(logits):
+        logp, entropy = logp_entropy(logits[:, :-1], tokens[:, 1:], temperature)
+        return logp[:, p - 1 :], entropy[:, p - 1 :]
+
+    return ScoringStream(tokens, positions_from_valid(valid), valid, None, None, scores)
+
+
+def completion_logprobs_of(params, batch, model_cfg: ModelConfig, temperature: float):
+    """Teacher-forced ``(logp, entropy) [B, N]`` of a batch's completions (either layout, :func:`completion_stream`)."""
+    return completion_stream(batch, temperature).logprobs(params, model_cfg)
 
 
 def grpo_loss(params, batch, total_tokens, *, model_cfg: ModelConfig, cfg: GRPOConfig, n_micro: int):
     """Loss of one micro-batch: its completions' tokens (either layout, see :func:`completion_logprobs_of`),
     mask, old_logp, ref_logp, advantages."""
     logp, entropy = completion_logprobs_of(params, batch, model_cfg, cfg.temperature)
+    return completion_loss(logp, entropy, batch, total_tokens, cfg=cfg, n_micro=n_micro)
+
+
+def completion_loss(logp, entropy, batch, total_tokens, *, cfg: GRPOConfig, n_micro: int):
+    """``(loss, sums)`` of one micro-batch from its completions' ``logp, entropy [B, N]`` (module docstring)."""
     mask = batch["mask"]
     tok, ratio, kl = per_token_loss(
         logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
@@ -284,10 +299,13 @@ def update(params, opt_state, batch, *, model_cfg: ModelConfig, cfg: GRPOConfig,
     sums = jax.tree_util.tree_map(jnp.sum, sums)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
+    return params, opt_state, update_metrics(sums, loss, optax.tree.norm(grads))
+
+
+def update_metrics(sums, loss, grad_norm) -> dict:
+    """One optimiser step's metrics: the per-token means of ``sums``, the loss and the gradient's global norm."""
     denom = jnp.maximum(sums["tokens"], 1.0)
-    metrics = {k: v / denom for k, v in sums.items() if k != "tokens"}
-    metrics.update(loss=loss, grad_norm=optax.tree.norm(grads))
-    return params, opt_state, metrics
+    return {**{k: v / denom for k, v in sums.items() if k != "tokens"}, "loss": loss, "grad_norm": grad_norm}
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "temperature"))
@@ -317,7 +335,10 @@ class GRPOTrainer:
     ``reward_fn(problem, text)`` defaults to the task's verifier, :func:`longhorizon.lm.tasks.score`;
     ``batch_rewards(problems, texts, completion_ids) -> (rewards [n], metrics)`` (optional, e.g.
     :class:`longhorizon.lm.data.RewardFunctions`) scores a whole rollout at once instead.
-    Problems are any objects with a ``prompt`` string.
+    Problems are any objects with a ``prompt`` string. ``updater`` (optional, e.g.
+    :class:`longhorizon.lm.offload.LayerStreamedUpdate`) replaces :func:`update`: it keeps the
+    parameters where it wants them (``updater.to_store``), makes the optimiser state
+    (``updater.init(params)``) and runs ``updater(params, opt_state, batch) -> (params, opt_state, metrics)``.
     """
 
     def __init__(
@@ -332,6 +353,7 @@ class GRPOTrainer:
         token_weights: Callable[[Problem, str, int], np.ndarray] | None = None,
         reward_fn: Callable[[Problem, str], float] = score,
         batch_rewards: Callable | None = None,
+        updater=None,
     ):
         context = model_cfg.context_length
         if context is not None and cfg.max_prompt_length + cfg.max_completion_length > context:
@@ -339,11 +361,13 @@ class GRPOTrainer:
                 f"max_prompt_length {cfg.max_prompt_length} + max_completion_length {cfg.max_completion_length} exceed the "
                 f"model's context of {context} tokens; shorten the prompts or lower max_completion_length.")
         self.model_cfg, self.cfg, self.tokenizer = model_cfg, cfg, tokenizer
-        self.params = jax.tree_util.tree_map(jnp.array, params)
+        store = jnp.array if updater is None else updater.to_store
+        self.params = jax.tree_util.tree_map(store, params)
         self.ref_params = self.params if ref_params is None else ref_params
-        self.ref_params = jax.tree_util.tree_map(jnp.array, self.ref_params)
+        self.ref_params = jax.tree_util.tree_map(store, self.ref_params)
         self.optimizer = rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
-        self.opt_state = self.optimizer.init(self.params)
+        self.opt_state = (self.optimizer if updater is None else updater).init(self.params)
+        self.updater = updater or functools.partial(update, model_cfg=model_cfg, cfg=cfg, optimizer=self.optimizer)
         self.key = jax.random.PRNGKey(seed)
         self.token_weights = token_weights
         self.reward_fn = reward_fn
@@ -445,9 +469,7 @@ class GRPOTrainer:
             for _ in range(cfg.num_iterations):
                 for s in range(n_opt):
                     mb = {k: v[s * (len(v) // n_opt) : (s + 1) * (len(v) // n_opt)] for k, v in batch.items()}
-                    self.params, self.opt_state, m = update(
-                        self.params, self.opt_state, mb, model_cfg=self.model_cfg, cfg=cfg, optimizer=self.optimizer
-                    )
+                    self.params, self.opt_state, m = self.updater(self.params, self.opt_state, mb)
                     train_metrics.append(m)
                     self.counters["optimizer_steps"] += 1
                 self.counters["update_tokens"] += kept_tokens

@@ -305,10 +305,10 @@ def token_logprobs(params, cfg: ModelConfig, tokens: jax.Array, valid: jax.Array
     Logits are divided by ``temperature`` first (the distribution the sampler drew from, before
     top-p truncation), as TRL does. Returns ``(logp [B, T-1], entropy [B, T-1])``.
     """
-    return _logp_entropy(forward(params, cfg, tokens, valid)[:, :-1], tokens[:, 1:], temperature)
+    return logp_entropy(forward(params, cfg, tokens, valid)[:, :-1], tokens[:, 1:], temperature)
 
 
-def _logp_entropy(logits: jax.Array, targets: jax.Array, temperature: float):
+def logp_entropy(logits: jax.Array, targets: jax.Array, temperature: float):
     """``log softmax(logits / temperature)[target]`` and the entropy of that distribution."""
     if temperature > 0:
         logits = logits / temperature
@@ -333,6 +333,48 @@ def prefill_prompts(params, cfg: ModelConfig, prompt: jax.Array, prompt_valid: j
     return logits[:, -1], cache, positions[:, -1] + 1
 
 
+class ScoringStream(NamedTuple):
+    """How a model call scores completions: run the module on ``tokens, positions, kv_valid`` with
+    ``attend`` and ``logits_at`` (as :meth:`Transformer.__call__` takes them), then ``scores(logits)``
+    gives ``(logp, entropy)`` of the completion tokens. The plain call and the layer-streamed one
+    (:mod:`longhorizon.lm.offload`) share it, so both score exactly the same tokens."""
+
+    tokens: jax.Array
+    positions: jax.Array
+    kv_valid: jax.Array | None
+    attend: object
+    logits_at: np.ndarray | None
+    scores: object
+
+    def logprobs(self, params, cfg) -> tuple[jax.Array, jax.Array]:
+        logits, _ = cfg.module().apply({"params": params}, self.tokens, self.positions, self.kv_valid,
+                                       attend=self.attend, logits_at=self.logits_at)
+        return self.scores(logits)
+
+
+def shared_prompt_stream(prompt, prompt_valid, completion, completion_valid, temperature: float = 1.0) -> ScoringStream:
+    """The :class:`ScoringStream` of :func:`shared_prompt_logprobs` (one flat token stream, a shared-prefix ``attend``)."""
+    g, p = prompt.shape
+    rows, n = completion.shape
+    s = rows // g
+    prompt_positions = positions_from_valid(prompt_valid)
+    completion_positions = jnp.repeat(prompt_positions[:, -1] + 1, s)[:, None] + jnp.arange(n)[None, :]
+    tokens = jnp.concatenate([prompt.reshape(1, -1), completion.reshape(1, -1)], axis=1)
+    positions = jnp.concatenate([prompt_positions.reshape(1, -1), completion_positions.reshape(1, -1)], axis=1)
+    attend = shared_prefix_attention(g, s, prompt_valid, completion_valid)
+    # the head runs only where a completion token is predicted: each prompt's last position and
+    # every completion position but the last
+    prompt_last = np.arange(1, g + 1) * p - 1
+    completion_heads = (g * p + np.arange(rows)[:, None] * n + np.arange(n - 1)[None, :]).reshape(-1)
+
+    def scores(logits):
+        last = jnp.repeat(logits[0, :g], s, axis=0)
+        logits = jnp.concatenate([last[:, None], logits[0, g:].reshape(rows, n - 1, -1)], axis=1)
+        return logp_entropy(logits, completion, temperature)
+
+    return ScoringStream(tokens, positions, None, attend, np.concatenate([prompt_last, completion_heads]), scores)
+
+
 def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, completion, completion_valid,
                            temperature: float = 1.0):
     """Teacher-forced log-probs and entropies of ``completion [G*S, N]`` after ``prompt [G, P]``.
@@ -346,20 +388,4 @@ def shared_prompt_logprobs(params, cfg: ModelConfig, prompt, prompt_valid, compl
     completion tokens and groups of 8, half the tokens of the update.
     Returns ``(logp [G*S, N], entropy [G*S, N])``; entry ``j`` scores ``completion[:, j]``.
     """
-    g, p = prompt.shape
-    rows, n = completion.shape
-    s = rows // g
-    prompt_positions = positions_from_valid(prompt_valid)
-    completion_positions = jnp.repeat(prompt_positions[:, -1] + 1, s)[:, None] + jnp.arange(n)[None, :]
-    tokens = jnp.concatenate([prompt.reshape(1, -1), completion.reshape(1, -1)], axis=1)
-    positions = jnp.concatenate([prompt_positions.reshape(1, -1), completion_positions.reshape(1, -1)], axis=1)
-    attend = shared_prefix_attention(g, s, prompt_valid, completion_valid)
-    # the head runs only where a completion token is predicted: each prompt's last position and
-    # every completion position but the last
-    prompt_last = np.arange(1, g + 1) * p - 1
-    completion_heads = (g * p + np.arange(rows)[:, None] * n + np.arange(n - 1)[None, :]).reshape(-1)
-    logits, _ = cfg.module().apply({"params": params}, tokens, positions, None, attend=attend,
-                                   logits_at=np.concatenate([prompt_last, completion_heads]))
-    last = jnp.repeat(logits[0, :g], s, axis=0)
-    logits = jnp.concatenate([last[:, None], logits[0, g:].reshape(rows, n - 1, -1)], axis=1)
-    return _logp_entropy(logits, completion, temperature)
+    return shared_prompt_stream(prompt, prompt_valid, completion, completion_valid, temperature).logprobs(params, cfg)
