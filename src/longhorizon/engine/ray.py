@@ -217,10 +217,11 @@ def await_placement(workers: list[Any], options: RayOptions, on_refusal=lambda: 
 
 
 def actor_died(error: Exception) -> bool:
-    """Whether ``error`` (raised by ``ray.get``) says the actor's process is gone."""
+    """Whether ``error`` (raised by ``ray.get``) says the actor's process is gone, or its node with the
+    result the actor had finished (``ObjectLostError``: a result lives in its node's object store)."""
     import ray.exceptions as rex
 
-    return isinstance(error, (rex.RayActorError, getattr(rex, "ActorUnavailableError", rex.RayActorError)))
+    return isinstance(error, (rex.RayActorError, rex.ObjectLostError))
 
 
 def configure_actor_jax(compile_settings: dict[str, Any]) -> None:
@@ -272,6 +273,12 @@ class CollectWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id, as ``ray.nodes()`` lists it)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def work(self) -> tuple[int, float]:
         """``(calls served, seconds spent inside them)``: what one call's work costs, without Ray's share."""
@@ -438,6 +445,10 @@ class RayEngine:
         """Process ids of the actors (e.g. to watch or to kill one)."""
         return self._ray().get([w.pid.remote() for w in self._workers])
 
+    def actor_nodes(self) -> list[str]:
+        """The Ray node id of every actor, in actor order (where Ray placed them)."""
+        return self._ray().get([w.node_id.remote() for w in self._workers])
+
     def actor_work(self) -> list[tuple[int, float]]:
         """Per actor: ``(calls served, seconds spent inside them)`` (a replaced actor starts from zero)."""
         return self._ray().get([w.work.remote() for w in self._workers])
@@ -468,7 +479,10 @@ class RayEngine:
 
     def _new_worker(self, index: int):
         ray = self._ray()
-        remote = ray.remote(num_cpus=self.options.actor_cpus, num_gpus=self.options.actor_gpus, max_restarts=0)(CollectWorker)
+        # SPREAD: actors go to the least-loaded nodes first, so a cluster's nodes share the acting and a
+        # lost node takes few actors with it; a replacement lands wherever resources are free.
+        remote = ray.remote(num_cpus=self.options.actor_cpus, num_gpus=self.options.actor_gpus, max_restarts=0,
+                            scheduling_strategy="SPREAD")(CollectWorker)
         seeds = self.num_seeds if self._shards is None else int(self._shards[index][1] - self._shards[index][0])
         return remote.remote(self.algo.__name__, self.env_id, self.env_overrides, self.config, seeds,
                              self.options.mode, _compile_settings(), self.num_seeds, self._flow)
