@@ -38,6 +38,8 @@ from longhorizon.lm.data import DatasetSpec
 from longhorizon.lm.grpo import GRPOConfig
 from longhorizon.lm.resume import INTERRUPTED_EXIT  # noqa: F401  (re-exported: the CLI's exit code)
 
+OFFLOAD = ("none", "host")  # host: the update streams the model from host memory (lm.offload)
+
 # ----------------------------------------------------------------------------- the policy
 
 
@@ -191,7 +193,9 @@ class RLSpec:
     played as a multi-turn episode (its evaluation is an :class:`longhorizon.lm.agents.spec.AgentEval`); ``checkpoint_every``: steps between checkpoints (0: about ten per
     run; the last step and Ctrl-C always save); ``seed``: the trainer's PRNG key (the sampler's
     seeds are its own); ``record``: extra config.json fields of whoever built the spec (the CLI keeps
-    its options there for ``--resume``).
+    its options there for ``--resume``); ``offload``: ``"host"`` runs each optimiser step layer-streamed from
+    host memory (:class:`longhorizon.lm.offload.LayerStreamedUpdate`, Llama-family policies), ``"none"`` in
+    device memory.
     """
 
     out: str
@@ -206,9 +210,17 @@ class RLSpec:
     record: dict = dataclasses.field(default_factory=dict)
     rewards: Any = None
     agent: Any = None  # longhorizon.lm.agents.spec.AgentSpec: multi-turn episodes of a tool environment
+    offload: str = "none"
 
     def check(self) -> None:
         """Refuse settings that cannot act, before anything loads or compiles."""
+        if self.offload not in OFFLOAD:
+            raise UsageError(f"--offload {self.offload} is unknown; use one of {', '.join(OFFLOAD)}.")
+        if self.offload == "host" and self.agent is not None:
+            raise UsageError("--offload host streams the update of `lm rl`; agent runs train in device memory, so drop it.")
+        if self.offload == "host" and not _is_llama(self.init):
+            raise UsageError("--offload host streams Llama-family models layer by layer, not an `lm sft` character "
+                             "model; start from a pretrained --model or drop --offload.")
         if self.agent is not None:
             self.agent.check()
         if self.steps < 1:
@@ -239,7 +251,19 @@ class RLSpec:
                 **({"agent": self.agent.describe()} if self.agent is not None else {}),
                 "steps": self.steps, "prompts_per_step": self.prompts_per_step,
                 "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
-                "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
+                "checkpoint_every": self.checkpoint_interval, "seed": self.seed,
+                **({"offload": self.offload} if self.offload != "none" else {})}
+
+
+def _is_llama(init) -> bool:
+    """Whether the policy ``init`` names is a Llama-family model (read from its config, nothing loaded)."""
+    if isinstance(init, Pretrained):
+        return True
+    if isinstance(init, Policy):
+        from longhorizon.lm.llama import LlamaConfig
+
+        return isinstance(init.model_cfg, LlamaConfig)
+    return "pretrained" in policy_config(init)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -318,8 +342,13 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
     if spec.agent is not None:
         trainer = spec.agent.trainer(policy, grpo, spec.seed, sampler=sampler)
     else:
+        updater = None
+        if spec.offload == "host":
+            from longhorizon.lm.offload import LayerStreamedUpdate
+
+            updater = LayerStreamedUpdate(policy.model_cfg, grpo)
         trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=spec.seed,
-                              batch_rewards=rewards)
+                              batch_rewards=rewards, updater=updater)
     save_ref = grpo.beta != 0.0  # the KL term is the only reader of the reference
 
     def trainer_arrays() -> dict:
