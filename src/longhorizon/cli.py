@@ -90,7 +90,7 @@ _SPEC_FIELD = {"chunks": "num_chunks", "env_arg": "env_overrides"}
 # What a results folder's config.json records besides the settings: derived from them (checked
 # against the run they describe) or about the machine (ignored).
 _DERIVED = ("num_updates", "updates_per_chunk", "steps_per_chunk")
-_RECORDED = ("config_overrides", "longhorizon_version", "jax_version", "devices")
+_RECORDED = ("config_overrides", "longhorizon_version", "jax_version", "devices", "seed_devices")
 
 
 def _given(ctx: typer.Context) -> list[str]:
@@ -138,6 +138,7 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
     spec_types = {f.name: str if f.default is None else type(f.default)
                   for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
     spec_types.update(algo=str, env=str, target_return=float, env_overrides=dict)
+    spec_types["num_devices"] = None  # a count or "all": checked by engine.fused.resolve_devices
     spec_types.pop("env_params", None)  # a Python object: set from code, not from a file
     settings: dict = {}
     fields: dict = {}
@@ -199,6 +200,8 @@ def train(
     eval_episodes: int = typer.Option(10, help="Episodes per seed in each greedy evaluation."),
     target_return: Optional[float] = typer.Option(None, help="With --eval-every: stop once the mean greedy-eval return reaches this."),
     engine: str = typer.Option("fused", help="fused (one XLA program), host (gymnasium envs; picked for them) or ray."),
+    num_devices: str = typer.Option("1", "--devices", help="Local devices the seeds are sharded over: a count or all "
+                                    "(a CPU is split into as many devices as it has cores); it must divide --seeds."),
     quiet: bool = typer.Option(False, help="No progress output."),
     actors: int = typer.Option(1, help="--engine ray: actors running collect (sync: whole seeds per actor)."),
     address: str = typer.Option("local", help="--engine ray: local (a private instance), auto, or HOST:PORT of a cluster."),
@@ -227,6 +230,7 @@ def train(
             raise UsageError(f"--{changed[0].replace('_', '-')} cannot be changed when resuming; resume with the saved "
                              "config only (--quiet, --dry-run and --wandb may be added).")
         spec = spec_from_results(resume, quiet=quiet, wandb=wandb)
+        request_devices(spec.num_devices)
         from longhorizon.runner.sweep import refuse_resume
 
         refuse_resume(resume)
@@ -253,6 +257,16 @@ def train(
     _print_summary(summary)
 
 
+def request_devices(asked) -> None:
+    """Split a CPU host into the devices ``--devices`` asks for (``all``: one per core) while JAX has not
+    started yet; the run then refuses a count JAX does not have. GPU hosts keep their own devices."""
+    from longhorizon.engine.fused import local_cpu_count, request_cpu_devices
+
+    text = str(asked).strip().lower()
+    if text == "all" or (text.isdigit() and int(text) > 1):
+        request_cpu_devices(local_cpu_count() if text == "all" else int(text))
+
+
 def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
     """The RunSpec of a new run: the --config file's settings, then the flags given on the command line.
 
@@ -276,6 +290,7 @@ def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
             value = str(value)
         settings[_SPEC_FIELD.get(name, name)] = value
         asked[_SPEC_FIELD.get(name, name)] = value
+    request_devices(settings.get("num_devices", 1))  # before anything below starts JAX
     if fields:
         _check_fields(ctx.params["config"], fields, settings.get("algo"), settings.get("env"))
     fields.update(extra)

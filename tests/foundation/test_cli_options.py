@@ -99,6 +99,10 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "target_return": [acts((*TRAIN, "--eval-every", "2"), "--target-return", "400"),
                           refused((*TRAIN, "--target-return", "400"), "add --eval-every N")],
         "engine": [acts(TRAIN, "--engine", "ray"), refused((*TRAIN, "--engine", "host"), "drop --engine host")],
+        "num_devices": [acts((*TRAIN, "--seeds", "2"), "--devices", "all"),  # acting on 2 devices: tests/engine/test_devices.py
+                        refused((*TRAIN, "--devices", "2"), "one seed's environments are not split"),
+                        refused((*TRAIN, "--seeds", "3", "--devices", "2"), "--seeds 3 does not split evenly"),
+                        refused((*RAY, "--seeds", "2", "--devices", "2"), "uses the ray engine; drop --devices")],
         "quiet": [acts(TRAIN, "--quiet")],
         "actors": [acts((*RAY, "--seeds", "2"), "--actors", "2"),
                    refused((*TRAIN, "--actors", "2"), "apply to --engine ray only")],

@@ -3,18 +3,29 @@
 Python regains control between chunks (progress, logs, evaluation, checkpoints, early stopping);
 nothing calls back to the host inside a chunk. The engine never knows which algorithm it runs: it
 only uses the algorithm protocol (see :mod:`longhorizon.algos`).
+
+Over several local devices the seeds are sharded: a 1-D mesh ``("seeds",)`` over the devices, and
+``shard_map`` runs the same seed-vmapped chunk on each device's block of ``num_seeds / devices``
+seeds (no communication: seeds are independent). A CPU host is split into devices with JAX's
+``jax_num_cpu_devices`` (the ``--xla_force_host_platform_device_count`` flag), before JAX starts.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from longhorizon.core.nets import tree_all_finite
+from longhorizon.errors import UsageError
+
+SEEDS = "seeds"  # the mesh axis the seeds are sharded over
 
 
 def chunk_statistics(batches_return: jax.Array, batches_done: jax.Array) -> dict[str, jax.Array]:
@@ -44,6 +55,69 @@ def over_seeds(fn, num_seeds: int, shared_args: int = 0):
         return jax.tree.map(lambda x: x[None], out)
 
     return single
+
+
+def request_cpu_devices(count: int) -> bool:
+    """Split the CPU into ``count`` JAX devices (``jax_num_cpu_devices``); False once JAX's backends
+    have started, when the device count can no longer change. GPU and TPU hosts keep their devices."""
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # raised once any JAX operation has run
+        return False
+    return True
+
+
+def local_cpu_count() -> int:
+    """CPU cores this process may run on (its affinity mask, not the machine's total)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def resolve_devices(asked: int | str, num_seeds: int) -> int:
+    """How many local devices ``num_seeds`` seeds are sharded over: ``asked`` is a count or ``"all"``.
+
+    Seeds are split evenly, ``num_seeds / devices`` per device, so the count must divide them;
+    nothing is padded. One seed is not split: its environments share every minibatch of an update,
+    so splitting them needs a cross-device gradient mean inside the algorithm's ``learn``.
+    """
+    text = str(asked).strip().lower()
+    if text != "all" and not (text.isdigit() and int(text) >= 1):
+        raise UsageError(f"--devices {asked} is neither a positive count nor 'all'; pass --devices 2 or --devices all.")
+    available = len(jax.devices())
+    count = available if text == "all" else int(text)
+    if count == 1:
+        return 1
+    if num_seeds == 1:
+        raise UsageError(f"--devices {asked} shards seeds over devices and one seed's environments are not split "
+                         f"(they share every minibatch); pass --seeds {count} (or a multiple), or drop --devices.")
+    if num_seeds % count:
+        raise UsageError(f"--seeds {num_seeds} does not split evenly over {count} devices (nothing is padded); "
+                         f"pass --seeds {count * -(-num_seeds // count)}, or --devices with a count that divides "
+                         f"{num_seeds}.")
+    if count > available:
+        raise UsageError(f"--devices {asked} asks for {count} devices but JAX already runs on {available} "
+                         f"({jax.devices()[0].platform}); on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
+                         f"{count} before JAX starts, or pass --devices {available}.")
+    return count
+
+
+def seed_mesh(num_devices: int) -> Mesh:
+    """A 1-D mesh named ``seeds`` over the first ``num_devices`` local devices."""
+    return Mesh(np.asarray(jax.devices()[:num_devices]), (SEEDS,))
+
+
+def shard_over_seeds(fn, num_seeds: int, mesh: Mesh, shared_args: int = 0):
+    """:func:`over_seeds` with the seed axis split over ``mesh``: each device runs ``fn`` over its
+    block of ``num_seeds / mesh.size`` seeds (arguments and results ``[num_seeds, ...]``, sharded on
+    axis 0); the last ``shared_args`` arguments are replicated. Seeds never communicate."""
+    local = over_seeds(fn, num_seeds // mesh.size, shared_args)
+
+    def sharded(*args):
+        specs = (PartitionSpec(SEEDS),) * (len(args) - shared_args) + (PartitionSpec(),) * shared_args
+        # No collectives inside, so nothing to type-check across devices (the check would also reject
+        # a branch that returns device-invariant constants, such as a skipped update's zero metrics).
+        return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=PartitionSpec(SEEDS), check_vma=False)(*args)
+
+    return sharded
 
 
 def init_over_seeds(init, num_seeds: int):
@@ -130,19 +204,29 @@ def make_chunk(algo: ModuleType, updates_per_chunk: int):
 
 
 class FusedEngine:
-    """Runs up to ``updates_per_chunk`` updates of ``num_seeds`` independent agents per call."""
+    """Runs up to ``updates_per_chunk`` updates of ``num_seeds`` independent agents per call, on
+    ``num_devices`` local devices (seeds sharded, :func:`shard_over_seeds`; see :func:`resolve_devices`)."""
 
     name = "fused"
 
     def __init__(self, algo: ModuleType, env: Any, config: Any, num_seeds: int, updates_per_chunk: int,
-                 rows: tuple[list[int], Any] | None = None):
+                 rows: tuple[list[int], Any] | None = None, num_devices: int = 1):
         """``rows`` (sweeps): ``(seed_indices, configs)``; agent i is seed ``seed_indices[i]`` trained with row i
         of the stacked config ``configs`` (:func:`longhorizon.config.stack_configs`), all in one program."""
         self.algo, self.env, self.config = algo, env, config
         self.num_seeds, self.updates_per_chunk = num_seeds, updates_per_chunk
         self.row_seeds, self.row_configs = rows if rows is not None else (list(range(num_seeds)), None)
+        self.num_devices = num_devices
+        chunk = make_chunk(algo, updates_per_chunk)
+        if num_devices == 1:
+            self.sharding = None
+            chunk = over_seeds(chunk, num_seeds, shared_args=1)
+        else:
+            mesh = seed_mesh(num_devices)
+            self.sharding = NamedSharding(mesh, PartitionSpec(SEEDS))
+            chunk = shard_over_seeds(chunk, num_seeds, mesh, shared_args=1)
         # No buffer donation: the previous state must survive an interrupted chunk so Ctrl-C can save it.
-        self._chunk = jax.jit(over_seeds(make_chunk(algo, updates_per_chunk), num_seeds, shared_args=1))
+        self._chunk = jax.jit(chunk)
         if self.row_configs is None:
             self._init = jax.jit(init_over_seeds(lambda k: algo.init(k, env, config), num_seeds))
         else:
@@ -155,13 +239,20 @@ class FusedEngine:
         return jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(indices)
 
     def init(self, seed: int):
+        """Every seed's initial state, on the devices its seeds run on. Initialised on one device
+        (the same program whatever the device count), then sharded: it costs one copy."""
         keys = self.seed_keys(seed)
-        return self._init(keys if self.row_configs is None else (keys, self.row_configs))
+        return self.place(self._init(keys if self.row_configs is None else (keys, self.row_configs)))
+
+    def place(self, state):
+        """``state`` (e.g. restored from a checkpoint) sharded over the seed devices; a no-op on one device
+        or when it is already there."""
+        return state if self.sharding is None else jax.device_put(state, self.sharding)
 
     def compile(self, state) -> float:
         """Compile the chunk function ahead of time; returns the seconds spent."""
         start = time.perf_counter()
-        self._compiled = self._chunk.lower(state, jnp.int32(self.updates_per_chunk)).compile()
+        self._compiled = self._chunk.lower(self.place(state), jnp.int32(self.updates_per_chunk)).compile()
         self.compile_seconds = time.perf_counter() - start
         return self.compile_seconds
 
@@ -173,5 +264,5 @@ class FusedEngine:
         num_updates = self.updates_per_chunk if num_updates is None else num_updates
         if not 0 < num_updates <= self.updates_per_chunk:
             raise ValueError(f"a chunk runs 1..{self.updates_per_chunk} updates, not {num_updates}")
-        state, metrics = self._compiled(state, jnp.int32(num_updates))
+        state, metrics = self._compiled(self.place(state), jnp.int32(num_updates))
         return state, jax.device_get(metrics)

@@ -51,6 +51,7 @@ class RunSpec:
     eval_episodes: int = 10
     target_return: float | None = None  # stop early once the mean greedy-eval return reaches it
     engine: str = "fused"
+    num_devices: int | str = 1  # local devices the seeds are sharded over, or "all" (--engine fused only)
     quiet: bool = False
     # --engine ray only (see longhorizon.engine.ray)
     actors: int = 1
@@ -129,6 +130,10 @@ class Run:
         if self.spec.engine != "ray" and RAY_DEFAULTS != {k: getattr(self.spec, k) for k in RAY_DEFAULTS}:
             raise UsageError("--actors, --address, --mode, --max-staleness, --actor-cpus and --actor-gpus apply to "
                              "--engine ray only; add --engine ray.")
+        if str(self.spec.num_devices) != "1" and (self.spec.engine != "fused" or is_host_env(self.env)):
+            engine = "host" if is_host_env(self.env) else self.spec.engine
+            raise UsageError(f"--devices shards the fused engine's seeds over devices and this run uses the {engine} "
+                             "engine; drop --devices.")
         if self.spec.engine in ("fused", "host") and is_host_env(self.env):  # Python envs: the host engine
             from longhorizon.engine.host import HostEngine
 
@@ -137,9 +142,10 @@ class Run:
             raise UsageError(f"--engine host steps Python environments (gymnasium:ID); {self.env.id} runs inside XLA, "
                              f"so drop --engine host (the fused engine runs it).")
         if self.spec.engine == "fused":
-            from longhorizon.engine.fused import FusedEngine
+            from longhorizon.engine.fused import FusedEngine, resolve_devices
 
-            return FusedEngine(self.algo, self.env, self.config, self.spec.seeds, self.updates_per_chunk)
+            return FusedEngine(self.algo, self.env, self.config, self.spec.seeds, self.updates_per_chunk,
+                               num_devices=resolve_devices(self.spec.num_devices, self.spec.seeds))
         if self.spec.engine == "ray":
             from longhorizon.engine import ray as ray_engine  # optional extra
 
@@ -150,6 +156,7 @@ class Run:
         return {
             "algo": self.spec.algo, "env": recorded_env_id(self.spec.env), "env_overrides": self.spec.env_overrides,
             "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.engine.name,
+            "num_devices": self.spec.num_devices, "seed_devices": getattr(self.engine, "num_devices", 1),
             "config": self.config.to_dict(), "config_overrides": self.spec.config_overrides,
             "num_chunks": self.num_chunks, "num_updates": self.num_updates,
             "updates_per_chunk": self.updates_per_chunk, "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
@@ -171,7 +178,7 @@ def spec_from_results(run_dir: str | os.PathLike, **changes: Any) -> RunSpec:
                        env_overrides=cfg.get("env_overrides", {}), seeds=cfg["seeds"], seed=cfg["seed"], out=str(run_dir),
                        num_chunks=cfg["num_chunks"], eval_every=cfg.get("eval_every", 0),
                        eval_episodes=cfg.get("eval_episodes", 10), target_return=cfg.get("target_return"),
-                       engine=cfg.get("engine", "fused"), **cfg.get("ray", {}))
+                       engine=cfg.get("engine", "fused"), num_devices=cfg.get("num_devices", 1), **cfg.get("ray", {}))
     except (KeyError, ValueError, TypeError) as error:
         raise UsageError(f"{path} is malformed ({error}); it was not written by `longhorizon train` or was edited by hand.") from None
     return dataclasses.replace(spec, **changes)
