@@ -268,7 +268,7 @@ def register(app) -> None:
         sticky: float = typer.Option(0.0, "--sticky", help="Probability of repeating the previous action (e.g. 0.25)."),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the report to this JSON file."),
         max_states: Optional[int] = typer.Option(None, "--max-states", help="Stop enumerating beyond this many states (default 200,000)."),
-        tight: bool = typer.Option(True, "--tight/--no-tight", help="Compute the Appendix-C bound (LP with HiGHS; the slow part)."),
+        tight: bool = typer.Option(True, "--tight/--no-tight", help="Compute the Appendix-C bound (the slow part: about a minute on 17,000 states)."),
         max_k: Optional[int] = typer.Option(None, "--max-k", help="Largest k for the Appendix-C bound (default: A^k <= 1000; 1 above 10,000 states)."),
         merge: str = typer.Option("observation", "--merge", help="Merge states with the same future: observation | future | none."),
         setting: Optional[list[str]] = typer.Option(None, "--set", help="Environment setting KEY=VALUE, e.g. --set size=8 (repeatable)."),

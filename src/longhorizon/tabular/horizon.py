@@ -19,8 +19,8 @@ Definitions (``T`` the horizon, ``A`` the number of actions, ``Q^k`` as in :mod:
   rollout of an action sequence ends with the random policy ``k`` steps ahead, so the bound is
   propagated by ``k - 1`` max-backups along with ``Q^k``.
 * **Tight bound** (Appendix C): GORP's failure probability computed exactly by backward recursion,
-  with the worst case over bounds on GORP's choice probabilities solved as a linear program with
-  HiGHS; see :mod:`longhorizon.tabular.gorp_bounds`.
+  with the worst case over bounds on GORP's choice probabilities solved as a linear program in
+  closed form; see :mod:`longhorizon.tabular.gorp_bounds`.
 
 Both bounds assume deterministic transitions (the NeurIPS setting); for stochastic MDPs (e.g. sticky
 actions) they are reported as ``None``.
