@@ -141,7 +141,7 @@ def test_device_requests_that_cannot_act_are_refused():
 
     available = len(jax.devices())
     for asked, seeds, needle in [("0", 4, "neither a positive count nor 'all'"), ("two", 4, "pass --devices 2"),
-                                 (2, 1, "one seed's environments are not split"),
+                                 (2, 1, "the environments of one seed are not split"),
                                  (2, 3, "--seeds 3 does not split evenly over 2 devices"),
                                  (available + 1, available + 1, f"JAX already runs on {available}")]:
         with pytest.raises(UsageError, match=needle):

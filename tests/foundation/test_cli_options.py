@@ -100,7 +100,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
                           refused((*TRAIN, "--target-return", "400"), "add --eval-every N")],
         "engine": [acts(TRAIN, "--engine", "ray"), refused((*TRAIN, "--engine", "host"), "drop --engine host")],
         "num_devices": [acts((*TRAIN, "--seeds", "2"), "--devices", "all"),  # acting on 2 devices: tests/engine/test_devices.py
-                        refused((*TRAIN, "--devices", "2"), "one seed's environments are not split"),
+                        refused((*TRAIN, "--devices", "2"), "the environments of one seed are not split"),
                         refused((*TRAIN, "--seeds", "3", "--devices", "2"), "--seeds 3 does not split evenly"),
                         refused((*RAY, "--seeds", "2", "--devices", "2"), "uses the ray engine; drop --devices")],
         "quiet": [acts(TRAIN, "--quiet")],

@@ -87,7 +87,7 @@ def resolve_devices(asked: int | str, num_seeds: int) -> int:
     if count == 1:
         return 1
     if num_seeds == 1:
-        raise UsageError(f"--devices {asked} shards seeds over devices and one seed's environments are not split "
+        raise UsageError(f"--devices {asked} shards seeds over devices and the environments of one seed are not split "
                          f"(they share every minibatch); pass --seeds {count} (or a multiple), or drop --devices.")
     if num_seeds % count:
         raise UsageError(f"--seeds {num_seeds} does not split evenly over {count} devices (nothing is padded); "
