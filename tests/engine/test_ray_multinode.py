@@ -2,13 +2,14 @@
 
 A child process (this file run as a script) moves itself into a private loopback-only network
 namespace and starts ``ray.cluster_utils.Cluster``: a head node without CPUs (the learner's) and
-worker nodes with 4 (logical) CPUs and a custom resource naming each (``worker1``, ``worker2``, ...).
-With 4 CPUs a node could hold both actors, and Ray's default policy packs them onto one node; the
-engine asks for ``SPREAD``, so they land on different nodes. It then runs, on one tiny PPO config:
+worker nodes with 8 (logical) CPUs and a custom resource naming each (``worker1``, ``worker2``, ...).
+A node could hold all four sync actors, and Ray's default policy packs them onto one node until it
+is half full; the engine asks for ``SPREAD``, so they land two per node. It then runs, on one tiny
+PPO config:
 
-* the fused engine (the reference), 2 seeds, 2 chunks of 4 updates;
-* the Ray engine, sync, 2 actors: one per worker node; before update 6 ``worker1`` is removed
-  (``cluster.remove_node``), its actor is replaced on ``worker2`` and the run continues;
+* the fused engine (the reference), 4 seeds, 2 chunks of 4 updates;
+* the Ray engine, sync, 4 actors: two per worker node; before update 6 ``worker1`` is removed
+  (``cluster.remove_node``), its two actors are replaced together on ``worker2`` and the run continues;
 * a node ``worker3`` joins; the Ray engine, async (V-trace, staleness bound 2), 2 actors on
   ``worker2`` and ``worker3``; before update 2 ``worker3`` is removed while requests are in flight.
   Results an actor finished before its node went may still arrive (small ones travel inline), so
@@ -59,8 +60,10 @@ def test_ray_engine_across_nodes_survives_a_node_removal(tmp_path):
     print("child seconds:", seen["seconds"])
 
     sync = seen["sync"]
-    assert sorted(sync["placed_on"]) == ["worker1", "worker2"]  # one actor per worker node (SPREAD)
-    assert sync["actor_restarts"] == 1 and sync["placed_on_at_end"] == ["worker2", "worker2"]
+    assert sorted(sync["placed_on"]) == ["worker1", "worker1", "worker2", "worker2"]  # SPREAD
+    on_worker1 = [i for i, name in enumerate(sync["placed_on"]) if name == "worker1"]
+    assert sync["replaced"] == [on_worker1]  # both lost actors in one replacement round
+    assert sync["actor_restarts"] == 2 and sync["placed_on_at_end"] == ["worker2"] * 4
     assert sync["updates"] == CHUNKS * UPDATES_PER_CHUNK
     assert sync["state_leaves"] > 10 and sync["differing_state_leaves"] == []  # bit for bit
     assert sync["differing_metrics"] == []
@@ -165,7 +168,7 @@ def _child(out: str) -> None:
     node_args = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=100 * 2**20)
     cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, resources={"head": 1}, **node_args))
     try:
-        workers = {f"worker{i}": cluster.add_node(num_cpus=4, resources={f"worker{i}": 1}, **node_args) for i in (1, 2)}
+        workers = {f"worker{i}": cluster.add_node(num_cpus=8, resources={f"worker{i}": 1}, **node_args) for i in (1, 2)}
         ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
         lap("cluster")
 
@@ -178,18 +181,21 @@ def _child(out: str) -> None:
 
         env = make("CartPole-v1")
         config = _tiny_ppo()
-        fused = FusedEngine(ppo, env, config, 2, UPDATES_PER_CHUNK)
+        fused = FusedEngine(ppo, env, config, 4, UPDATES_PER_CHUNK)
         fused_state, fused_rows, _ = _run(fused, fused.init(0))
         lap("fused")
 
-        engine = RayEngine(ppo, "CartPole-v1", {}, config, 2, UPDATES_PER_CHUNK, RayOptions(actors=2), env=env)
+        engine = RayEngine(ppo, "CartPole-v1", {}, config, 4, UPDATES_PER_CHUNK, RayOptions(actors=4), env=env)
+        replaced, replace = [], engine._replace
+        engine._replace = lambda indices, error: (replaced.append(list(indices)), replace(indices, error))
         state = engine.init(0)
         engine.compile(state)
         placed_on = names(engine)
         lap("sync_compile")
         state, rows, updates = _run(engine, state, {SYNC_REMOVAL: remove("worker1")})
         lap("sync_run")
-        sync = {"placed_on": placed_on, "placed_on_at_end": names(engine), "actor_restarts": engine.actor_restarts,
+        sync = {"placed_on": placed_on, "replaced": replaced, "placed_on_at_end": names(engine),
+                "actor_restarts": engine.actor_restarts,
                 "updates": updates, "state_leaves": len(jax.tree.leaves(state)),
                 "differing_state_leaves": _differences(fused_state, state),
                 "differing_metrics": [f"chunk {i}: {k}" for i, (a, b) in enumerate(zip(fused_rows, rows))
@@ -197,7 +203,7 @@ def _child(out: str) -> None:
                                       or not np.array_equal(a[k], b[k])]}
         engine.close()
 
-        workers["worker3"] = cluster.add_node(num_cpus=4, resources={"worker3": 1}, **node_args)
+        workers["worker3"] = cluster.add_node(num_cpus=8, resources={"worker3": 1}, **node_args)
         options = RayOptions(actors=2, mode="async", max_staleness=MAX_STALENESS)
         config = _tiny_ppo(correction="vtrace")
         engine = RayEngine(ppo, "CartPole-v1", {}, config, 1, UPDATES_PER_CHUNK, options, env=env)

@@ -493,26 +493,30 @@ class RayEngine:
         keys = jax.vmap(lambda k: jax.random.fold_in(k, salt))(self.seed_keys(self._seed))
         return self._workers[index].start.remote(np.asarray(keys))
 
-    def _replace(self, index: int, error: Exception) -> None:
-        """An actor died: start a new one in its place (compiled, and for async with fresh environments)."""
+    def _replace(self, indices: list[int], error: Exception) -> None:
+        """Actors died: start new ones in their places (compiled, and for async with fresh environments).
+        Actors lost together (a node went) start, are placed and compile concurrently."""
         ray = self._ray()
-        try:
-            ray.kill(self._workers[index])
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        self._chunk_restarts += 1
+        for index in indices:
+            try:
+                ray.kill(self._workers[index])
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._chunk_restarts += len(indices)
         if self._chunk_restarts > 3 * self.options.actors:
             raise RuntimeError(f"Ray actors died {self._chunk_restarts} times in one chunk; check the actors' logs "
                                f"(memory, crashes) before running again.") from error
-        print(f"ray engine: actor {index} died ({type(error).__name__}); starting a replacement.", file=sys.stderr)
-        self.actor_restarts += 1
-        self._incarnation[index] += 1
-        self._in_sync[index] = False
-        self._workers[index] = self._new_worker(index)
-        self._await_placement([self._workers[index]])
-        ray.get(self._workers[index].compile.remote())
+        lost = ("actor " if len(indices) == 1 else "actors ") + ", ".join(map(str, indices))
+        print(f"ray engine: {lost} died ({type(error).__name__}); starting replacements.", file=sys.stderr)
+        self.actor_restarts += len(indices)
+        for index in indices:
+            self._incarnation[index] += 1
+            self._in_sync[index] = False
+            self._workers[index] = self._new_worker(index)
+        self._await_placement([self._workers[i] for i in indices])
+        ray.get([self._workers[i].compile.remote() for i in indices])
         if self.options.mode == "async":
-            ray.get(self._start_actor(index))
+            ray.get([self._start_actor(i) for i in indices])
 
     def _wait(self, ref):
         """``ray.get``, timing how long the learner waits for actors (``wait_seconds``)."""
@@ -546,19 +550,23 @@ class RayEngine:
             sent = wire[whole] if len(self._shards) == 1 else [leaf[lo:hi] for leaf in wire[whole]]
             return self._workers[i].collect_update.remote(sent, whole)
 
-        refs = [request(i) for i in range(len(self._workers))]
-        results = []
-        for i, ref in enumerate(refs):
-            while True:
+        refs = {i: request(i) for i in range(len(self._workers))}
+        done: dict[int, Any] = {}
+        while refs:  # every result, or every lost actor of this round (e.g. a whole node's) at once
+            lost, error = [], None
+            for i, ref in refs.items():
                 try:
-                    results.append(self._wait(ref))
-                    break
-                except Exception as error:  # noqa: BLE001 - only a dead actor is handled here
-                    if not self._actor_died(error):
+                    done[i] = self._wait(ref)
+                    self._in_sync[i] = True
+                except Exception as died:  # noqa: BLE001 - only a dead actor is handled here
+                    if not self._actor_died(died):
                         raise
-                    self._replace(i, error)
-                    ref = request(i)  # the replacement gets the whole share: an exact replay
-            self._in_sync[i] = True
+                    lost.append(i)
+                    error = died
+            if lost:
+                self._replace(lost, error)
+            refs = {i: request(i) for i in lost}  # the replacements get their whole share: an exact replay
+        results = [done[i] for i in range(len(self._workers))]
         join = (lambda parts: parts[0]) if len(results) == 1 else (lambda parts: np.concatenate(parts, axis=0))
         new_leaves = list(leaves)
         for index, parts in zip(from_actor, zip(*(r[0] for r in results))):
@@ -597,7 +605,7 @@ class RayEngine:
             except Exception as error:  # noqa: BLE001 - only a dead actor is handled here
                 if not self._actor_died(error):
                     raise
-                self._replace(request.actor, error)
+                self._replace([request.actor], error)
                 self._resubmit(request.actor, state)
                 continue
             self._pending.popleft()
