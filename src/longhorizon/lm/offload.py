@@ -125,8 +125,13 @@ def _part_step(params, opt_state, grads, clip, *, optimizer):
 
 
 def _to_host(tree):
-    """A host copy (on a CPU device a view would keep the device buffer alive under another name)."""
+    """A host copy of device results (on a CPU device a view would keep the device buffer alive under another name)."""
     return jax.tree_util.tree_map(np.array, jax.device_get(tree))
+
+
+def _on_host(tree):
+    """Host arrays as they are (no copy); arrays of the host device (a restored checkpoint, a step's result) as numpy."""
+    return jax.tree_util.tree_map(np.asarray, tree)
 
 
 def _accumulate(total, tree):
@@ -234,12 +239,12 @@ class LayerStreamedUpdate:
 
     def __call__(self, params, opt_state, batch):
         """``(params, opt_state, metrics)`` after one optimiser step on ``batch``, as :func:`longhorizon.lm.grpo.update`."""
-        params, opt_state = _to_host(params), _to_host(opt_state)  # a restored checkpoint may hand device arrays
+        params, opt_state = _on_host(params), _on_host(opt_state)
         grads, loss, sums = self.gradients(params, batch)
         norm = np.sqrt(sum(np.sum(np.square(g, dtype=np.float64)) for g in jax.tree_util.tree_leaves(grads)))
         clip = np.float32(1.0 if norm < self.cfg.max_grad_norm else self.cfg.max_grad_norm / norm)
         with jax.default_device(self.host):
             for name in params:
                 stepped = _part_step(params[name], opt_state[name], grads[name], clip, optimizer=self.optimizer)
-                params[name], opt_state[name] = _to_host(stepped)
+                params[name], opt_state[name] = _on_host(stepped)
         return params, opt_state, update_metrics(sums, loss, np.float32(norm))
