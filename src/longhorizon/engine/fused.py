@@ -240,9 +240,12 @@ class FusedEngine:
 
     def init(self, seed: int):
         """Every seed's initial state, on the devices its seeds run on. Initialised on one device
-        (the same program whatever the device count), then sharded: it costs one copy."""
+        (the same program whatever the device count), then sharded: one copy."""
         keys = self.seed_keys(seed)
-        return self.place(self._init(keys if self.row_configs is None else (keys, self.row_configs)))
+        state = self._init(keys if self.row_configs is None else (keys, self.row_configs))
+        # Strongly typed, as a state restored from a checkpoint is: a resumed run reuses the compiled chunk.
+        state = jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x, state)
+        return self.place(state)
 
     def place(self, state):
         """``state`` (e.g. restored from a checkpoint) sharded over the seed devices; a no-op on one device
