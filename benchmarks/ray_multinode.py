@@ -98,9 +98,9 @@ def timed_updates(engine, state, before_update: dict | None = None):
     collect, stamps = getattr(engine, name), []
 
     def stamped(*args):
-        if before_update and len(stamps) in before_update:
-            before_update[len(stamps)]()
-        stamps.append(time.perf_counter())
+        stamps.append(time.perf_counter())  # update k starts here, its before_update call included
+        if before_update and len(stamps) - 1 in before_update:
+            before_update[len(stamps) - 1]()
         return collect(*args)
 
     setattr(engine, name, stamped)
