@@ -18,7 +18,8 @@ every round); each round gives the ratios of the 2-device run to the 1-device ru
 Each round also checks that the 1- and 2-device runs trained the same parameters (largest
 difference relative to the parameters' scale; float round-off, see ``tests/engine/test_devices.py``).
 
-    .venv/bin/python benchmarks/devices.py --rounds 3 [--algos ppo,pqn] [--ppo-updates 122] [--pqn-updates 100] [--eigen] [--no-rejax]
+    .venv/bin/python benchmarks/devices.py --rounds 3 [--algos ppo,pqn] [--ppo-updates 122] [--pqn-updates 100] \\
+        [--eigen] [--no-rejax]
 """
 
 from __future__ import annotations
@@ -192,8 +193,8 @@ def main() -> None:
     import jax
 
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}"
-    lines = [f"4 seeds on CartPole-v1, {args.rounds} interleaved rounds; machine: {machine}"
-             + ("" if python is None else f"; rejax {peer_version(python, 'rejax')} with gymnax {peer_version(python, 'gymnax')}"), ""]
+    peer = "" if python is None else f"; rejax {peer_version(python, 'rejax')} with gymnax {peer_version(python, 'gymnax')}"
+    lines = [f"4 seeds on CartPole-v1, {args.rounds} interleaved rounds; machine: {machine}{peer}", ""]
     for algo in algos:
         rows = results[algo]
         one = [r["steps_per_second"] for r in rows["1 device"]]

@@ -95,8 +95,9 @@ def resolve_devices(asked: int | str, num_seeds: int) -> int:
                          f"{num_seeds}.")
     if count > available:
         raise UsageError(f"--devices {asked} asks for {count} devices but JAX already runs on {available} "
-                         f"({jax.devices()[0].platform}); on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-                         f"{count} before JAX starts, or pass --devices {available}.")
+                         f"({jax.devices()[0].platform}); on a CPU set "
+                         f"XLA_FLAGS=--xla_force_host_platform_device_count={count} before JAX starts, "
+                         f"or pass --devices {available}.")
     return count
 
 
