@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longhorizon.engine.fused import RunOnce
 from longhorizon.envs import vectorize
 from longhorizon.envs.gymnasium import is_host_env
 
@@ -76,7 +77,7 @@ def _compiled_eval(algo: ModuleType, env: Any, num_episodes: int, greedy: bool):
     def one_seed(params, key):
         return episode_returns(algo, params, env, key, num_episodes, greedy).mean()
 
-    return jax.jit(jax.vmap(one_seed))
+    return RunOnce(jax.vmap(one_seed))
 
 
 def evaluate(algo: ModuleType, state: Any, env: Any, key: jax.Array, num_episodes: int = 10,
