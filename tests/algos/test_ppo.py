@@ -188,3 +188,24 @@ def test_learn_reports_the_importance_weight_only_under_a_correction():
     # Acting policy 4x as likely as the learner's on every action: w = min(1, 1/4) everywhere.
     _, metrics = jax.jit(ppo.learn)(corrected, batch.replace(log_prob=batch.log_prob + math.log(4.0)))
     assert float(metrics["importance_weight"]) == pytest.approx(0.25, rel=1e-5)
+
+
+@pytest.mark.parametrize("env_id, overrides", [("CartPole-v1", {"max_steps_in_episode": 3}), ("Ramp", {})])
+def test_bootstrap_values_equal_the_critic_on_every_next_observation(env_id, overrides):
+    # V(s'_t) = values[t + 1] where the episode goes on, the critic on the final observation where it was
+    # truncated. CartPole declares its 3-step limit (the gathered rows suffice: at most ceil(8 / 3) per env);
+    # Ramp truncates every 4 steps but declares no limit, so the bound of one per env is exceeded and
+    # every row gets the critic.
+    env = Ramp() if env_id == "Ramp" else make(env_id, **overrides)
+    config = ppo.Config(num_envs=3, num_steps=8, num_minibatches=1, hidden=(8,), total_steps=96)
+    state, batch = jax.jit(ppo.collect)(ppo.init(jax.random.PRNGKey(2), env, config))
+    limit = ppo.max_truncations(config, state.env)
+    assert limit == (9 if env_id == "CartPole-v1" else 3)
+    assert int(batch.truncated.sum()) == 6  # CartPole: steps 3 and 6; Ramp: steps 4 and 8
+    every = state.agent.network.apply(state.agent.weights, batch.next_obs, value_only=True)
+    got = jax.jit(ppo.bootstrap_values, static_argnums=3)(state.agent, batch, batch.value, limit)
+    goes_on = ~np.asarray(batch.terminated)
+    np.testing.assert_allclose(np.asarray(got)[goes_on], np.asarray(every)[goes_on], rtol=1e-5, atol=1e-6)
+    # Too few gathered rows for the truncations present: every row gets the critic instead.
+    fallback = jax.jit(ppo.bootstrap_values, static_argnums=3)(state.agent, batch, batch.value, 1)
+    np.testing.assert_allclose(np.asarray(fallback)[goes_on], np.asarray(every)[goes_on], rtol=1e-5, atol=1e-6)

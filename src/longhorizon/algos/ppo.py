@@ -309,13 +309,45 @@ def loss(agent: AgentParams, weights, rows: Rows, config: Config) -> tuple[jax.A
                        approx_kl=approx_kl, clip_fraction=clip_frac)
 
 
+def bootstrap_values(agent: AgentParams, batch: Batch, values: jax.Array, max_truncations: int) -> jax.Array:
+    """``V(s'_t)`` [T, E] for GAE, with the critic run only where no value is known yet.
+
+    Where the episode goes on, ``s'_t = s_{t+1}``, whose value the rollout already has (``values[t + 1]``);
+    the last step needs the critic on its next observation; a truncated step needs it on the true final
+    observation (a terminated one does not bootstrap). Truncations are time limits, so a rollout holds
+    at most ``max_truncations`` of them: the critic runs on that many gathered rows, not on all ``T E``
+    (should an environment truncate more often, every row gets the critic, as before).
+    """
+    T, E = values.shape
+    critic = lambda obs: agent.network.apply(agent.weights, obs, value_only=True)  # noqa: E731
+    shifted = jnp.concatenate([values[1:], critic(batch.next_obs[-1])[None]]).reshape(T * E)
+    truncated = batch.truncated.reshape(T * E)
+    next_obs = batch.next_obs.reshape((T * E,) + batch.next_obs.shape[2:])
+
+    def gathered():
+        rows = jnp.nonzero(truncated, size=max_truncations, fill_value=0)[0]
+        return shifted.at[rows].set(jnp.where(truncated[rows], critic(next_obs[rows]), shifted[rows]))
+
+    def every_row():
+        return jnp.where(truncated, critic(next_obs), shifted)
+
+    return jax.lax.cond(truncated.sum() > max_truncations, every_row, gathered).reshape(T, E)
+
+
+def max_truncations(config: Config, env) -> int:
+    """Most time-limit truncations one rollout can hold: each environment at most once per episode length
+    (every row where the environment declares no limit)."""
+    rows, limit = config.num_envs * config.num_steps, getattr(env, "max_episode_steps", None)
+    return rows if not limit else min(rows, config.num_envs * -(-config.num_steps // limit))
+
+
 def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     config, agent = state.config, state.agent
-    next_values = agent.network.apply(agent.weights, batch.next_obs, value_only=True)  # critic only
     old_log_prob, old_value = batch.log_prob, batch.value
     if config.correction != "none":  # the batch may come from an older policy mu: the current one is proximal
         out = _policy(agent, agent.weights, batch.obs)
         old_log_prob, old_value = _log_prob_entropy(agent, out, batch.action)[0], out.value
+    next_values = bootstrap_values(agent, batch, old_value, max_truncations(config, state.env))
     advantages, targets, weight = advantages_and_targets(batch, next_values, old_log_prob, old_value, config)
     data = jax.tree.map(flatten_time, Rows(batch.obs, batch.action, old_log_prob, old_value, advantages, targets, weight))
 
