@@ -70,7 +70,7 @@ def test_ray_engine_across_nodes_survives_a_node_removal(tmp_path):
 
     run = seen["async"]
     assert sorted(run["placed_on"]) == ["worker2", "worker3"]
-    assert run["actor_restarts"] >= 1 and run["placed_on_at_end"] == ["worker2", "worker2"]
+    assert run["actor_restarts"] == 1 and run["placed_on_at_end"] == ["worker2", "worker2"]
     assert run["updates"] == CHUNKS * UPDATES_PER_CHUNK
     lags = {int(lag): count for lag, count in run["staleness_seen"].items()}
     assert sum(lags.values()) == CHUNKS * UPDATES_PER_CHUNK and max(lags) <= MAX_STALENESS
