@@ -234,7 +234,7 @@ def default_tight_max_k(mdp: TabularMDP) -> int:
     """The largest ``k`` with ``A^k <= 1000`` (BRIDGE's default), but only ``k = 1`` above 10,000 states.
 
     The cost grows with the states optimal policies visit times ``A^k``; on UnlockPickup (17,225
-    states) ``k = 1`` alone takes about 15 CPU minutes.
+    states) ``k = 1`` alone takes about 40 s.
     """
     A = mdp.num_actions
     if A < 2 or mdp.num_states > LARGE_MDP_STATES:

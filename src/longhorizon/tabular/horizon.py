@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -122,6 +123,7 @@ def simple_effective_horizon(mdp: TabularMDP, horizon: int | None = None, *, val
     best = float(T)
     ks, ms, gaps, variances = [], [], [], []
     k = 1
+    pool = ThreadPoolExecutor(max_workers=1)
     while k < best:
         log_term = math.log(2 * T) + k * math.log(A)
         current = np.zeros(mdp.num_states, dtype=bool)
@@ -161,10 +163,13 @@ def simple_effective_horizon(mdp: TabularMDP, horizon: int | None = None, *, val
             gaps.append(worst_gap)
             variances.append(worst_var)
             best = min(best, h_k)
-        # One max-backup of Q^k and of the variance bound (deterministic transitions).
-        q = dp.bellman_backup(mdp, q)
+        # One max-backup of Q^k and of the variance bound (deterministic transitions); numpy's gathers
+        # release the GIL, so the two run side by side on two cores.
+        q_next = pool.submit(dp.bellman_backup, mdp, q)
         var = dp.max_backup(mdp, var)  # the variance bound of the leaf k steps ahead
+        q = q_next.result()
         k += 1
+    pool.shutdown()
     return SimpleBoundResult(effective_horizon=best, ks=ks, ms=ms, gaps=gaps, variances=variances)
 
 
