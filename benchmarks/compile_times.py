@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 ALGOS = ("ppo", "pqn", "dqn", "sqirl")
 
 PROBE = textwrap.dedent("""
-    import json, sys, time, tempfile
+    import json, sys, tempfile, time
     import jax
     jax.config.update("jax_compilation_cache_dir", sys.argv[2])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

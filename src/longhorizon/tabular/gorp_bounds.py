@@ -148,13 +148,16 @@ class _TightContext:
         (KeyCorridorS3R1, UnlockPickup) every rollout count the bisection visits gets the same verdict
         either way, so the bisection, and ``m_k``, are unchanged.
         """
-        n = self.A**self.k
-        binomial = self.r_scale is not None and m <= 1_000_000 and n <= 100
-        more_than_bennett = (binomial or n <= 100) and not (self.ties == "worst_case" and binomial)
+        # Worst-case ties with exact binomial probabilities use that box alone: no Bennett to screen with.
+        more_than_bennett = self.A**self.k <= 100 and not (self.ties == "worst_case" and self._binomial(m))
         if more_than_bennett and self.failure_probability(m, stats, bennett_only=True) <= 0.5:
             stats["screened"] = stats.get("screened", 0) + 1
             return True
         return self.failure_probability(m, stats) <= 0.5
+
+    def _binomial(self, m: int) -> bool:
+        """Whether every return is 0 or the maximum reward and the binomial boxes are affordable at ``m``."""
+        return self.r_scale is not None and m <= 1_000_000 and self.A**self.k <= 100
 
     def _bernstein(self) -> BernsteinBounds:
         """Bernstein's bounds over every (timestep, state) row, laid out once for all ``m``."""
@@ -166,7 +169,7 @@ class _TightContext:
         """The bound computations that apply to the hard rows of timestep ``t`` (each returns (L, U) or None)."""
         mu, opt, worst = (a[hard] for a in self.seqs[t])
         n = mu.shape[1]
-        binomial = self.r_scale is not None and m <= 1_000_000 and n <= 100
+        binomial = self._binomial(m)
         p = mu / self.r_scale if self.r_scale else None
         if self.ties == "worst_case" and binomial:
             # Exact probabilities: no other box bound can be tighter, so it is the only method.
@@ -192,7 +195,11 @@ class _TightContext:
         """
         boxes = []
         best = f.max(axis=1)
-        for method in self._methods(t, hard, m)[-1:] if bennett_only else self._methods(t, hard, m):
+        if bennett_only:
+            methods = [lambda: bounds_bennett(*(a[hard] for a in self.seqs[t]), float(m))]
+        else:
+            methods = self._methods(t, hard, m)
+        for method in methods:
             bounds = method()
             if bounds is None:
                 continue

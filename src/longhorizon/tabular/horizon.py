@@ -123,53 +123,52 @@ def simple_effective_horizon(mdp: TabularMDP, horizon: int | None = None, *, val
     best = float(T)
     ks, ms, gaps, variances = [], [], [], []
     k = 1
-    pool = ThreadPoolExecutor(max_workers=1)
-    while k < best:
-        log_term = math.log(2 * T) + k * math.log(A)
-        current = np.zeros(mdp.num_states, dtype=bool)
-        current[0] = True
-        works = True
-        worst_m, worst_gap, worst_var = 0.0, math.inf, 0.0
-        for t in range(T):
-            idx = np.flatnonzero(current)
-            if idx.size == 0:
-                break
-            qt = q[t, idx]
-            max_q = qt.max(axis=1)
-            max_sub = np.where(optimal[t, idx], -np.inf, qt).max(axis=1)
-            tol = TIE_RTOL * np.abs(max_q)
-            if np.any(max_q <= max_sub + tol):
-                works = False
-                break
-            gap = max_q - max_sub
-            max_var = var[t, idx].max(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                raw = np.where(np.isinf(gap), 0.0, 16.0 * max_var / gap**2 * log_term)
-            m_state = np.maximum(1.0, np.ceil(raw))
-            j = int(np.argmax(m_state))
-            if m_state[j] > worst_m:
-                worst_m, worst_gap, worst_var = m_state[j], float(gap[j]), float(max_var[j])
-            if t == T - 1:
-                break
-            go = qt > (max_sub + tol)[:, None]
-            targets = nxt[idx][go]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        while k < best:
+            log_term = math.log(2 * T) + k * math.log(A)
             current = np.zeros(mdp.num_states, dtype=bool)
-            current[targets[targets >= 0]] = True
-        if works:
-            m_int = int(worst_m) if math.isfinite(worst_m) else None
-            h_k = k + (math.log(worst_m) / math.log(A) if math.isfinite(worst_m) else math.inf)
-            ks.append(k)
-            ms.append(m_int)
-            gaps.append(worst_gap)
-            variances.append(worst_var)
-            best = min(best, h_k)
-        # One max-backup of Q^k and of the variance bound (deterministic transitions); numpy's gathers
-        # release the GIL, so the two run side by side on two cores.
-        q_next = pool.submit(dp.bellman_backup, mdp, q)
-        var = dp.max_backup(mdp, var)  # the variance bound of the leaf k steps ahead
-        q = q_next.result()
-        k += 1
-    pool.shutdown()
+            current[0] = True
+            works = True
+            worst_m, worst_gap, worst_var = 0.0, math.inf, 0.0
+            for t in range(T):
+                idx = np.flatnonzero(current)
+                if idx.size == 0:
+                    break
+                qt = q[t, idx]
+                max_q = qt.max(axis=1)
+                max_sub = np.where(optimal[t, idx], -np.inf, qt).max(axis=1)
+                tol = TIE_RTOL * np.abs(max_q)
+                if np.any(max_q <= max_sub + tol):
+                    works = False
+                    break
+                gap = max_q - max_sub
+                max_var = var[t, idx].max(axis=1)
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    raw = np.where(np.isinf(gap), 0.0, 16.0 * max_var / gap**2 * log_term)
+                m_state = np.maximum(1.0, np.ceil(raw))
+                j = int(np.argmax(m_state))
+                if m_state[j] > worst_m:
+                    worst_m, worst_gap, worst_var = m_state[j], float(gap[j]), float(max_var[j])
+                if t == T - 1:
+                    break
+                go = qt > (max_sub + tol)[:, None]
+                targets = nxt[idx][go]
+                current = np.zeros(mdp.num_states, dtype=bool)
+                current[targets[targets >= 0]] = True
+            if works:
+                m_int = int(worst_m) if math.isfinite(worst_m) else None
+                h_k = k + (math.log(worst_m) / math.log(A) if math.isfinite(worst_m) else math.inf)
+                ks.append(k)
+                ms.append(m_int)
+                gaps.append(worst_gap)
+                variances.append(worst_var)
+                best = min(best, h_k)
+            # One max-backup of Q^k and of the variance bound (deterministic transitions); numpy's gathers
+            # release the GIL, so the two run side by side on two cores.
+            q_next = pool.submit(dp.bellman_backup, mdp, q)
+            var = dp.max_backup(mdp, var)  # the variance bound of the leaf k steps ahead
+            q = q_next.result()
+            k += 1
     return SimpleBoundResult(effective_horizon=best, ks=ks, ms=ms, gaps=gaps, variances=variances)
 
 
