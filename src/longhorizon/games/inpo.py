@@ -30,8 +30,10 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy import special
 
 from longhorizon.errors import UsageError
+from longhorizon.games import preference
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,16 +52,6 @@ class INPOConfig:
                              "lower eta or tau.")
         if self.pairs < 1 or self.sgd_steps < 1 or self.learning_rate <= 0:
             raise UsageError("pairs, sgd_steps and learning_rate must be positive; fix the non-positive one.")
-
-
-def check_preference(P) -> np.ndarray:
-    """``P`` as float64 ``[n, n]``, refused unless it is a preference matrix (entries in [0, 1], ``P + P^T = 1``)."""
-    P = np.asarray(P, np.float64)
-    if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:
-        raise UsageError(f"a preference matrix must be square with at least 2 responses, got shape {P.shape}.")
-    if P.min() < 0 or P.max() > 1 or not np.allclose(P + P.T, 1.0, atol=1e-12):
-        raise UsageError("the preference matrix must have entries in [0, 1] and P + P^T = 1; fix the matrix.")
-    return P
 
 
 def pair_offsets(log_pi_t, log_ref, P, pi_t, cfg: INPOConfig) -> np.ndarray:
@@ -116,8 +108,8 @@ def minimise_pairwise_loss(pi_t, pi_ref, P, cfg: INPOConfig, *, iterations: int 
     """``argmin_pi L(pi)`` by Newton's method on the logits (started at log pi_t); the Hessian is singular along
     the all-ones direction (logits are defined up to a constant), so each step is its least-squares solution.
     Returns the minimiser as a probability vector ``[n]`` (float64)."""
-    P = check_preference(P)
-    log_pi_t, log_ref = np.log(np.asarray(pi_t, np.float64)), np.log(np.asarray(pi_ref, np.float64))
+    P, pi_ref = preference.check_game(P, cfg.tau, pi_ref)
+    log_pi_t, log_ref = np.log(np.asarray(pi_t, np.float64)), np.log(pi_ref)
     theta, hess = log_pi_t.copy(), pairwise_loss_hessian(log_pi_t)
     for _ in range(iterations):
         step = np.linalg.lstsq(hess, pairwise_loss_grad(theta, log_pi_t, log_ref, P, cfg), rcond=None)[0]
@@ -133,10 +125,9 @@ def softmax(theta) -> np.ndarray:
 
 
 def kl(p, q) -> float:
-    """``KL(p || q) = sum_y p(y) log(p(y) / q(y))`` (float64; 0 log 0 = 0)."""
-    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
-    keep = p > 0
-    return float(np.sum(p[keep] * (np.log(p[keep]) - np.log(q[keep]))))
+    """``KL(p || q)`` in float64 numpy, the sum of ``p log(p/q) - p + q`` as :func:`longhorizon.games.preference.kl`
+    (which is JAX; this one is called once per iteration on the host)."""
+    return float(np.sum(special.kl_div(np.asarray(p, np.float64), np.asarray(q, np.float64))))
 
 
 def sampled_pairs_iteration(pi_t, pi_ref, P, cfg: INPOConfig, rng: np.random.Generator) -> np.ndarray:
@@ -159,25 +150,11 @@ def sampled_pairs_iteration(pi_t, pi_ref, P, cfg: INPOConfig, rng: np.random.Gen
 
 def sampled_inpo(P, pi_ref, pi_star, cfg: INPOConfig, iterations: int, seed: int = 0) -> np.ndarray:
     """KL(pi* || pi_t) for t = 0..iterations of sampled-pairs INPO started at pi_ref: ``[iterations + 1]``."""
-    P = check_preference(P)
+    P, pi_ref = preference.check_game(P, cfg.tau, pi_ref)
     rng = np.random.default_rng(seed)
-    pi = np.asarray(pi_ref, np.float64)
+    pi = pi_ref
     kls = [kl(pi_star, pi)]
     for _ in range(iterations):
         pi = sampled_pairs_iteration(pi, pi_ref, P, cfg, rng)
         kls.append(kl(pi_star, pi))
     return np.asarray(kls)
-
-
-def rock_paper_scissors(margin: float = 0.5) -> np.ndarray:
-    """The 3x3 intransitive game: ``P[i, i+1 mod 3] = 1/2 + margin`` (i beats the next one), ``P[i, i] = 1/2``."""
-    P = np.full((3, 3), 0.5)
-    for i in range(3):
-        P[i, (i + 1) % 3], P[(i + 1) % 3, i] = 0.5 + margin, 0.5 - margin
-    return P
-
-
-def random_preference(n: int, rng: np.random.Generator) -> np.ndarray:
-    """A random preference matrix: ``P = 1/2 + (A - A^T) / 4`` with ``A`` uniform on [0, 1] (so ``P in [1/4, 3/4]``)."""
-    a = rng.random((n, n))
-    return 0.5 + (a - a.T) / 4
