@@ -1,6 +1,8 @@
-"""CCE LP, Markov CCE, exact best responses (against brute force) and independent Hedge: games/cce.py, markov_games.py."""
+"""CCE LP, Markov CCE, exact best responses (against brute force), independent Hedge (games/cce.py,
+markov_games.py), and `longhorizon repro cce --quick` (its files, its claims decided by its rules)."""
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import pytest
 from longhorizon.errors import UsageError
 from longhorizon.games import cce
 from longhorizon.games import markov_games as mg
+from longhorizon.repro import cce as repro_cce
 
 # Chicken, actions (Dare, Chicken): u1 = [[0, 7], [2, 6]], u2 its transpose
 CHICKEN = np.array([[[0.0, 7.0], [2.0, 6.0]], [[0.0, 2.0], [7.0, 6.0]]])
@@ -194,3 +197,30 @@ def test_hedge_first_rounds_by_hand_and_one_step_gap_is_the_normal_form_gap():
     report = mg.deviation_report(game, mixture)
     assert report.markov_gap == pytest.approx(cce.cce_gap(joint, CHICKEN / 7.0), abs=1e-12)
     assert report.history_gap == pytest.approx(report.markov_gap, abs=1e-12)  # one step: no history to use
+
+
+def test_repro_rules_by_hand():
+    assert repro_cce.markov_outcome(0.25, 0.02) == "holds"
+    assert repro_cce.markov_outcome(0.25, 0.05) == "inconclusive"
+    assert repro_cce.markov_outcome(0.25, 0.2) == "contradicted"
+    assert repro_cce.history_outcome(0.25, 0.19, 0.01) == "holds"
+    assert repro_cce.history_outcome(0.25, 0.02, 0.005) == "inconclusive"  # 4x the Markov gap, but < 0.1 x gap(T=1)
+    assert repro_cce.history_outcome(0.25, 0.0101, 0.01) == "contradicted"
+    assert repro_cce.aggregate({"a": "holds", "b": "holds"}, {"a": "x", "b": "y"}) == "holds (a: holds, x; b: holds, y)"
+    assert repro_cce.aggregate({"a": "holds", "b": "contradicted"}, {"a": "x", "b": "y"}).startswith("inconclusive (")
+    assert repro_cce.grid(100) == [1, 2, 5, 10, 20, 50, 100] and repro_cce.grid(30) == [1, 2, 5, 10, 20, 30]
+
+
+def test_repro_quick_run_writes_files_and_claims_from_the_data(tmp_path):
+    result = repro_cce.run(str(tmp_path), quick=True, log=lambda *_: None)
+    for name in ("README.md", "summary.json", "cce.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["quick"] and summary["verdict"].startswith("cce:")
+    assert repro_cce.claims(summary["games"]) == summary["claims"] == result["claims"]
+    (game,) = summary["games"]
+    assert game["cce"]["markov_gap"] <= 1e-8 and game["cce"]["history_gap"] <= 1e-8
+    for gaps in game["hedge"].values():  # a history-dependent deviation is also allowed to be Markov
+        assert all(h >= m - 1e-12 for m, h in zip(gaps["markov_gap"], gaps["history_gap"]))
+    text = (tmp_path / "README.md").read_text()
+    assert "longhorizon repro cce --quick" in text and "## Verdict" in text and "does not re-prove" in text
