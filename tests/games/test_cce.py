@@ -206,8 +206,11 @@ def test_repro_rules_by_hand():
     assert repro_cce.history_outcome(0.25, 0.19, 0.01) == "holds"
     assert repro_cce.history_outcome(0.25, 0.02, 0.005) == "inconclusive"  # 4x the Markov gap, but < 0.1 x gap(T=1)
     assert repro_cce.history_outcome(0.25, 0.0101, 0.01) == "contradicted"
-    assert repro_cce.aggregate({"a": "holds", "b": "holds"}, {"a": "x", "b": "y"}) == "holds (a: holds, x; b: holds, y)"
-    assert repro_cce.aggregate({"a": "holds", "b": "contradicted"}, {"a": "x", "b": "y"}).startswith("inconclusive (")
+    assert repro_cce.aggregate({"a": "holds", "b": "holds"}) == "holds (of 2 settings: 2 holds, 0 contradicted, 0 inconclusive)"
+    assert repro_cce.aggregate({"a": "holds", "b": "contradicted"}).startswith("inconclusive (")
+    assert repro_cce.exists({"a": "holds", "b": "holds"}, {"a": "contradicted", "b": "holds"}) == "holds (in 1 of 2 settings: b)"
+    assert repro_cce.exists({"a": "holds"}, {"a": "contradicted"}).startswith("contradicted")
+    assert repro_cce.exists({"a": "holds"}, {"a": "inconclusive"}).startswith("inconclusive")
     assert repro_cce.grid(100) == [1, 2, 5, 10, 20, 50, 100] and repro_cce.grid(30) == [1, 2, 5, 10, 20, 30]
 
 
