@@ -1,0 +1,110 @@
+"""CAMS (games/cams.py, games/cfr.py): belief splitting on Hexner's game and CFR+ against exact values."""
+
+import json
+
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.games import cams, cfr
+from longhorizon.repro import cams as repro
+
+GRID = cams.GridConfig(beliefs=21, positions=201, controls=201)
+
+
+def test_lower_convex_hull_by_hand():
+    p = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    f = np.array([0.0, 1.0, 0.5, -0.5, 1.0])
+    vex, left, right = cams.lower_convex_hull(p, f)
+    # hull vertices 0, 3, 4: the chord 0 -> 3 is f = -2/3 p
+    np.testing.assert_allclose(vex, [0.0, -1 / 6, -1 / 3, -0.5, 1.0])
+    assert left.tolist() == [0, 0, 0, 3, 4] and right.tolist() == [0, 3, 3, 3, 4]
+
+
+def test_one_step_value_is_the_closed_form_full_revelation():
+    # off-centre starts and a skewed prior exercise the player-2 term -alpha_0 (y2 - m)^2
+    game = cams.HexnerGame(steps=1, prior=0.3, start1=(0.0, 0.2, 0.0, 0.4), start2=(0.0, -0.3, 0.0, 0.2))
+    solution = cams.solve(game, GRID)
+    assert solution["prior_on_grid"] == pytest.approx(0.3)
+    # linear interpolation of the quadratic U_K overestimates by at most h^2 q1 / 4
+    assert solution["value"] == pytest.approx(cams.one_step_closed_form(game), abs=2e-4)
+    (root,), = cams.equilibrium_tree(game, solution)
+    # player 2 cannot react within the step, so player 1 reveals its goal completely
+    assert sorted(pc for _, pc, _ in root["children"]) == [0.0, 1.0]
+
+
+def test_splits_are_martingales_and_the_tree_reproduces_the_value():
+    game = cams.HexnerGame(steps=4)
+    solution = cams.solve(game, GRID)
+    levels = cams.equilibrium_tree(game, solution)
+    for nodes in levels:
+        for node in nodes:
+            lam = np.array([c[0] for c in node["children"]])
+            beliefs = np.array([c[1] for c in node["children"]])
+            assert len(lam) <= 2 and lam.sum() == pytest.approx(1.0) and lam @ beliefs == pytest.approx(node["p"])
+        assert sum(n["prob"] for n in nodes) == pytest.approx(1.0)
+    assert cams.tree_value(game, levels) == pytest.approx(solution["value"], abs=2e-3)
+    # Hexner's structure: the informed player hides its goal at first and reveals it later
+    assert cams.revelation(levels)[0] < 0.05 and max(cams.revelation(levels)) > 0.4
+
+
+def test_cfr_plus_matches_the_lp_value_of_a_one_stage_game():
+    rng = np.random.default_rng(0)
+    payoff, prior = rng.normal(size=(2, 3, 4)), np.array([0.3, 0.7])
+    result = cfr.solve(payoff.reshape(2, -1), prior, cfr.TreeShape(2, 3, 4, 1), iterations=500)
+    exact = cfr.one_stage_lp_value(payoff, prior)
+    assert result.lower - 1e-9 <= exact <= result.upper + 1e-9
+    assert result.value == pytest.approx(exact, abs=1e-3) and 0 <= result.exploitability < 1e-3
+
+
+def test_cfr_plus_agrees_with_the_structured_solver_when_the_actions_contain_its_controls():
+    # a restricted game keeps any equilibrium of the full game whose controls it contains, so on the
+    # structured equilibrium's own controls CFR+ must find the structured value (up to its grid error)
+    game = cams.HexnerGame(steps=2)
+    solution = cams.solve(game, GRID)
+    levels = cams.equilibrium_tree(game, solution)
+    controls = {round(u, 9) for nodes in levels for n in nodes for _, _, u in n["children"]}
+    controls |= {round(n["v"], 9) for nodes in levels for n in nodes}
+    actions = np.array(sorted(controls | {0.0}))
+    shape = cfr.TreeShape(2, len(actions), len(actions), 2)
+    result = cfr.solve(cams.discretised_payoffs(game, actions), np.array([0.5, 0.5]), shape, iterations=300)
+    assert result.exploitability < 1e-3
+    assert result.value == pytest.approx(cams.tree_value(game, levels), abs=2e-3)
+    assert result.value == pytest.approx(solution["value"], abs=3e-3)
+
+
+def test_claim_rules_by_hand():
+    row = {"U": 3, "value": -0.20, "exploitability": 0.0, "seconds": 10.0, "support": {"player1": 2, "player2": 1}}
+    summary = {"comparisons": [{"steps": 4, "structured": {"value": -0.21, "seconds": 1.0},
+                                "cfr": [row, {**row, "U": 5, "value": -0.209}]}],
+               "complexity": {"cfr": [{"U": 3, "seconds_per_iteration": t} for t in (1e-4, 1e-2, 1.0)],
+                              "structured": [{"seconds": t} for t in (1.0, 2.0, 3.0)]}}
+    assert all(v.startswith("holds") for v in repro.decide(summary).values())
+    summary["comparisons"][0]["cfr"][1] = {**row, "U": 5, "value": -0.15, "support": {"player1": 3, "player2": 1}}
+    assert all(v.startswith("contradicted") for k, v in repro.decide(summary).items() if "costs" not in k)
+
+
+def test_usage_errors():
+    for bad in (dict(steps=0), dict(r1=0.0), dict(prior=1.5), dict(goals=((0, 1), (0, 1)))):
+        with pytest.raises(UsageError):
+            cams.HexnerGame(**bad)
+    with pytest.raises(UsageError):
+        cams.GridConfig(beliefs=2)
+    with pytest.raises(UsageError):
+        cams.one_step_closed_form(cams.HexnerGame(steps=2))
+    with pytest.raises(UsageError):
+        cams.discretised_payoffs(cams.HexnerGame(steps=1, start1=(1.0, 0.0, 0.0, 0.0)), np.zeros(3))
+    with pytest.raises(UsageError):
+        cfr.solve(np.zeros((2, 5)), np.array([0.5, 0.5]), cfr.TreeShape(2, 2, 2, 1), 100)
+    with pytest.raises(UsageError):
+        cfr.solve(np.zeros((2, 4)), np.array([0.5, 0.5]), cfr.TreeShape(2, 2, 2, 1), 150)
+
+
+def test_quick_run_writes_files_and_claims_from_the_data(tmp_path):
+    result = repro.run(str(tmp_path), quick=True)
+    for name in ("README.md", "summary.json", "cams.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["quick"] is True and summary["verdict"].startswith("cams:")
+    assert repro.decide(summary) == summary["claims"] == result["claims"]
+    assert "--quick" in (tmp_path / "README.md").read_text()
