@@ -79,10 +79,9 @@ def test_bad_input_is_refused():
         game.seen_by(2)
     with pytest.raises(UsageError, match="horizon"):
         mg.pennies_game(horizon=0)
-    big = mg.random_game(6, 4, 2, seed=0)
-    opponents = np.full((4, 6, 4, 2), 0.5)
+    big = mg.random_game(7, 4, 2, seed=0)  # 2^(4 x 6) deterministic choices before the last step
     with pytest.raises(UsageError, match="smaller game"):
-        mg.markov_best_response(big, 0, np.full(4, 0.25), opponents)
+        mg.markov_best_response(big, 0, np.full(2, 0.5), np.full((2, 7, 4, 2), 0.5))
     with pytest.raises(UsageError, match="smaller game"):
         mg.history_best_response(mg.random_game(10, 4, 2, seed=0), 0, np.full(4, 0.25), np.full((4, 10, 4, 2), 0.5))
 

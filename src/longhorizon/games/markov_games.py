@@ -161,7 +161,7 @@ def markov_best_response(game: MarkovGame, player: int, weights: np.ndarray, opp
             policy[h], value = q.argmax(-1), q.max(-1)
         return float(game.initial @ value), policy
     layer = np.array(list(itertools.product(range(A), repeat=S)))  # [C, S]: every deterministic choice of a step
-    if len(layer) ** (H - 1) * len(weights) * S * len(layer) > MAX_ELEMENTS:
+    if len(layer) ** (H - 1) * len(weights) * S > MAX_ELEMENTS:  # the last layer's reach [P, K, S]
         raise UsageError(f"a Markov best response against {len(weights)} components needs {A}^{S * (H - 1)} policies; "
                          "use a smaller game or fewer components.")
     states = np.arange(S)
@@ -252,15 +252,14 @@ def pennies_game(horizon: int = 2, states: int = 1) -> MarkovGame:
     if horizon < 1 or states not in (1, 2):
         raise UsageError(f"pennies_game(horizon={horizon}, states={states}) is undefined; use horizon >= 1 and 1 or 2 states.")
     stage = np.array([[[1.0, 0.0], [0.0, 0.5]], [[0.0, 1.0], [0.75, 0.25]]])  # [player, a1, a2]
-    reward = np.stack([stage, stage[:, ::-1, ::-1]])[:states]  # [S, 2, A1, A2]
-    matched = np.eye(2)
-    transition = np.zeros((states, 2, 2, states))
-    for s in range(states):
-        transition[s, :, :, 0] = 1.0 if states == 1 else 1.0 - matched
-        if states == 2:
-            transition[s, :, :, 1] = matched
-    return MarkovGame(np.broadcast_to(transition, (horizon, *transition.shape)),
-                      np.broadcast_to(reward.transpose(1, 0, 2, 3), (horizon, 2, states, 2, 2)).transpose(1, 0, 2, 3, 4),
+    reward = np.stack([stage, stage[:, ::-1, ::-1]][:states], axis=1)  # [2, S, A1, A2]
+    matched = np.eye(2)  # [a1, a2]: 1 where the actions match
+    transition = np.zeros((states, 2, 2, states))  # [S, A1, A2, S']
+    if states == 1:
+        transition[..., 0] = 1.0
+    else:
+        transition[..., 0], transition[..., 1] = 1.0 - matched, matched
+    return MarkovGame(np.repeat(transition[None], horizon, axis=0), np.repeat(reward[:, None], horizon, axis=1),
                       np.eye(states)[0], name=f"pennies-H{horizon}-S{states}")
 
 
