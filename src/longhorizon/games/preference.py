@@ -17,7 +17,7 @@ Every update here is an entropic proximal step, the maximiser over the simplex o
 
 so each algorithm is named by its (g, c_ref, c_anchor): see ``entropic_prox`` and the ``*_step``
 functions. All arrays are float64 (computed under ``jax.enable_x64``); the public functions take and
-return numpy arrays. Trajectories over many steps are in ``games/preference_runs.py``.
+return numpy arrays; ``trajectory`` runs many steps of one update as a single jitted scan.
 """
 
 from __future__ import annotations
@@ -85,19 +85,27 @@ def best_response_log(pi, P, beta: float, pi_ref):
     return jax.nn.log_softmax(jnp.log(pi_ref) + P @ pi / beta)
 
 
+@jax.jit
+def _diagnostics(pi, P, beta, pi_ref):
+    residual = jnp.max(jnp.abs(jnp.log(jnp.maximum(pi, _TINY)) - best_response_log(pi, P, beta, pi_ref)))
+    log_partition = jax.scipy.special.logsumexp(jnp.log(pi_ref) + P @ pi / beta)
+    return residual, 2.0 * (beta * log_partition + beta * kl(pi, pi_ref) - 0.5)
+
+
+def _diagnose(pi, P, beta, pi_ref):
+    with jax.enable_x64(True):
+        return tuple(float(x) for x in _diagnostics(*(jnp.asarray(x, jnp.float64) for x in (pi, P, beta, pi_ref))))
+
+
 def fixed_point_residual(pi, P, beta: float, pi_ref) -> float:
     """``max_y |log pi(y) - log BR(pi)(y)|``: zero exactly at pi*_beta."""
-    with jax.enable_x64(True):
-        return float(jnp.max(jnp.abs(jnp.log(jnp.maximum(pi, _TINY)) - best_response_log(pi, P, beta, pi_ref))))
+    return _diagnose(pi, P, beta, pi_ref)[0]
 
 
 def duality_gap(pi, P, beta: float, pi_ref) -> float:
     """``max_u J(u, pi) - min_v J(pi, v) = 2 [beta log E_ref exp(P pi / beta) + beta KL(pi || pi_ref) - 1/2]``
     (the two best responses in closed form, using ``P^T pi = 1 - P pi``); >= 0, zero only at pi*_beta."""
-    with jax.enable_x64(True):
-        pi, P, pi_ref = (jnp.asarray(x, jnp.float64) for x in (pi, P, pi_ref))
-        log_partition = jax.scipy.special.logsumexp(jnp.log(pi_ref) + P @ pi / beta)
-        return float(2.0 * (beta * log_partition + beta * kl(pi, pi_ref) - 0.5))
+    return _diagnose(pi, P, beta, pi_ref)[1]
 
 
 # ------------------------------------------------------------------------------------ the updates
@@ -150,15 +158,21 @@ def _mwu(pi, P, beta, eta, pi_ref):
 UPDATES = {"nash-mp": _nash_mp, "nash-md": _nash_md, "omd": _omd, "extragradient": _extragradient, "mwu": _mwu}
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _jitted(method, pi, P, beta, eta, pi_ref):
-    return UPDATES[method](pi, P, beta, eta, pi_ref)
+def _switch(method_index, pi, P, beta, eta, pi_ref):
+    # The method is a traced index, so one compiled program per shape serves every method.
+    branches = [lambda pi, eta, update=update: update(pi, P, beta, eta, pi_ref) for update in UPDATES.values()]
+    return jax.lax.switch(method_index, branches, pi, eta)
+
+
+@jax.jit
+def _jitted_step(method_index, pi, P, beta, eta, pi_ref):
+    return _switch(method_index, pi, P, beta, eta, pi_ref)
 
 
 def _step(method, pi, P, beta, eta, pi_ref):
     with jax.enable_x64(True):
         args = (jnp.asarray(x, jnp.float64) for x in (pi, P, beta, eta, pi_ref))
-        return np.asarray(_jitted(method, *args))
+        return np.asarray(_jitted_step(list(UPDATES).index(method), *args))
 
 
 def nash_mp_step(pi, P, beta: float, eta: float, pi_ref) -> np.ndarray:
@@ -198,7 +212,7 @@ def mwu_step(pi, P, eta: float) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ the reference solver
-@functools.partial(jax.jit, static_argnums=3)
+@jax.jit
 def _contract(P, beta, pi_ref, max_steps):
     """Nash-MP steps at eta = 2 from pi_ref until the fixed-point residual is below 1e-4."""
     def far(carry):
@@ -229,11 +243,14 @@ def regularised_nash(P, beta: float, pi_ref, tol: float = 1e-12) -> np.ndarray:
     n = pi.size
     z, log_ref = np.log(pi), np.log(pi_ref)
     c = np.log(np.sum(pi_ref * np.exp(P @ pi / beta)))  # log Z at the phase-1 point
+    previous = np.inf
     for _ in range(30):
         e = np.exp(z)
         residual = np.concatenate([z - log_ref - P @ e / beta + c, [e.sum() - 1.0]])
-        if np.max(np.abs(residual)) < 1e-15:
+        size = np.max(np.abs(residual))
+        if size < 1e-14 or size >= previous:  # converged, or at the rounding floor
             break
+        previous = size
         jacobian = np.block([[np.eye(n) - P * e[None, :] / beta, np.ones((n, 1))], [e[None, :], np.zeros((1, 1))]])
         delta = np.linalg.solve(jacobian, -residual)
         z, c = z + delta[:n], c + delta[n]
@@ -242,3 +259,55 @@ def regularised_nash(P, beta: float, pi_ref, tol: float = 1e-12) -> np.ndarray:
     if (res := fixed_point_residual(pi, P, beta, pi_ref)) >= tol:
         raise RuntimeError(f"the reference solver reached a residual {res:.2e} >= {tol:.0e} (n={n}, beta={beta}).")
     return pi
+
+
+def unregularised_nash(P) -> np.ndarray:
+    """A Nash policy of the beta = 0 game (n,): pi with max_i (P pi)_i <= 1/2 (= pi^T P pi), found by the LP
+    ``min t  s.t.  P pi <= t 1, sum pi = 1, pi >= 0`` (HiGHS; its optimum is t = 1/2)."""
+    from scipy.optimize import linprog
+
+    P = np.asarray(P, np.float64)
+    n = P.shape[0]
+    cost = np.r_[np.zeros(n), 1.0]  # variables (pi, t)
+    solution = linprog(cost, A_ub=np.c_[P, -np.ones(n)], b_ub=np.zeros(n), A_eq=np.r_[np.ones(n), 0.0][None],
+                       b_eq=[1.0], bounds=[(0, None)] * n + [(None, None)], method="highs")
+    return np.maximum(solution.x[:n], 0.0) / np.maximum(solution.x[:n], 0.0).sum()
+
+
+# ------------------------------------------------------------------------------------- trajectories
+def nash_md_schedule(beta: float, num_steps: int) -> np.ndarray:
+    """The decaying Nash-MD step ``eta_k = 2 / (beta (k + 2))`` (eta_0 beta = 1, then O(1/k)) (num_steps,)."""
+    return 2.0 / (beta * (np.arange(num_steps) + 2.0))
+
+
+@jax.jit
+def _scan(method_index, pi0, P, beta, etas, pi_ref, target):
+    def step(carry, eta):
+        pi, pi_sum, k = carry
+        pi = _switch(method_index, pi, P, beta, eta, pi_ref)
+        pi_sum = pi_sum + pi
+        return (pi, pi_sum, k + 1), (kl(target, pi), kl(target, pi_sum / (k + 1)))
+
+    _, (kl_last, kl_average) = jax.lax.scan(step, (pi0, jnp.zeros_like(pi0), 0), etas)
+    return kl_last, kl_average
+
+
+def trajectory(method: str, P, beta: float, pi_ref, eta, num_steps: int, target, pi0=None) -> dict:
+    """``num_steps`` updates of ``method`` from ``pi0`` (default pi_ref), as one jitted scan.
+
+    ``eta``: a float or a per-step schedule (num_steps,). Returns numpy arrays of length num_steps + 1
+    (index 0 is the start): ``queries`` (N = queries per step x k), ``kl_last`` = KL(target || pi_k) and
+    ``kl_average`` = KL(target || mean(pi_1..pi_k)) (the start for k = 0)."""
+    if method not in UPDATES:
+        raise UsageError(f"unknown preference-game method {method!r}; choose one of {', '.join(UPDATES)}.")
+    pi0 = np.asarray(pi_ref if pi0 is None else pi0, np.float64)
+    etas = np.broadcast_to(np.asarray(eta, np.float64), (num_steps,))
+    padded = np.r_[etas, np.zeros(2 ** int(np.ceil(np.log2(max(num_steps, 1)))) - num_steps)]  # few compiled lengths
+    if method in ("nash-md", "omd") and np.max(etas) * beta > 1 + 1e-12:
+        raise UsageError(f"{method} needs eta * beta <= 1 (got {np.max(etas) * beta:g}); lower eta.")
+    with jax.enable_x64(True):
+        args = (jnp.asarray(x, jnp.float64) for x in (pi0, P, beta, padded, pi_ref, target))
+        kl_last, kl_average = (np.asarray(x)[:num_steps] for x in _scan(list(UPDATES).index(method), *args))
+    start = float(np.sum(np.where(target > 0, target * np.log(np.maximum(target, _TINY) / pi0), 0.0)))
+    return {"queries": QUERIES_PER_STEP[method] * np.arange(num_steps + 1),
+            "kl_last": np.concatenate([[start], kl_last]), "kl_average": np.concatenate([[start], kl_average])}
