@@ -226,3 +226,17 @@ def test_repro_quick_run_writes_files_and_claims_from_the_data(tmp_path):
         assert all(h >= m - 1e-12 for m, h in zip(gaps["markov_gap"], gaps["history_gap"]))
     text = (tmp_path / "README.md").read_text()
     assert "longhorizon repro cce --quick" in text and "## Verdict" in text and "does not re-prove" in text
+
+
+def test_hedge_second_round_on_a_markov_game_by_hand():
+    # round 1 is uniform; round 2 at every (h, s) is softmax(eta_2 Q^1), Q^1 the uniform play's Q-values
+    game = mg.pennies_game(horizon=3, states=2)
+    mixture = cce.independent_hedge(game, cce.HedgeConfig(rounds=2, learning_rate=3.0))
+    values = mg.joint_values(game, np.full((3, 2, 2, 2), 0.25))  # [2, H+1, S]
+    for h, s in itertools.product(range(3), range(2)):
+        for player, policy in ((0, mixture.first), (1, mixture.second)):
+            q = np.array([[game.reward[player, h, s, a, b] + game.transition[h, s, a, b] @ values[player, h + 1]
+                           for b in range(2)] for a in range(2)])
+            own = q.mean(1) if player == 0 else q.mean(0)  # against the other's uniform first policy
+            expected = np.exp(3.0 / np.sqrt(2.0) * own) / np.exp(3.0 / np.sqrt(2.0) * own).sum()
+            np.testing.assert_allclose(policy[1, h, s], expected, rtol=1e-12)

@@ -232,6 +232,7 @@ class DeviationReport:
 
     @property
     def history_gap(self) -> float:
+        """The same against history-dependent deviations (>= markov_gap: a Markov policy is one of them)."""
         return float(max(0.0, (self.history - self.value).max()))
 
 
