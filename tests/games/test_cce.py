@@ -75,6 +75,12 @@ def test_bad_input_is_refused():
         mg.MarkovGame(game.transition, game.reward, np.ones(3) / 3)
     with pytest.raises(UsageError, match="probability"):
         mg.MarkovGame(game.transition * 2, game.reward, game.initial)
+    with pytest.raises(UsageError, match="joint must be"):
+        mg.CorrelatedPolicy(np.full((2, 2, 2, 2), 0.5))
+    with pytest.raises(UsageError, match="weights must be"):
+        mg.ProductMixture(np.full((2, 2, 2, 2), 0.5), np.full((2, 2, 2, 2), 0.5), np.ones(2))
+    with pytest.raises(UsageError, match="disagree"):
+        mg.ProductMixture(np.full((2, 2, 2, 2), 0.5), np.full((3, 2, 2, 2), 0.5), np.full(2, 0.5))
     with pytest.raises(UsageError, match="players are 0 and 1"):
         game.seen_by(2)
     with pytest.raises(UsageError, match="horizon"):

@@ -83,11 +83,24 @@ class MarkovGame:
         return self.reward[1].transpose(0, 1, 3, 2), self.transition.transpose(0, 1, 3, 2, 4)
 
 
+def _distributions(array, ndim: int, name: str, event_axes: int = 1) -> np.ndarray:
+    """``array`` as float64 with ``ndim`` axes whose last ``event_axes`` hold probability distributions."""
+    array = np.asarray(array, np.float64)
+    total = array.sum(tuple(range(-event_axes, 0))) if array.ndim >= event_axes else None
+    if array.ndim != ndim or not ((array >= 0).all() and np.allclose(total, 1.0, atol=1e-9)):
+        raise UsageError(f"{name} must be a {ndim}-axis array of probability distributions over its last "
+                         f"{event_axes} axis(es); fix it.")
+    return array
+
+
 @dataclasses.dataclass(frozen=True)
 class CorrelatedPolicy:
     """A correlated Markov policy ``joint`` [H, S, A1, A2]: sigma_h(a1, a2 | s)."""
 
     joint: np.ndarray
+
+    def __post_init__(self):
+        object.__setattr__(self, "joint", _distributions(self.joint, 4, "joint", event_axes=2))
 
     def opponents(self, player: int) -> tuple[np.ndarray, np.ndarray]:
         """The other player's marginal as a one-component mixture: weights [1], policies [1, H, S, A_other]."""
@@ -101,6 +114,13 @@ class ProductMixture:
     first: np.ndarray
     second: np.ndarray
     weights: np.ndarray
+
+    def __post_init__(self):
+        for field, ndim in (("first", 4), ("second", 4), ("weights", 1)):
+            object.__setattr__(self, field, _distributions(getattr(self, field), ndim, field))
+        if not (len(self.first) == len(self.second) == len(self.weights) and self.first.shape[:3] == self.second.shape[:3]):
+            raise UsageError(f"first {self.first.shape}, second {self.second.shape} and weights {self.weights.shape} "
+                             "disagree; give [K, H, S, A1], [K, H, S, A2] and [K].")
 
     @classmethod
     def uniform(cls, first: np.ndarray, second: np.ndarray) -> "ProductMixture":
@@ -166,13 +186,13 @@ def markov_best_response(game: MarkovGame, player: int, weights: np.ndarray, opp
                          "use a smaller game or fewer components.")
     states = np.arange(S)
     reach = np.broadcast_to(game.initial, (1, len(weights), S))  # [P, K, S]: P(s_h = s | component k) per prefix
-    collected = np.zeros(1)
+    collected = np.zeros(1)  # [P]: expected reward of steps < h per prefix
     for h in range(H - 1):
         step_reward = rbar[:, h][:, states, layer].transpose(1, 0, 2)  # [C, K, S]
         step_transition = pbar[:, h][:, states, layer].transpose(1, 0, 2, 3)  # [C, K, S, S']
-        gain = np.einsum("pks,cks,k->pc", reach, step_reward, weights)
+        step_value = np.einsum("pks,cks,k->pc", reach, step_reward, weights)
         reach = np.einsum("pks,ckst->pckt", reach, step_transition).reshape(-1, len(weights), S)
-        collected = (collected[:, None] + gain).reshape(-1)
+        collected = (collected[:, None] + step_value).reshape(-1)
     last = np.einsum("pks,ksa,k->psa", reach, rbar[:, H - 1], weights)
     totals = collected + last.max(-1).sum(-1)
     best = int(totals.argmax())
