@@ -181,8 +181,10 @@ def test_history_dominates_markov_and_matches_it_against_a_markov_opponent():
             assert history >= markov - 1e-12
 
 
-@pytest.mark.parametrize("game", [mg.pennies_game(3, 2), mg.random_game(3, 3, 2, seed=0), mg.random_game(2, 2, 3, seed=7)],
-                         ids=lambda g: g.name)
+GAMES = [mg.pennies_game(3, 2), mg.random_game(3, 3, 2, seed=0), mg.random_game(2, 2, 3, seed=7)]
+
+
+@pytest.mark.parametrize("game", GAMES, ids=lambda g: g.name)
 def test_backward_induction_cce_has_zero_gap(game):
     policy = cce.markov_cce(game)
     np.testing.assert_allclose(policy.joint.sum((-1, -2)), 1.0, atol=1e-12)
@@ -211,9 +213,11 @@ def test_repro_rules_by_hand():
     assert repro_cce.history_outcome(0.25, 0.19, 0.01) == "holds"
     assert repro_cce.history_outcome(0.25, 0.02, 0.005) == "inconclusive"  # 4x the Markov gap, but < 0.1 x gap(T=1)
     assert repro_cce.history_outcome(0.25, 0.0101, 0.01) == "contradicted"
-    assert repro_cce.aggregate({"a": "holds", "b": "holds"}) == "holds (of 2 settings: 2 holds, 0 contradicted, 0 inconclusive)"
+    assert repro_cce.aggregate({"a": "holds", "b": "holds"}) == (
+        "holds (of 2 settings: 2 holds, 0 contradicted, 0 inconclusive)")
     assert repro_cce.aggregate({"a": "holds", "b": "contradicted"}).startswith("inconclusive (")
-    assert repro_cce.exists({"a": "holds", "b": "holds"}, {"a": "contradicted", "b": "holds"}) == "holds (in 1 of 2 settings: b)"
+    both = repro_cce.exists({"a": "holds", "b": "holds"}, {"a": "contradicted", "b": "holds"})
+    assert both == "holds (in 1 of 2 settings: b)"
     assert repro_cce.exists({"a": "holds"}, {"a": "contradicted"}).startswith("contradicted")
     assert repro_cce.exists({"a": "holds"}, {"a": "inconclusive"}).startswith("inconclusive")
     assert repro_cce.grid(100) == [1, 2, 5, 10, 20, 50, 100] and repro_cce.grid(30) == [1, 2, 5, 10, 20, 30]

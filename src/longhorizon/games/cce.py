@@ -106,7 +106,8 @@ class HedgeConfig:
 
     def __post_init__(self):
         if not isinstance(self.rounds, int) or self.rounds < 1:
-            raise UsageError(f"rounds={self.rounds!r} is not a positive integer; give the number of Hedge rounds T >= 1.")
+            raise UsageError(f"rounds={self.rounds!r} is not a positive integer; "
+                             "give the number of Hedge rounds T >= 1.")
         if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise UsageError(f"learning_rate={self.learning_rate!r} must be a positive number; give eta > 0.")
         if self.schedule not in ("sqrt", "constant"):

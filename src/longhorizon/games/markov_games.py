@@ -60,7 +60,8 @@ class MarkovGame:
             raise UsageError(f"initial has shape {mu.shape}; give a distribution over the {P.shape[1]} states.")
         if not (np.isfinite(r).all() and (P >= 0).all() and np.allclose(P.sum(-1), 1.0, atol=1e-12)
                 and (mu >= 0).all() and np.isclose(mu.sum(), 1.0, atol=1e-12)):
-            raise UsageError("transition rows and initial must be probability distributions and rewards finite; fix the arrays.")
+            raise UsageError("transition rows and initial must be probability distributions and rewards finite; "
+                             "fix the arrays.")
 
     @property
     def horizon(self) -> int:
@@ -118,7 +119,8 @@ class ProductMixture:
     def __post_init__(self):
         for field, ndim in (("first", 4), ("second", 4), ("weights", 1)):
             object.__setattr__(self, field, _distributions(getattr(self, field), ndim, field))
-        if not (len(self.first) == len(self.second) == len(self.weights) and self.first.shape[:3] == self.second.shape[:3]):
+        same_components = len(self.first) == len(self.second) == len(self.weights)
+        if not (same_components and self.first.shape[:3] == self.second.shape[:3]):
             raise UsageError(f"first {self.first.shape}, second {self.second.shape} and weights {self.weights.shape} "
                              "disagree; give [K, H, S, A1], [K, H, S, A2] and [K].")
 
@@ -271,7 +273,8 @@ def pennies_game(horizon: int = 2, states: int = 1) -> MarkovGame:
     to mismatch (unique, fully mixed stage equilibrium, so no-regret iterates cycle). With 2 states the
     next state records whether the actions matched, and in state 1 the payoffs are the other way round."""
     if horizon < 1 or states not in (1, 2):
-        raise UsageError(f"pennies_game(horizon={horizon}, states={states}) is undefined; use horizon >= 1 and 1 or 2 states.")
+        raise UsageError(f"pennies_game(horizon={horizon}, states={states}) is undefined; "
+                         "use horizon >= 1 and 1 or 2 states.")
     stage = np.array([[[1.0, 0.0], [0.0, 0.5]], [[0.0, 1.0], [0.75, 0.25]]])  # [player, a1, a2]
     reward = np.stack([stage, stage[:, ::-1, ::-1]][:states], axis=1)  # [2, S, A1, A2]
     matched = np.eye(2)  # [a1, a2]: 1 where the actions match

@@ -61,7 +61,8 @@ def aggregate(outcomes: dict[str, str]) -> str:
     """A claim over every setting: holds / contradicted where all settings agree, otherwise inconclusive."""
     kinds = set(outcomes.values())
     status = kinds.pop() if len(kinds) == 1 else "inconclusive"
-    counts = ", ".join(f"{sum(v == kind for v in outcomes.values())} {kind}" for kind in ("holds", "contradicted", "inconclusive"))
+    values = list(outcomes.values())
+    counts = ", ".join(f"{values.count(kind)} {kind}" for kind in ("holds", "contradicted", "inconclusive"))
     return f"{status} (of {len(outcomes)} settings: {counts})"
 
 
@@ -208,8 +209,10 @@ def readme(summary: dict) -> str:
             cells = " | ".join(f"{gaps['markov_gap'][i]:.4f} / {gaps['history_gap'][i]:.4f}" for i in shown)
             lines.append(f"| {r['game']} | Hedge eta={float(rate):g}: Markov / history | {cells} |")
     lines += ["", "Cells: the mixture's CCE gap (the best deviation's gain, max over players, at least 0) against",
-              "Markov / history-dependent deviations; T = 1 is Hedge's first, uniform, policy. Per-step rewards lie in [0, 1].", "", "![gaps](cce.png)", "",
-              "| setting | gap at T=1 | Markov gap at T_max | history gap at T_max | Markov gap falls | history gap stays away |",
+              "Markov / history-dependent deviations; T = 1 is Hedge's first, uniform, policy. Per-step rewards lie in",
+              "[0, 1].", "", "![gaps](cce.png)", "",
+              "| setting | gap at T=1 | Markov gap at T_max | history gap at T_max | Markov gap falls "
+              "| history gap stays away |",
               "|---|---|---|---|---|---|"]
     lines += [f"| {label} | {first:.4g} | {markov:.4g} | {history:.4g} | {falls} | {apart} |"
               for label, falls, apart, first, markov, history in outcomes(rows)]
@@ -218,6 +221,6 @@ def readme(summary: dict) -> str:
     lines += ["", "Rules (in `longhorizon/repro/cce.py`): the Markov gap *falls* when its value at T_max is <= "
               f"{FALLS} x its value at T = 1 (*contradicted* at >= {STAYS} x); the history gap *stays away* when at",
               f"T_max it is >= {APART} x the Markov gap and >= {FALLS} x the T = 1 gap (*contradicted* when it is",
-              "within 1.5 x the Markov gap). The second claim holds or is contradicted only if every setting agrees; the third",
-              "is an existence claim (as the paper's separation is): it holds if one setting shows both."]
+              "within 1.5 x the Markov gap). The second claim holds or is contradicted only if every setting agrees;",
+              "the third is an existence claim (as the paper's separation is): it holds if one setting shows both."]
     return "\n".join(lines)
