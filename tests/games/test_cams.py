@@ -21,31 +21,58 @@ def test_lower_convex_hull_by_hand():
     assert left.tolist() == [0, 0, 0, 3, 4] and right.tolist() == [0, 3, 3, 3, 4]
 
 
+def test_simplex_vex_by_hand():
+    lattice = cams.belief_lattice(3, 3)  # the corners, the edge midpoints
+    assert lattice.shape == (6, 3) and np.allclose(lattice.sum(1), 1.0)
+    corner = (lattice == 1.0).any(1)
+    f = np.where(corner, 0.0, 1.0)  # zero at the corners: Vex f = 0, each midpoint split between its two corners
+    vex, vertices, weights = cams.simplex_vex(lattice, f)
+    np.testing.assert_allclose(vex, 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.einsum("pi,pij->pj", weights, lattice[vertices]), lattice, atol=1e-12)
+    assert np.all(weights[~corner].max(1) == pytest.approx(0.5))
+    # an affine f is its own hull (qhull's flat case)
+    vex, _, _ = cams.simplex_vex(lattice, lattice @ np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(vex, lattice @ np.array([1.0, 2.0, 3.0]))
+
+
 def test_one_step_value_is_the_closed_form_full_revelation():
     # off-centre starts and a skewed prior exercise the player-2 term -alpha_0 (y2 - m)^2
-    game = cams.HexnerGame(steps=1, prior=0.3, start1=(0.0, 0.2, 0.0, 0.4), start2=(0.0, -0.3, 0.0, 0.2))
+    game = cams.HexnerGame(steps=1, prior=(0.3, 0.7), start1=(0.0, 0.2, 0.0, 0.4), start2=(0.0, -0.3, 0.0, 0.2))
     solution = cams.solve(game, GRID)
-    assert solution["prior_on_grid"] == pytest.approx(0.3)
+    assert solution["prior_on_grid"] == pytest.approx([0.3, 0.7])
     # linear interpolation of the quadratic U_K overestimates by at most h^2 q1 / 4
     assert solution["value"] == pytest.approx(cams.one_step_closed_form(game), abs=2e-4)
     (root,), = cams.equilibrium_tree(game, solution)
     # player 2 cannot react within the step, so player 1 reveals its goal completely
-    assert sorted(pc for _, pc, _ in root["children"]) == [0.0, 1.0]
+    assert sorted(pc[0] for _, pc, _ in root["children"]) == [0.0, 1.0]
 
 
-def test_splits_are_martingales_and_the_tree_reproduces_the_value():
-    game = cams.HexnerGame(steps=4)
-    solution = cams.solve(game, GRID)
+THREE_GOALS = dict(goals=((0.0, 1.0), (0.0, 0.0), (0.0, -1.0)), prior=(0.2, 0.5, 0.3))
+
+
+def test_three_goals_one_step_closed_form():
+    game = cams.HexnerGame(steps=1, **THREE_GOALS, start2=(0.0, 0.1, 0.0, 0.0))
+    solution = cams.solve(game, cams.GridConfig(beliefs=11, positions=201))
+    assert solution["value"] == pytest.approx(cams.one_step_closed_form(game), abs=2e-4)
+    (root,), = cams.equilibrium_tree(game, solution)
+    assert len(root["children"]) == 3  # one prototype per goal: full revelation
+
+
+@pytest.mark.parametrize("setup", [dict(), THREE_GOALS], ids=["two goals", "three goals"])
+def test_splits_are_martingales_and_the_tree_reproduces_the_value(setup):
+    game = cams.HexnerGame(steps=4, **setup)
+    solution = cams.solve(game, GRID if not setup else cams.GridConfig(beliefs=11, positions=201))
     levels = cams.equilibrium_tree(game, solution)
     for nodes in levels:
         for node in nodes:
             lam = np.array([c[0] for c in node["children"]])
             beliefs = np.array([c[1] for c in node["children"]])
-            assert len(lam) <= 2 and lam.sum() == pytest.approx(1.0) and lam @ beliefs == pytest.approx(node["p"])
+            assert len(lam) <= game.types and lam.sum() == pytest.approx(1.0)
+            np.testing.assert_allclose(lam @ beliefs, node["p"], atol=1e-12)
         assert sum(n["prob"] for n in nodes) == pytest.approx(1.0)
     assert cams.tree_value(game, levels) == pytest.approx(solution["value"], abs=2e-3)
-    # Hexner's structure: the informed player hides its goal at first and reveals it later
-    assert cams.revelation(levels)[0] < 0.05 and max(cams.revelation(levels)) > 0.4
+    if not setup:  # Hexner's structure: the informed player hides its goal at first and reveals it later
+        assert cams.revelation(levels)[0] < 0.05 and max(cams.revelation(levels)) > 0.4
 
 
 def test_cfr_plus_matches_the_lp_value_of_a_one_stage_game():
@@ -75,7 +102,7 @@ def test_cfr_plus_agrees_with_the_structured_solver_when_the_actions_contain_its
 
 def test_claim_rules_by_hand():
     row = {"U": 3, "value": -0.20, "exploitability": 0.0, "seconds": 10.0, "support": {"player1": 2, "player2": 1}}
-    summary = {"comparisons": [{"steps": 4, "structured": {"value": -0.21, "seconds": 1.0},
+    summary = {"comparisons": [{"steps": 4, "types": 2, "structured": {"value": -0.21, "seconds": 1.0},
                                 "cfr": [row, {**row, "U": 5, "value": -0.209}]}],
                "complexity": {"cfr": [{"U": 3, "seconds_per_iteration": t} for t in (1e-4, 1e-2, 1.0)],
                               "structured": [{"seconds": t} for t in (1.0, 2.0, 3.0)]}}
@@ -85,7 +112,8 @@ def test_claim_rules_by_hand():
 
 
 def test_usage_errors():
-    for bad in (dict(steps=0), dict(r1=0.0), dict(prior=1.5), dict(goals=((0, 1), (0, 1)))):
+    for bad in (dict(steps=0), dict(r1=0.0), dict(prior=(1.5, -0.5)), dict(prior=(1.0,)), dict(goals=((0, 1), (0, 1))),
+                dict(goals=((0, 1), (1, 0), (0, -1)), prior=(0.3, 0.3, 0.4))):
         with pytest.raises(UsageError):
             cams.HexnerGame(**bad)
     with pytest.raises(UsageError):

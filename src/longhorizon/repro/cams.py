@@ -28,20 +28,32 @@ COMMAND = "longhorizon repro cams"
 
 @dataclasses.dataclass(frozen=True)
 class Scale:
-    comparisons: tuple  # ((K, (U, ...), CFR+ iterations), ...): instances compared with CFR+
-    grid: cams.GridConfig
-    complexity_steps: tuple  # K values of the complexity curve (CFR+ and structured)
+    comparisons: tuple  # ((K, I, (U, ...), CFR+ iterations), ...): instances compared with CFR+
+    grids: dict  # I -> GridConfig of the structured solver
+    complexity_steps: tuple  # K values of the complexity curve (I = 2, CFR+ and structured)
     complexity_actions: tuple  # U values of the complexity curve
     complexity_iterations: int
-    structured_steps: tuple  # K values for the structured solver alone
+    structured_steps: tuple  # ((I, K), ...) for the structured solver alone
 
 
-FULL = Scale(comparisons=((2, (3, 5, 7, 9, 11, 15), 1000), (4, (3, 5, 7), 500)),
-             grid=cams.GridConfig(beliefs=101, positions=401), complexity_steps=(1, 2, 3, 4),
-             complexity_actions=(3, 5), complexity_iterations=100, structured_steps=(1, 2, 4, 8, 16))
-QUICK = Scale(comparisons=((1, (3, 5), 100), (2, (3,), 100)), grid=cams.GridConfig(beliefs=21, positions=101, controls=101),
-              complexity_steps=(1, 2), complexity_actions=(3,), complexity_iterations=100, structured_steps=(1, 2))
-PRIOR = np.array([0.5, 0.5])
+FULL = Scale(comparisons=((2, 2, (3, 5, 7, 9, 11, 15), 1000), (4, 2, (3, 5, 7), 500), (2, 3, (3, 5, 7, 9), 1000),
+                          (4, 3, (3, 5), 500)),
+             grids={2: cams.GridConfig(beliefs=101, positions=401), 3: cams.GridConfig(beliefs=21, positions=401)},
+             complexity_steps=(1, 2, 3, 4), complexity_actions=(3, 5), complexity_iterations=100,
+             structured_steps=((2, 1), (2, 2), (2, 4), (2, 8), (2, 16), (3, 4), (3, 8)))
+QUICK = Scale(comparisons=((1, 2, (3, 5), 100), (1, 3, (3,), 100)),
+              grids={2: cams.GridConfig(beliefs=21, positions=101, controls=101),
+                     3: cams.GridConfig(beliefs=7, positions=101, controls=101)},
+              complexity_steps=(1, 2), complexity_actions=(3,), complexity_iterations=100, structured_steps=((2, 2),))
+
+
+def make_game(steps: int, types: int) -> cams.HexnerGame:
+    """Hexner's game (two goals at (0, +-1)), or with a third goal at the origin between them."""
+    if types == 2:
+        return cams.HexnerGame(steps=steps)
+    if types == 3:
+        return cams.HexnerGame(steps=steps, goals=((0.0, 1.0), (0.0, 0.0), (0.0, -1.0)), prior=(1 / 3,) * 3)
+    raise ValueError(f"no game with {types} goals is set up here")
 
 
 def structured(game: cams.HexnerGame, grid: cams.GridConfig) -> dict[str, Any]:
@@ -58,54 +70,53 @@ def structured(game: cams.HexnerGame, grid: cams.GridConfig) -> dict[str, Any]:
             "first_split": [(lam, pc, u) for lam, pc, u in levels[0][0]["children"]]}
 
 
-def support_sizes(result: cfr.CFRResult, threshold: float = 0.02, reached: float = 1e-3) -> dict[str, int]:
+def support_sizes(result: cfr.CFRResult, prior: np.ndarray, threshold: float = 0.02, reached: float = 1e-3) -> dict[str, int]:
     """Largest number of actions with probability >= threshold at a public history reached with probability
     >= reached under the average profile: player 1's marginal over types (its prototypes) and player 2's."""
-    pi1, pi2 = np.ones((2, 1)), np.ones(1)
+    pi1, pi2 = np.ones((len(prior), 1)), np.ones(1)
     largest1 = largest2 = 0
     for s1, s2 in zip(result.sigma1, result.sigma2):
-        public = (PRIOR @ pi1) * pi2  # [H_k]
-        marginal = np.einsum("t,th,tha->ha", PRIOR, pi1, s1) / np.maximum(PRIOR @ pi1, 1e-300)[:, None]
+        public = (prior @ pi1) * pi2  # [H_k]
+        marginal = np.einsum("t,th,tha->ha", prior, pi1, s1) / np.maximum(prior @ pi1, 1e-300)[:, None]
         live = public >= reached
         largest1 = max(largest1, int((marginal[live] >= threshold).sum(-1).max()))
         largest2 = max(largest2, int((s2[live] >= threshold).sum(-1).max()))
         U1, U2 = s1.shape[-1], s2.shape[-1]
-        pi1 = np.broadcast_to((pi1[:, :, None] * s1)[..., None], pi1.shape + (U1, U2)).reshape(2, -1)
+        pi1 = np.broadcast_to((pi1[:, :, None] * s1)[..., None], pi1.shape + (U1, U2)).reshape(len(prior), -1)
         pi2 = np.broadcast_to((pi2[:, None] * s2)[:, None, :], (len(pi2), U1, U2)).reshape(-1)
     return {"player1": largest1, "player2": largest2}
 
 
 def discretised(game: cams.HexnerGame, U: int, a_max: float, iterations: int) -> dict[str, Any]:
-    actions = np.linspace(-a_max, a_max, U)
-    shape = cfr.TreeShape(2, U, U, game.steps)
-    result = cfr.solve(cams.discretised_payoffs(game, actions), PRIOR, shape, iterations)
+    actions, prior = np.linspace(-a_max, a_max, U), np.asarray(game.prior)
+    shape = cfr.TreeShape(game.types, U, U, game.steps)
+    result = cfr.solve(cams.discretised_payoffs(game, actions), prior, shape, iterations)
     return {"U": U, "value": result.value, "upper": result.upper, "lower": result.lower,
             "exploitability": result.exploitability, "seconds": result.seconds, "compile_seconds": result.compile_seconds,
-            "iterations": iterations, "tree_nodes": shape.nodes(), "support": support_sizes(result)}
+            "iterations": iterations, "tree_nodes": shape.nodes(), "support": support_sizes(result, prior)}
 
 
 def decide(summary: dict[str, Any]) -> dict[str, str]:
     """The claims, each decided from the measured values by the rule in its text."""
     claims, comparisons = {}, summary["comparisons"]
-    rows = [r for c in comparisons for r in c["cfr"]]
-    support1 = max(r["support"]["player1"] for r in rows)
-    support2 = max(r["support"]["player2"] for r in rows)
-    claims["CFR+'s equilibria of the discretised games use at most I = 2 actions per public history for the informed "
-           "player and at most I + 1 = 3 for the uninformed one (probability >= 0.02)"] = (
-        f"{'holds' if support1 <= 2 and support2 <= 3 else 'contradicted'} (largest supports {support1} and {support2}; "
-        + "; ".join(f"K={c['steps']}: " + ", ".join(f"U={r['U']} {r['support']['player1']}/{r['support']['player2']}"
-                                                   for r in c["cfr"]) for c in comparisons) + ")")
+    within = all(r["support"]["player1"] <= c["types"] and r["support"]["player2"] <= c["types"] + 1
+                 for c in comparisons for r in c["cfr"])
+    claims["CFR+'s equilibria of the discretised games use at most I actions per public history for the informed "
+           "player and at most I + 1 for the uninformed one (probability >= 0.02)"] = (
+        f"{'holds' if within else 'contradicted'} (supports P1/P2: "
+        + "; ".join(f"I={c['types']}, K={c['steps']}: " + ", ".join(
+            f"U={r['U']} {r['support']['player1']}/{r['support']['player2']}" for r in c["cfr"]) for c in comparisons) + ")")
     for c in comparisons:
         if len(c["cfr"]) < 2:
             continue
         ref = c["structured"]
         errors = [abs(r["value"] - ref["value"]) for r in c["cfr"]]
         shrinking, close = errors[-1] < errors[0], errors[-1] <= 0.05 * abs(ref["value"])
-        claims[f"K={c['steps']}: CFR+ approaches the structured solver's value as U grows (error at the largest U below "
+        claims[f"I={c['types']}, K={c['steps']}: CFR+ approaches the structured solver's value as U grows (error at the largest U below "
                "the smallest U's and within 5% of |V|)"] = (
             f"{'holds' if shrinking and close else 'contradicted'} (|V_CFR+ - V| = "
             + ", ".join(f"{e:.2g} at U={r['U']}" for e, r in zip(errors, c["cfr"])) + f"; V = {ref['value']:.4f})")
-    curve, last = summary["complexity"], comparisons[-1]
+    curve, last = summary["complexity"], max((c for c in comparisons if c["types"] == 2), key=lambda c: c["steps"])
     largest_u = max(r["U"] for r in curve["cfr"])
     cfr_times = [r["seconds_per_iteration"] for r in curve["cfr"] if r["U"] == largest_u]
     struct_times = [r["seconds"] for r in curve["structured"]]
@@ -120,11 +131,11 @@ def decide(summary: dict[str, Any]) -> dict[str, str]:
     return claims
 
 
-def complexity(scale: Scale, grid: cams.GridConfig) -> dict[str, list]:
+def complexity(scale: Scale) -> dict[str, list]:
     cfr_rows, struct_rows = [], []
     for K in scale.complexity_steps:
-        game = cams.HexnerGame(steps=K)
-        info = structured(game, grid)
+        game = make_game(K, 2)
+        info = structured(game, scale.grids[2])
         for U in scale.complexity_actions:
             row = discretised(game, U, 2.5, scale.complexity_iterations)
             cfr_rows.append({"K": K, "U": U, "tree_nodes": row["tree_nodes"], "compile_seconds": row["compile_seconds"],
@@ -133,21 +144,21 @@ def complexity(scale: Scale, grid: cams.GridConfig) -> dict[str, list]:
         struct_rows.append({"K": K, "seconds": info["seconds"], "prototype_nodes": info["prototype_nodes"],
                             "bound_nodes": sum(2 ** k for k in range(K + 1))})
     extra = []
-    for K in scale.structured_steps:
-        info = structured(cams.HexnerGame(steps=K), grid)
-        extra.append({"K": K, "value": info["value"], "seconds": info["seconds"], "prototype_nodes": info["prototype_nodes"],
+    for I, K in scale.structured_steps:
+        info = structured(make_game(K, I), scale.grids[I])
+        extra.append({"I": I, "K": K, "value": info["value"], "seconds": info["seconds"], "prototype_nodes": info["prototype_nodes"],
                       "revelation": info["revelation"]})
     return {"cfr": cfr_rows, "structured": struct_rows, "longer": extra}
 
 
-def compare(steps: int, actions: tuple, iterations: int, grid: cams.GridConfig) -> dict[str, Any]:
-    """The structured solution of the K-step game and CFR+ on its discretisations."""
-    game = cams.HexnerGame(steps=steps)
+def compare(steps: int, types: int, actions: tuple, iterations: int, grid: cams.GridConfig) -> dict[str, Any]:
+    """The structured solution of the K-step game with I goals and CFR+ on its discretisations."""
+    game = make_game(steps, types)
     ref = structured(game, grid)
     finer = cams.solve(game, dataclasses.replace(grid, positions=2 * grid.positions - 1))["value"]
     ref["grid_error"] = abs(finer - ref["value"])
     a_max = round(1.2 * ref["max_control"], 2)  # the action grid covers the structured equilibrium's controls
-    return {"steps": steps, "a_max": a_max, "iterations": iterations, "structured": ref,
+    return {"steps": steps, "types": types, "a_max": a_max, "iterations": iterations, "structured": ref,
             "cfr": [discretised(game, U, a_max, iterations) for U in actions]}
 
 
@@ -155,9 +166,10 @@ def run(out_dir: str, quick: bool = False) -> dict[str, Any]:
     scale = QUICK if quick else FULL
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"setup": {**dataclasses.asdict(cams.HexnerGame()), "grid": dataclasses.asdict(scale.grid)},
-               "comparisons": [compare(K, U, it, scale.grid) for K, U, it in scale.comparisons],
-               "complexity": complexity(scale, scale.grid), "quick": quick}
+    summary = {"setup": {**dataclasses.asdict(cams.HexnerGame()), "third_goal": make_game(1, 3).goals[1],
+                         "grids": {I: dataclasses.asdict(g) for I, g in scale.grids.items()}},
+               "comparisons": [compare(K, I, U, it, scale.grids[I]) for K, I, U, it in scale.comparisons],
+               "complexity": complexity(scale), "quick": quick}
     summary["claims"] = decide(summary)
     held = [v.split()[0] for v in summary["claims"].values()]
     summary["verdict"] = ("cams: " + ("holds" if all(h == "holds" for h in held) else "mixed") + " at this scale; "
@@ -181,11 +193,11 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
         ref, rows = c["structured"], c["cfr"]
         U = [r["U"] for r in rows]
         axes[0].semilogy(U, [max(abs(r["value"] - ref["value"]), 1e-12) for r in rows], "o-", color=f"C{n}",
-                         label=f"K={c['steps']}: |V_CFR+ - V_structured|")
+                         label=f"I={c['types']}, K={c['steps']}: |V_CFR+ - V|")
         axes[0].semilogy(U, [max(r["exploitability"], 1e-12) for r in rows], "s--", color=f"C{n}", alpha=0.6,
-                         label=f"K={c['steps']}: CFR+ exploitability")
-        axes[1].semilogy(U, [r["seconds"] for r in rows], "o-", color=f"C{n}", label=f"K={c['steps']}: CFR+ ({c['iterations']} it.)")
-        axes[1].axhline(ref["seconds"], color=f"C{n}", ls=":", label=f"K={c['steps']}: structured solver")
+                         label=f"I={c['types']}, K={c['steps']}: exploitability")
+        axes[1].semilogy(U, [r["seconds"] for r in rows], "o-", color=f"C{n}", label=f"I={c['types']}, K={c['steps']}: CFR+ ({c['iterations']} it.)")
+        axes[1].axhline(ref["seconds"], color=f"C{n}", ls=":", label=f"I={c['types']}, K={c['steps']}: structured")
     axes[0].set(xlabel="actions per player per step U", ylabel="value error", title="accuracy")
     axes[1].set(xlabel="actions per player per step U", ylabel="seconds (compile excluded)", title="time")
     for u in sorted({r["U"] for r in curve["cfr"]}):
@@ -215,19 +227,22 @@ def write_report(path: Path, summary: dict[str, Any]) -> None:
     lines += ["## Setup", "",
               f"Hexner's game (games/cams.py): two 2-D double integrators, K steps of dt = {s['dt']}, goals "
               f"{s['goals']} with prior {s['prior']}, costs r1 = {s['r1']}, r2 = {s['r2']}, q1 = {s['q1']}, q2 = {s['q2']}, "
-              "both players start at rest at the origin. Structured solver: backward induction of the reduced value "
-              f"U_k(y, p) on {s['grid']['positions']} positions x {s['grid']['beliefs']} beliefs, controls optimised "
-              "continuously (grid search + parabolic refinement), Vex over beliefs by the lower convex hull. "
+              f"both players start at rest at the origin; the I = 3 variant adds a goal at {s['third_goal']} with a uniform prior. "
+              "Structured solver: backward induction of the reduced value U_k(y, p) on "
+              + "; ".join(f"I = {I}: {g['positions']} positions x a belief lattice with {g['beliefs']} points per edge"
+                          for I, g in s["grids"].items())
+              + ", controls optimised continuously (grid search + parabolic refinement), Vex over the belief lattice by "
+              "the lower convex hull (monotone chain for I = 2, qhull for I = 3). "
               "CFR+: the same game with U accelerations in [-a_max, a_max] along the goal axis per player and step "
               "(a_max = 1.2 x the largest control of the structured equilibrium), alternating updates, linear "
               "averaging, float64, jitted.",
               "", "Differences from the paper: the paper learns value networks over sampled states (and plays 11-vs-11 "
               "football); here the linear-quadratic structure reduces the state to each player's predicted terminal "
               "position, so the value is tabulated on a grid; the uninformed player's best reply is then pure "
-              "(one prototype, inside the I + 1 bound). Two types only (I = 2).", ""]
+              "(one prototype, inside the I + 1 bound). Goals on one line only (the reduction needs a goal axis).", ""]
     for c in summary["comparisons"]:
         ref = c["structured"]
-        lines += [f"## K = {c['steps']}: accuracy and time against the discretisation", "",
+        lines += [f"## I = {c['types']} goals, K = {c['steps']}: accuracy and time against the discretisation", "",
                   f"Structured value V = {ref['value']:.5f} (forward check of its equilibrium tree: {ref['tree_value']:.5f}; "
                   f"change with a 2x finer position grid {ref['grid_error']:.1e}), {ref['seconds']:.2f} s; revelation "
                   f"E|p_(k+1) - p_k| per step: {', '.join(f'{r:.2f}' for r in ref['revelation'])}; CFR+ with "
@@ -240,8 +255,8 @@ def write_report(path: Path, summary: dict[str, Any]) -> None:
                          f"{r['support']['player1']} / {r['support']['player2']} |")
         lines.append("")
     lines += ["## Complexity against K", "",
-              f"CFR+ at a_max = 2.5 for {summary['complexity']['cfr'][0]['iterations'] if 'iterations' in summary['complexity']['cfr'][0] else ''} "
-              "iterations; structured solver on the grid above.", "",
+              f"I = 2; CFR+ with a_max = 2.5 for {curve['cfr'][0]['iterations']} iterations (time per iteration, compile "
+              "excluded); structured solver on the grid above.", "",
               "| K | U | CFR+ tree nodes | CFR+ s / iteration | structured s | prototype-tree nodes (bound sum 2^k) |",
               "|---|---|---|---|---|---|"]
     struct = {r["K"]: r for r in curve["structured"]}
@@ -249,10 +264,10 @@ def write_report(path: Path, summary: dict[str, Any]) -> None:
         t = struct[r["K"]]
         lines.append(f"| {r['K']} | {r['U']} | {r['tree_nodes']:,} | {r['seconds_per_iteration']:.2e} | {t['seconds']:.2f} | "
                      f"{t['prototype_nodes']} ({t['bound_nodes']}) |")
-    lines += ["", "Longer games, structured solver only:", "",
-              "| K | V | seconds | prototype-tree nodes | step of largest revelation |", "|---|---|---|---|---|"]
+    lines += ["", "Longer games and more goals, structured solver only:", "",
+              "| I | K | V | seconds | prototype-tree nodes | step of largest revelation |", "|---|---|---|---|---|---|"]
     for r in curve["longer"]:
-        lines.append(f"| {r['K']} | {r['value']:.4f} | {r['seconds']:.2f} | {r['prototype_nodes']} | "
+        lines.append(f"| {r['I']} | {r['K']} | {r['value']:.4f} | {r['seconds']:.2f} | {r['prototype_nodes']} | "
                      f"{int(np.argmax(r['revelation']))} of {r['K']} |")
     lines += ["", "![value error, time and complexity](cams.png)", "", "## Verdict", ""]
     lines += [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
