@@ -156,6 +156,14 @@ def test_learner_config_errors_and_temperature_features():
         LearnerConfig(steps=1000, chunk=300)
     with pytest.raises(UsageError, match="temperature_min"):
         LearnerConfig(temperature_min=1.0, temperature_max=0.5)
+    for field, bad, message in (("exploration", 1.0, "exploration"), ("learning_rate", 0.0, "learning_rate"),
+                                ("temperature_knots", 1, "temperature_knots"), ("linear_fraction", 0.0, "linear_fraction")):
+        with pytest.raises(UsageError, match=message):
+            LearnerConfig(**{field: bad})
+    with pytest.raises(UsageError, match="max_kl"):
+        qarl.GammaTeacher(max_kl=0.0)
+    with pytest.raises(UsageError, match="discount"):
+        qarl.WindCorridor(discount=1.0)
     config = LearnerConfig()
     for tau in (0.01, 0.2, 3.0, 10.0):
         h = np.asarray(temperature_features(tau, config, xp=np))

@@ -62,10 +62,15 @@ class LearnerConfig:
         if not 0 < self.temperature_min < self.temperature_max:
             raise UsageError(f"need 0 < temperature_min < temperature_max, got {self.temperature_min} and "
                              f"{self.temperature_max}; pass an increasing pair.")
-        if not 0.0 <= self.exploration < 1.0 or self.learning_rate <= 0 or self.protagonist_temperature <= 0:
-            raise UsageError("exploration must be in [0, 1) and learning_rate, protagonist_temperature > 0; fix the config.")
-        if self.temperature_knots < 2 or not 0 < self.linear_fraction <= 1:
-            raise UsageError("temperature_knots must be >= 2 and linear_fraction in (0, 1]; fix the config.")
+        if not 0.0 <= self.exploration < 1.0:
+            raise UsageError(f"exploration must be in [0, 1), got {self.exploration}; pass e.g. 0.1.")
+        for name in ("learning_rate", "protagonist_temperature"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"LearnerConfig.{name} must be > 0, got {getattr(self, name)}; pass a positive number.")
+        if self.temperature_knots < 2:
+            raise UsageError(f"temperature_knots must be >= 2, got {self.temperature_knots}; pass e.g. 5.")
+        if not 0 < self.linear_fraction <= 1:
+            raise UsageError(f"linear_fraction must be in (0, 1], got {self.linear_fraction}; pass e.g. 0.6.")
 
     @property
     def temperature_eval(self) -> float:
