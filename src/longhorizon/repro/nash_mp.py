@@ -88,12 +88,16 @@ def _cost(run) -> tuple:
 
 def run_methods(P, beta: float, pi_ref, queries: int) -> dict:
     """Each method's trajectory (``pref.trajectory``) toward pi*_beta at equal preference queries, with
-    its step: Nash-MP eta = 2, Nash-MD the decaying schedule, the others their best grid step."""
+    its step: Nash-MP eta = 2 (and, as nash-mp-grid, its best grid step), the others their best grid step
+    (Nash-MD: the best of the grid and the decaying schedule)."""
     target = pref.regularised_nash(P, beta, pi_ref)
     runs = {"nash-mp": dict(pref.trajectory("nash-mp", P, beta, pi_ref, pref.NASH_MP_ETA, queries // 2, target),
                             eta=pref.NASH_MP_ETA)}
-    runs["nash-md"] = dict(pref.trajectory("nash-md", P, beta, pi_ref, pref.nash_md_schedule(beta, queries), queries, target),
-                           eta="2/(beta(k+2))")
+    schedule = dict(pref.trajectory("nash-md", P, beta, pi_ref, pref.nash_md_schedule(beta, queries), queries, target),
+                    eta="2/(beta(k+2))")
+    constant = [dict(pref.trajectory("nash-md", P, beta, pi_ref, eta, queries, target), eta=eta)
+                for eta in ETA_GRID if eta * beta <= 1]
+    runs["nash-md"] = min([schedule] + constant, key=_cost)
     for name, method in (("nash-mp-grid", "nash-mp"), ("omd", "omd"), ("extragradient", "extragradient"), ("mwu", "mwu")):
         steps = queries // pref.QUERIES_PER_STEP[method]
         grid = [eta for eta in ETA_GRID if method != "omd" or eta * beta <= 1]
@@ -195,13 +199,20 @@ def run(out_dir: str, quick: bool = False) -> dict:
     held = [c for c, v in decided.items() if v.startswith("holds")]
     summary = {"quick": quick, "setup": dataclasses.asdict(setup), "eta_grid": ETA_GRID, "target": TARGET,
                "claims": decided, "mwu_cycle": cycle, "table": table(rows), "seconds": time.perf_counter() - started,
-               "verdict": (f"nash-mp: {len(held)} of {len(decided)} claims hold; the (1+2 beta)^(-N/2) bound "
-                           f"{'holds' if decided[next(iter(decided))].startswith('holds') else 'fails'} at every size."),
+               "verdict": verdict(decided),
                "games": [_without_curves(r) for r in rows]}
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "nash_mp.png", rows)
     write(out, summary, report(summary, setup))
     return summary
+
+
+def verdict(decided: dict) -> str:
+    bound = next(iter(decided.values()))
+    failed = [claim for claim, value in decided.items() if not value.startswith("holds")]
+    return (f"nash-mp: the (1+2 beta)^(-N/2) bound {'holds on every game and size' if bound.startswith('holds') else 'fails'}; "
+            f"{len(decided) - len(failed)} of {len(decided)} claims hold"
+            + (f", not: {'; '.join(failed)}." if failed else "."))
 
 
 def _without_curves(row: dict) -> dict:
@@ -246,22 +257,23 @@ def report(summary: dict, setup: Setup) -> list[str]:
              "## Results", "",
              "Per-query factor = exp(slope of log KL vs N) (median over games; smaller is faster); queries = median "
              f"queries to KL <= {TARGET:g} KL_0 ('never' within {setup.queries}). The bound's factor is (1+2 beta)^(-1/2).", "",
-             "| beta | game | bound holds | bound factor | bound queries | " + " | ".join(
-                 f"{m} factor | {m} queries" for m in METHODS) + " |",
-             "|" + "---|" * (5 + 2 * len(METHODS))]
+             "Each method's cell: factor / queries.", "",
+             "| beta | game | bound holds | bound | " + " | ".join(METHODS) + " |",
+             "|" + "---|" * (4 + len(METHODS))]
     for line in summary["table"]:
-        cells = [f"{line['beta']:g}", line["game"], "yes" if line["bound_holds"] else "**no**", f"{line['bound_factor']:.3f}",
-                 str(line["bound_queries"])]
-        for m in METHODS:
-            cells += [f"{line[m]['factor']:.3f}", _fmt_queries(line[m]["queries_to_target"])]
+        cells = [f"{line['beta']:g}", line["game"], "yes" if line["bound_holds"] else "**no**",
+                 f"{line['bound_factor']:.3f} / {line['bound_queries']}"]
+        cells += [f"{line[m]['factor']:.3f} / {_fmt_queries(line[m]['queries_to_target'])}" for m in METHODS]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Steps picked from the grid: " + "; ".join(
-        f"beta={line['beta']:g} {line['game']}: " + ", ".join(f"{m} {'/'.join(line[m]['etas'])}" for m in ("nash-mp-grid", "omd", "extragradient", "mwu"))
+        f"beta={line['beta']:g} {line['game']}: " + ", ".join(f"{m} {'/'.join(line[m]['etas'])}" for m in ("nash-mp-grid", "nash-md", "omd", "extragradient", "mwu"))
         for line in summary["table"]), "",
         "![KL(pi*_beta || pi_k) / KL_0 vs preference queries](nash_mp.png)", "",
         "## Claims", ""] + [f"- {c}: **{v}**" for c, v in summary["claims"].items()] + [
-        "", "## Verdict", "", summary["verdict"] + " The bound is a worst case: on these games Nash-MP's empirical "
-        "factor is well below it, and the comparisons with the tuned baselines are stated claim by claim above.", ""]
+        "", "## Verdict", "", summary["verdict"], "",
+        "The bound is a worst case. Near pi* the log-policy error of Nash-MP shrinks by 1/(1 + 2 beta) per iteration and "
+        "KL is quadratic in it, so the measured per-query factor sits near (1 + 2 beta)^(-1), the square of the bound's, "
+        "at every size. Steps beyond the theorem's eta = 2 (nash-mp-grid) are faster still, but carry no guarantee.", ""]
     return lines
 
 
@@ -281,10 +293,10 @@ def plot(path: Path, rows: list[dict]) -> None:
         for method in METHODS:
             queries = np.asarray(group[0]["methods"][method]["queries"])
             ratio = np.median([r["methods"][method]["kl_ratio"] for r in group], axis=0)
-            ax.semilogy(queries, np.maximum(ratio, 1e-17), ":" if method == "nash-mp-grid" else "-", label=method, lw=1.2)
+            ax.semilogy(queries, np.maximum(ratio, 1e-16), ":" if method == "nash-mp-grid" else "-", label=method, lw=1.2)
         n_axis = np.asarray(group[0]["methods"]["nash-mp"]["queries"])
         ax.semilogy(n_axis, (1 + 2 * beta) ** (-n_axis / 2), "k--", lw=1, label="(1+2β)^(-N/2)")
-        ax.set_ylim(1e-17, 10)
+        ax.set_ylim(1e-16, 10)
         ax.set_title(f"{game}, β={beta:g}", fontsize=9)
         ax.set_xlabel("preference queries N", fontsize=8)
     axes[0, 0].set_ylabel("KL(π*‖π_k) / KL_0")
