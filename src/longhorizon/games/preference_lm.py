@@ -1,0 +1,233 @@
+"""Nash learning from preferences at the policy level: an intransitive preference oracle on LM completions, and
+the pairwise losses over sequence log-probs that train a policy against it.
+
+The oracle (:class:`Oracle`). A completion ``y`` of an arithmetic prompt is an answer and a style tag,
+``"w=42;r"``; ``c(y) in {0, 1}`` is the verifier's exact-match correctness and ``s(y) in {r, p, s}`` its tag
+(the last character after the last ``;``; none if it is something else). With ``beats = {r > s, s > p, p > r}``::
+
+    P(y > y') = 1/2 + m_c (c(y) - c(y'))                      if c(y) != c(y')    (transitive part)
+              = 1/2 + m_s sign(s(y), s(y'))                    otherwise           (cyclic part)
+
+``sign = +1`` if ``s(y)`` beats ``s(y')``, ``-1`` if it loses, 0 for equal or missing tags, so ``P + P^T = 1`` and
+r, p, s form a cycle among equally correct completions: no scalar reward orders them.
+
+Losses, for pairs (winner w, loser l) by their summed sequence log-probs ``log pi(y)`` under the trained policy,
+the sampling policy ``pi_t`` and the reference ``pi_ref`` (``h_pi(y) = log pi(y) - log pi_ref(y)``)::
+
+    INPO   (h_t(w, l) - eta/2)^2,  h_t = log pi(w)/pi(l) - eta tau log pi_ref(w)/pi_ref(l) - (1 - eta tau) log pi_t(w)/pi_t(l)
+    DPO    -log sigmoid(tau (h_pi(w) - h_pi(l)))
+    IPO    (h_pi(w) - h_pi(l) - 1/(2 tau))^2
+
+INPO's pairs are sampled from the current policy (online); DPO's and IPO's from the reference (offline). The two
+policy-gradient arms reuse the GRPO trainer unchanged with a reward per completion: reward-model GRPO scores the
+transitive part ``c(y)``; policy-gradient Nash-MP (mirror prox) first takes a half step whose reward is the win rate
+against other samples of ``pi_k``, then, from ``pi_k`` again, a full step whose reward is the win rate against
+samples of the half-step policy ``pi_{k+1/2}``; both steps carry GRPO's k3 KL to ``pi_ref`` with weight ``tau``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.lm.grpo import GRPOTrainer, completion_logprobs, completion_logprobs_of
+from longhorizon.lm.tasks import Problem, score
+
+TAGS = "rps"
+BEATS = {"r": "s", "s": "p", "p": "r"}
+PAIR_LOSSES = ("inpo", "dpo", "ipo")
+
+
+@dataclasses.dataclass(frozen=True)
+class Oracle:
+    """The intransitive preference oracle of the module docstring."""
+
+    correct_margin: float = 0.5  # m_c: a correct completion beats a wrong one with probability 1/2 + m_c
+    cyclic_margin: float = 0.4  # m_s: among equally correct ones, a beating tag wins with probability 1/2 + m_s
+
+    def __post_init__(self):
+        for name in ("correct_margin", "cyclic_margin"):
+            if not 0 <= getattr(self, name) <= 0.5:
+                raise UsageError(f"{name}={getattr(self, name)} must lie in [0, 0.5] so that P(y > y') is a probability.")
+
+    def __call__(self, problem: Problem, text: str, other: str) -> float:
+        """``P(text > other)`` for two completions of ``problem``."""
+        c, c_other = score(problem, text), score(problem, other)
+        if c != c_other:
+            return 0.5 + self.correct_margin * (c - c_other)
+        return 0.5 + self.cyclic_margin * cyclic_sign(tag(text), tag(other))
+
+    def matrix(self, problem: Problem, texts: Sequence[str], others: Sequence[str]) -> np.ndarray:
+        """``P[i, j] = P(texts[i] > others[j])``, ``[len(texts), len(others)]``."""
+        return np.array([[self(problem, a, b) for b in others] for a in texts], np.float64)
+
+
+def tag(text: str) -> str | None:
+    """The style tag of a completion: the text after its last ``;`` if that is one of r, p, s, else None."""
+    tail = text.rsplit(";", 1)[-1] if ";" in text else None
+    return tail if tail in BEATS else None
+
+
+def cyclic_sign(a: str | None, b: str | None) -> int:
+    if a is None or b is None or a == b:
+        return 0
+    return 1 if BEATS[a] == b else -1
+
+
+# ----------------------------------------------------------------------------- pairwise losses
+
+
+def pair_loss(loss: str, logp_w, logp_l, ref_w, ref_l, old_w=None, old_l=None, *, tau: float, eta: float = 1.0):
+    """Per-pair loss ``[M]`` from summed sequence log-probs ``[M]`` (module docstring); ``old_*`` is ``pi_t`` (INPO)."""
+    if loss == "inpo":
+        h = (logp_w - logp_l) - eta * tau * (ref_w - ref_l) - (1 - eta * tau) * (old_w - old_l)
+        return (h - eta / 2) ** 2
+    margin = (logp_w - ref_w) - (logp_l - ref_l)
+    if loss == "dpo":
+        return -jax.nn.log_sigmoid(tau * margin)
+    if loss == "ipo":
+        return (margin - 1 / (2 * tau)) ** 2
+    raise UsageError(f"pairwise loss {loss!r} is unknown; use one of {PAIR_LOSSES}.")
+
+
+def sequence_logprobs(params, batch, model_cfg, temperature: float = 1.0):
+    """``sum_t mask_t log pi(o_t | prompt, o_<t)`` per completion ``[B]`` (the GRPO trainer's scoring)."""
+    logp, _ = completion_logprobs_of(params, batch, model_cfg, temperature)
+    return (logp * batch["mask"]).sum(-1)
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "optimizer"), donate_argnums=(0, 1))
+def pair_update(params, opt_state, batch, *, model_cfg, optimizer):
+    """One optimiser step on the mean pair loss; ``batch["winner"], batch["loser"] [M]`` index its completions,
+    ``batch["which"] [3]`` is the one-hot choice among :data:`PAIR_LOSSES` and ``tau, eta`` are scalars (traced,
+    so the three losses share one compiled program)."""
+    w, l = batch["winner"], batch["loser"]
+
+    def objective(p):
+        seq = sequence_logprobs(p, batch, model_cfg)
+        ref, old = batch["ref_seq"], batch["old_seq"]
+        per_pair = sum(batch["which"][k] * pair_loss(name, seq[w], seq[l], ref[w], ref[l], old[w], old[l],
+                                                     tau=batch["tau"], eta=batch["eta"])
+                       for k, name in enumerate(PAIR_LOSSES))
+        return per_pair.mean(), (seq[w] - seq[l]).mean()
+
+    (value, margin), grads = jax.value_and_grad(objective, has_aux=True)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, {"loss": value, "logp_margin": margin,
+                                                             "grad_norm": optax.tree.norm(grads)}
+
+
+def all_pairs(group_size: int, groups: int) -> np.ndarray:
+    """Every unordered pair ``(i, j), i < j`` within each group of consecutive rows: ``[groups * S(S-1)/2, 2]``."""
+    i, j = np.triu_indices(group_size, 1)
+    base = (np.arange(groups) * group_size)[:, None]
+    return np.stack([(base + i).ravel(), (base + j).ravel()], axis=1)
+
+
+class PairwiseTrainer(GRPOTrainer):
+    """INPO (pairs from the current policy) or DPO/IPO (pairs from the reference), through the GRPO trainer's
+    rollout; each step samples ``num_generations`` completions per prompt, labels every pair within a prompt by
+    one Bernoulli draw of the oracle, and takes one optimiser step on :func:`pair_loss`."""
+
+    def __init__(self, model_cfg, params, tokenizer, cfg, *, loss: str, oracle: Oracle, tau: float, eta: float = 1.0,
+                 seed: int = 0):
+        if loss not in PAIR_LOSSES:
+            raise UsageError(f"pairwise loss {loss!r} is unknown; use one of {PAIR_LOSSES}.")
+        super().__init__(model_cfg, params, tokenizer, cfg, seed=seed)
+        self.loss, self.oracle, self.tau, self.eta = loss, oracle, tau, eta
+        self.rng = np.random.default_rng(seed + 17)
+
+    def step(self, problems: Sequence[Problem], group_sizes=None) -> dict:
+        s = self.cfg.num_generations
+        if self.loss == "inpo":
+            ro = self.rollout(problems)
+        else:  # offline: the reference generates (sampling does not change it, so this is a fixed dataset's law)
+            policy, self.params = self.params, self.ref_params
+            try:
+                ro = self.rollout(problems)
+            finally:
+                self.params = policy
+        pairs = all_pairs(s, len(problems))
+        prefs = np.array([self.oracle(problems[a // s], ro["texts"][a], ro["texts"][b]) for a, b in pairs])
+        first_wins = self.rng.random(len(pairs)) < prefs
+        batch = grouped_batch(ro, s, self.tokenizer.pad_id)
+        batch["ref_seq"] = (np.asarray(completion_logprobs(self.ref_params, batch, model_cfg=self.model_cfg,
+                                                           temperature=self.cfg.temperature)) * batch["mask"]).sum(-1)
+        batch["winner"] = np.where(first_wins, pairs[:, 0], pairs[:, 1]).astype(np.int32)
+        batch["loser"] = np.where(first_wins, pairs[:, 1], pairs[:, 0]).astype(np.int32)
+        batch.update(which=np.eye(len(PAIR_LOSSES), dtype=np.float32)[PAIR_LOSSES.index(self.loss)],
+                     tau=np.float32(self.tau), eta=np.float32(self.eta))
+        self.params, self.opt_state, m = pair_update(self.params, self.opt_state, {k: jnp.asarray(v) for k, v in batch.items()},
+                                                     model_cfg=self.model_cfg, optimizer=self.optimizer)
+        self.counters["optimizer_steps"] += 1
+        metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+        if not np.isfinite(metrics["loss"]):
+            raise TrainingDiverged(f"the {self.loss} loss became {metrics['loss']}; lower the learning rate.")
+        metrics.update(reward=float(np.mean([score(problems[i // s], t) for i, t in enumerate(ro["texts"])])),
+                       generations=self.counters["generations"])
+        return metrics
+
+
+def grouped_batch(ro: dict, group_size: int, pad_id: int) -> dict:
+    """The shared-prompt layout of a rollout (rows ``g*S .. g*S+S-1`` continue prompt ``g``) with each row's
+    sampling log-prob ``old_seq [B]``."""
+    valid = ro["valid"]
+    return {"prompt": ro["prompt_tokens"][::group_size], "prompt_valid": ro["prompt_valid"][::group_size],
+            "completion": np.where(valid, ro["tokens"], pad_id), "completion_valid": valid,
+            "mask": valid.astype(np.float32), "old_seq": (ro["logprobs"] * valid).sum(-1)}
+
+
+# ----------------------------------------------------------------------------- policy-gradient rewards
+
+
+def win_rates_in_group(oracle: Oracle, problems: Sequence[Problem], texts: Sequence[str], group_size: int) -> np.ndarray:
+    """Row i's mean ``P(y_i > y_j)`` over the other rows j of its group (samples of the same policy) ``[B]``."""
+    out = np.zeros(len(texts))
+    for g in range(len(texts) // group_size):
+        rows = range(g * group_size, (g + 1) * group_size)
+        P = oracle.matrix(problems[g * group_size], [texts[i] for i in rows], [texts[i] for i in rows])
+        out[list(rows)] = (P.sum(1) - np.diag(P)) / (group_size - 1)
+    return out
+
+
+def win_rates_against(oracle: Oracle, problems: Sequence[Problem], texts: Sequence[str], opponents: Sequence[str],
+                      group_size: int) -> np.ndarray:
+    """Row i's mean ``P(y_i > y'_j)`` over the opponents' rows j of the same prompt ``[B]``."""
+    out = np.zeros(len(texts))
+    for g in range(len(texts) // group_size):
+        rows = slice(g * group_size, (g + 1) * group_size)
+        out[rows] = oracle.matrix(problems[g * group_size], texts[rows], opponents[rows]).mean(1)
+    return out
+
+
+class NashMPTrainer(GRPOTrainer):
+    """Policy-gradient Nash-MP (module docstring): a mirror-prox half step and a full step from pi_k, each a GRPO
+    update whose reward is a win rate. Per step: 3 rollouts and 2 optimiser steps (one of them discarded)."""
+
+    def __init__(self, model_cfg, params, tokenizer, cfg, *, oracle: Oracle, seed: int = 0):
+        super().__init__(model_cfg, params, tokenizer, cfg, seed=seed)
+        self.oracle = oracle
+
+    def step(self, problems: Sequence[Problem], group_sizes=None) -> dict:
+        s = self.cfg.num_generations
+        anchor = jax.tree_util.tree_map(jnp.copy, (self.params, self.opt_state))  # the update donates its inputs
+        self.batch_rewards = lambda rows, texts, _: (win_rates_in_group(self.oracle, rows, texts, s), {})
+        super().step(problems)  # -> pi_{k+1/2}
+        opponents = self.rollout(problems)["texts"]
+        self.params, self.opt_state = anchor
+        self.batch_rewards = lambda rows, texts, _: (win_rates_against(self.oracle, rows, texts, opponents, s), {})
+        metrics = super().step(problems)
+        metrics["win_rate_vs_half_step"] = metrics["reward"]
+        return metrics
+
+
+def reward_model_trainer(model_cfg, params, tokenizer, cfg, seed: int = 0) -> GRPOTrainer:
+    """Reward-model GRPO: the transitive part of the oracle, the verifier's correctness ``c(y)``, as the reward."""
+    return GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed, reward_fn=score)
