@@ -6,7 +6,7 @@ same number of steps; they differ only in how the adversary's temperature ``tau`
 * ``rarl``:   ``tau = tau_min`` (a near fully rational adversary) from the first step;
 * ``linear``: ``tau`` falls linearly from the teacher's initial mean to ``tau_min`` over
   ``linear_fraction`` of the steps (held per chunk), then stays there;
-* ``qarl``:   each episode draws ``tau ~ Gamma(shape, scale)``; after each chunk the teacher
+* ``qarl``:   each episode draws ``tau ~ Gamma(shape, scale)`` (clipped to ``[tau_min, tau_max]``); after each chunk the teacher
   (:func:`longhorizon.games.qarl.teacher_step`) moves ``(shape, scale)`` toward the target by a
   KL-constrained step, only if the chunk's mean discounted return reached the threshold.
 
@@ -177,7 +177,9 @@ def train(game: WindCorridor, config: LearnerConfig, seeds: int, seed: int = 0) 
     history = {"steps": [], "worst_case": [], "train_return": [], "temperature_mean": [], "shape": [], "scale": [], "gated": []}
     for c in range(config.steps // config.chunk):
         if config.curriculum == "qarl":
-            taus = rng.gamma(shape[:, None], scale[:, None], size=(seeds, config.chunk))
+            # clipped to the range the value functions are defined on (a draw near 0 would overflow -Q / tau)
+            taus = np.clip(rng.gamma(shape[:, None], scale[:, None], size=(seeds, config.chunk)),
+                           config.temperature_min, config.temperature_max)
             history["temperature_mean"].append((shape * scale).tolist())
         else:  # rarl: tau_min; linear: the schedule's value at the chunk's start
             share = 1.0 if config.curriculum == "rarl" else min(1.0, c * config.chunk / (config.linear_fraction * config.steps))

@@ -104,9 +104,10 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
         learners[name] = history
         print(f"[qarl] {name}: final worst case {mean_se([c[-1] for c in history['worst_case']])}")
     claims = claims_from(exact, learners, setup.game.discount)
-    held = [v.split()[0] for k, v in claims.items() if "worst-case" in k]
-    verdict = (f"qarl: the curriculum claim {'holds' if held[0] == 'holds' else 'does not hold' if held[0] == 'contradicted' else 'is inconclusive'}"
-               f" at this scale ({claims[list(claims)[1]]}); the exact QRE side {claims[list(claims)[0]].split()[0]}.")
+    exact_claim, curriculum_claim = list(claims.values())[:2]
+    wording = {"holds": "holds", "contradicted": "does not hold", "inconclusive": "is inconclusive"}
+    verdict = (f"qarl: the curriculum claim {wording[curriculum_claim.split()[0]]} at this scale ({curriculum_claim}); "
+               f"the exact QRE side {exact_claim.split()[0]}.")
     summary = {"claims": claims, "verdict": verdict, "quick": quick, "exact": exact, "learners": learners,
                "setup": {"game": dataclasses.asdict(setup.game), "learner": dataclasses.asdict(setup.learner),
                          "seeds": setup.seeds, "threshold_share": setup.threshold_share,
@@ -157,8 +158,9 @@ def write_report(path: Path, summary: dict) -> None:
     if summary["quick"]:
         lines += ["**This is a `--quick` run** (a tiny grid, few steps, 2 seeds): a smoke test, not a result.", ""]
     lines += ["## Setup and how it differs from the paper", "",
-              f"Game: a corridor of {game['height']} rows x {game['width']} columns, start bottom-left, goal bottom-right (+{game['goal_reward']:g}), "
-              f"cliff between them ({game['cliff_reward']:g}, terminal), step cost {game['step_cost']:g}, discount {game['discount']:g}; "
+              f"Game: a corridor of {game['height']} rows x {game['width']} columns, start bottom-left, goal bottom-right "
+              f"(+{game['goal_reward']:g}), cliff between them ({game['cliff_reward']:g}, terminal), step cost "
+              f"{game['step_cost']:g}, discount {game['discount']:g}; "
               f"after each move the adversary's wind (calm, N, E, S, W) pushes the protagonist one cell with probability "
               f"{game['gust']:g}. The paper uses MuJoCo locomotion with SAC agents; this is the tabular tier: both agents are "
               f"soft Q-learners **learning from samples** (one environment per seed), their values a tabular base plus a "
@@ -171,21 +173,25 @@ def write_report(path: Path, summary: dict) -> None:
               f"Gamma({learner['teacher']['init_shape']:g}, {learner['teacher']['init_scale']:g}) toward the target "
               f"Gamma({learner['teacher']['target_shape']:g}, {learner['teacher']['target_scale']:g}), KL step <= "
               f"{learner['teacher']['max_kl']:g} per chunk, gated on the chunk's mean discounted training return >= "
-              f"{s['teacher_threshold']:.3f} ({s['threshold_share']:.0%} of the exact best value against a uniformly random wind, "
+              f"{s['teacher_threshold']:.3f} ({s['threshold_share']:.0%} of the exact best value against a uniformly "
+              "random wind, "
               f"{exact['random_wind_value']:.3f}). Worst-case value: the protagonist's policy at tau = the target's mean, its "
               "exact value at the start against an exact best-response adversary (policy iteration, float64).", "",
               "## Exact side: soft Shapley QRE per adversary temperature", "",
-              "| adversary temperature | regularised value V(start) | worst case of the QRE protagonist | residual | sweeps | sweep ratio max |",
+              "| adversary temperature | regularised value V(start) | worst case of the QRE protagonist | residual | sweeps "
+              "| sweep ratio max |",
               "|---|---|---|---|---|---|"]
     for r in exact["qre"]:
-        lines.append(f"| {r['adversary_temperature']:g} | {r['regularised_value']:.4f} | {r['worst_case_of_qre_protagonist']:.4f} | "
+        lines.append(f"| {r['adversary_temperature']:g} | {r['regularised_value']:.4f} | "
+                     f"{r['worst_case_of_qre_protagonist']:.4f} | "
                      f"{r['residual']:.1e} | {r['sweeps']} | {r['max_contraction_ratio']:.3f} |")
     lines += ["", f"The best policy against a uniformly random wind has worst case {exact['nominal_worst_case']:.4f}; the near-"
               f"rational QRE protagonist's is {exact['robust_reference']:.4f} (the ceiling line in the plot). At high adversary "
               "temperature the regularised game pays the adversary its entropy every step, so the QRE protagonist prefers to end "
               "the episode early: its worst case falls.", "",
               "## Learners: worst-case value at the end of training", "",
-              "| learner | final worst case (mean +- SE) | mean over the curve | final temperature mean | teacher updates taken |",
+              "| learner | final worst case (mean +- SE) | mean over the curve | final temperature mean "
+              "| teacher updates taken |",
               "|---|---|---|---|---|"]
     for name, run in summary["learners"].items():
         curves = np.asarray(run["worst_case"])
