@@ -52,6 +52,12 @@ REPROS = {
              "a bounded-rationality curriculum (QARL) gives a protagonist a better worst case than RARL"),
     "cams": ("longhorizon.repro.cams",
              "one-sided-information games: belief splitting over I prototypes matches CFR+ at a fraction of the cost"),
+    "sequoia": ("longhorizon.repro.sequoia",
+                "a Q-network embedded in a MILP (SEQUOIA) beats the best baseline on coupled restless bandits"),
+    "eamod": ("longhorizon.repro.eamod",
+              "graph RL with LP layers reaches a large fraction of the full-information LP optimum, far faster"),
+    "shared-policy-collapse": ("longhorizon.repro.shared_policy_collapse",
+                               "under a shared policy, cooperation collapses as exploration rises; independent networks keep it"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
