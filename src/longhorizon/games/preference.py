@@ -27,6 +27,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.optimize import linprog
+from scipy.special import logsumexp
 
 from longhorizon.errors import UsageError
 
@@ -242,19 +244,21 @@ def regularised_nash(P, beta: float, pi_ref, tol: float = 1e-12) -> np.ndarray:
         pi = np.asarray(_contract(jnp.asarray(P), jnp.float64(beta), jnp.asarray(pi_ref), max_phase1))
     n = pi.size
     z, log_ref = np.log(pi), np.log(pi_ref)
-    c = np.log(np.sum(pi_ref * np.exp(P @ pi / beta)))  # log Z at the phase-1 point
-    previous = np.inf
+    c = logsumexp(log_ref + P @ pi / beta)  # log Z at the phase-1 point
+    best, best_size = z, np.inf
     for _ in range(30):
         e = np.exp(z)
         residual = np.concatenate([z - log_ref - P @ e / beta + c, [e.sum() - 1.0]])
         size = np.max(np.abs(residual))
-        if size < 1e-14 or size >= previous:  # converged, or at the rounding floor
+        if size >= best_size:  # at the rounding floor: keep the best point
             break
-        previous = size
+        best, best_size = z, size
+        if size < 1e-14:
+            break
         jacobian = np.block([[np.eye(n) - P * e[None, :] / beta, np.ones((n, 1))], [e[None, :], np.zeros((1, 1))]])
         delta = np.linalg.solve(jacobian, -residual)
         z, c = z + delta[:n], c + delta[n]
-    pi = np.exp(z)
+    pi = np.exp(best)
     pi /= pi.sum()
     if (res := fixed_point_residual(pi, P, beta, pi_ref)) >= tol:
         raise RuntimeError(f"the reference solver reached a residual {res:.2e} >= {tol:.0e} (n={n}, beta={beta}).")
@@ -264,8 +268,6 @@ def regularised_nash(P, beta: float, pi_ref, tol: float = 1e-12) -> np.ndarray:
 def unregularised_nash(P) -> np.ndarray:
     """A Nash policy of the beta = 0 game (n,): pi with max_i (P pi)_i <= 1/2 (= pi^T P pi), found by the LP
     ``min t  s.t.  P pi <= t 1, sum pi = 1, pi >= 0`` (HiGHS; its optimum is t = 1/2)."""
-    from scipy.optimize import linprog
-
     P = np.asarray(P, np.float64)
     n = P.shape[0]
     cost = np.r_[np.zeros(n), 1.0]  # variables (pi, t)
