@@ -58,15 +58,16 @@ class LMSetup:
     learning_rate: float = 3e-4
     tau: float = 0.1
     eta: float = 2.0
-    eval_prompts: int = 64
-    eval_samples: int = 4
+    eval_prompts: int = 128
+    eval_samples: int = 8
+    seeds: int = 3  # RL seeds, all from the one pi_ref
     seed: int = 0
 
 
 QUICK_TABULAR = TabularSetup(sizes=(3, 10), games_per_size=2, iterations=15, seeds=2)
 # eval shapes equal the training shapes, so the quick run compiles each program once
 QUICK_LM = LMSetup(d_model=32, n_layers=1, n_heads=2, sft_steps=60, steps=2, prompts_per_step=4, eval_prompts=4,
-                   eval_samples=4)
+                   eval_samples=4, seeds=1)
 
 
 # ----------------------------------------------------------------------------- part 1: tabular
@@ -191,7 +192,7 @@ def reference_policy(setup: LMSetup, log=print):
     return params, model_cfg, tokenizer
 
 
-def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle):
+def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle, seed: int = 0):
     """The arm's trainer; every arm shares the sampling settings and the KL weight tau."""
     from longhorizon.games import preference_lm as plm
     from longhorizon.lm.grpo import GRPOConfig
@@ -202,10 +203,10 @@ def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle)
                      loss_type="dr_grpo", scale_rewards="none", max_prompt_length=plen + 1, max_completion_length=clen + 2)
     if arm in plm.PAIR_LOSSES:
         return plm.PairwiseTrainer(model_cfg, params, tokenizer, cfg, loss=arm, oracle=oracle, tau=setup.tau,
-                                   eta=setup.eta, seed=setup.seed)
+                                   eta=setup.eta, seed=seed)
     if arm == "nash_mp_pg":
-        return plm.NashMPTrainer(model_cfg, params, tokenizer, cfg, oracle=oracle, seed=setup.seed)
-    return plm.reward_model_trainer(model_cfg, params, tokenizer, cfg, seed=setup.seed)
+        return plm.NashMPTrainer(model_cfg, params, tokenizer, cfg, oracle=oracle, seed=seed)
+    return plm.reward_model_trainer(model_cfg, params, tokenizer, cfg, seed=seed)
 
 
 def sample_policy(trainer, params, problems, samples: int) -> dict:
@@ -245,37 +246,48 @@ def describe(oracle, problems, sample: dict) -> dict:
     flat = [(p, t) for p, ts in zip(problems, sample["texts"]) for t in ts]
     tags = [tag(t) for _, t in flat]
     return {"accuracy": float(np.mean([score(p, t) for p, t in flat])),
-            "tags": {k: float(np.mean([t == k for t in tags])) for k in (*REF_TAGS, None)},
+            "tags": {str(k): float(np.mean([t == k for t in tags])) for k in (*REF_TAGS, None)},
             "kl_to_ref": float(np.mean(sample["log_ratio"]))}
 
 
 def policy_level(setup: LMSetup, log=print) -> dict:
-    """Train every arm from pi_ref (module docstring); evaluate them against pi_ref and each other."""
+    """Train every arm from pi_ref for each RL seed (module docstring); evaluate them against pi_ref and each other.
+    Win rates are means over seeds; their standard error is over seeds (over held-out prompts with one seed)."""
     from longhorizon.games.preference_lm import Oracle
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems
 
     oracle = Oracle()
     params, model_cfg, tokenizer = reference_policy(setup, log)
     held = make_problems("packed", 1, setup.eval_prompts, setup.seed + HELD_OUT_OFFSET, task_config())
-    policies, curves, costs = {"reference": params}, {}, {}
-    for arm in ARMS:
-        trainer = make_trainer(arm, params, model_cfg, tokenizer, setup, oracle)
-        stream, t0, curve = ProblemStream("packed", task_config(), setup.seed + 1), time.perf_counter(), []
-        for step in range(setup.steps):
-            m = trainer.step(stream.sample([1], setup.prompts_per_step))
-            curve.append({"step": step + 1, "reward": m["reward"], "loss": m.get("loss")})
-        policies[arm] = trainer.params
-        curves[arm] = curve
-        costs[arm] = {"seconds": time.perf_counter() - t0, "generations": trainer.counters["generations"],
-                      "optimizer_steps": trainer.counters["optimizer_steps"]}
-        log(f"  {arm}: {setup.steps} steps in {costs[arm]['seconds']:.0f} s")
-    evaluator = make_trainer("grpo_rm", params, model_cfg, tokenizer, setup, oracle)
-    samples = {name: sample_policy(evaluator, p, held, setup.eval_samples) for name, p in policies.items()}
-    names = list(policies)
-    matrix = [[win_rate(oracle, held, samples[a]["texts"], samples[b]["texts"], same=a == b) for b in names] for a in names]
-    return {"names": names, "matrix": [[m for m, _ in row] for row in matrix], "matrix_se": [[s for _, s in row] for row in matrix],
-            "policies": {n: describe(oracle, held, samples[n]) for n in names}, "curves": curves, "costs": costs,
-            "setup": setup}
+    evaluator = make_trainer("grpo_rm", params, model_cfg, tokenizer, setup, oracle, seed=setup.seed)
+    names, per_seed, costs = ["reference", *ARMS], [], {arm: [] for arm in ARMS}
+    for seed in range(setup.seed, setup.seed + setup.seeds):
+        policies = {"reference": params}
+        for arm in ARMS:
+            trainer = make_trainer(arm, params, model_cfg, tokenizer, setup, oracle, seed=seed)
+            stream, t0 = ProblemStream("packed", task_config(), seed + 1), time.perf_counter()
+            for _ in range(setup.steps):
+                trainer.step(stream.sample([1], setup.prompts_per_step))
+            policies[arm] = trainer.params
+            costs[arm].append({"seconds": time.perf_counter() - t0, "generations": trainer.counters["generations"],
+                               "optimizer_steps": trainer.counters["optimizer_steps"]})
+            log(f"  seed {seed} {arm}: {setup.steps} steps in {costs[arm][-1]['seconds']:.0f} s")
+        samples = {name: sample_policy(evaluator, p, held, setup.eval_samples) for name, p in policies.items()}
+        wins = [[win_rate(oracle, held, samples[a]["texts"], samples[b]["texts"], same=a == b) for b in names] for a in names]
+        per_seed.append({"matrix": [[m for m, _ in row] for row in wins], "matrix_se": [[e for _, e in row] for row in wins],
+                         "policies": {n: describe(oracle, held, samples[n]) for n in names}})
+    M = np.asarray([r["matrix"] for r in per_seed])
+    se = M.std(0, ddof=1) / np.sqrt(len(M)) if len(M) > 1 else np.asarray(per_seed[0]["matrix_se"])
+
+    def mean_of(n, key):
+        return float(np.mean([r["policies"][n][key] for r in per_seed]))
+
+    policies = {n: {"accuracy": mean_of(n, "accuracy"), "kl_to_ref": mean_of(n, "kl_to_ref"),
+                    "tags": {str(k): float(np.mean([r["policies"][n]["tags"][str(k)] for r in per_seed])) for k in (*REF_TAGS, None)}}
+                for n in names}
+    return {"names": names, "matrix": M.mean(0).tolist(), "matrix_se": se.tolist(), "policies": policies,
+            "per_seed": per_seed, "costs": {arm: {"seconds": float(np.mean([c["seconds"] for c in cs])),
+                                                   "generations": cs[0]["generations"]} for arm, cs in costs.items()}}
 
 
 def beats(mean: float, se: float) -> str:
@@ -318,7 +330,7 @@ def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, 
                "the reference.")
     summary = {"claims": claims, "verdict": verdict, "quick": quick, "identity": identity,
                "convergence": {str(n): {k: c[k] for k in ("kl0", "sampled_final_ratio")} for n, c in conv.items()},
-               "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs")},
+               "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed")},
                "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)},
                "seconds": time.perf_counter() - t0}
     plot(out / "inpo.png", conv, lm)
@@ -355,7 +367,9 @@ def plot(path: Path, conv: dict, lm: dict) -> None:
 
 
 def report(summary: dict, quick: bool) -> list[str]:
-    t, s, lm = summary["setups"]["tabular"], summary["setups"]["lm"], summary["policy_level"]
+    from longhorizon.games.preference_lm import Oracle
+
+    t, s, lm, oracle = summary["setups"]["tabular"], summary["setups"]["lm"], summary["policy_level"], Oracle()
     command = "longhorizon repro inpo" + (" --quick" if quick else "")
     lines = ["# INPO: the pairwise loss and its policy level (`longhorizon repro inpo`)", "",
              "Claims (Zhang et al. 2024): INPO's squared pairwise loss over pairs sampled from pi_t is minimised by the "
@@ -382,16 +396,19 @@ def report(summary: dict, quick: bool) -> list[str]:
               f"pi_ref: a {s['n_layers']}-layer d={s['d_model']} character transformer, {s['sft_steps']} teacher-forcing "
               f"steps (batch {s['sft_batch']}) on `u=NN;w=u+C;` -> `w=MM;` + a tag r/p/s drawn 60/30/10. Each arm: "
               f"{s['steps']} steps x {s['prompts_per_step']} prompts x {s['num_generations']} completions, Adam lr "
-              f"{s['learning_rate']}, tau = {s['tau']} (INPO eta = {s['eta']}). Oracle: a correct completion beats a wrong "
-              "one with probability 1; equally correct ones: the beating tag (r > s > p > r) wins with probability 0.9. "
+              f"{s['learning_rate']}, tau = {s['tau']} (INPO eta = {s['eta']}), {s['seeds']} RL seed(s) from the one pi_ref. Oracle: a correct completion beats a wrong "
+              f"one with probability {0.5 + oracle.correct_margin:g}; equally correct ones: the beating tag "
+              f"(r > s > p > r) wins with probability {0.5 + oracle.cyclic_margin:g}. "
               f"Evaluation: {s['eval_prompts']} held-out prompts x {s['eval_samples']} samples per policy (temperature 1); "
-              "win rates average P over all sample pairs of a prompt (± one standard error over prompts).", "",
+              "win rates average P over all sample pairs of a prompt, then prompts, then seeds (± one standard error over "
+              "seeds; over prompts when there is one seed). Accuracy, tag mix and KL (Monte Carlo, E_pi log pi/pi_ref) "
+              "are means over seeds; seconds are per seed, compilation included.", "",
               "| policy | win rate vs reference | accuracy | tags r/p/s/none | KL(pi \\|\\| pi_ref) | samples drawn | seconds |",
               "|---|---|---|---|---|---|---|"]
     names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
     for i, name in enumerate(names):
         p, cost = lm["policies"][name], lm["costs"].get(name, {})
-        tags = "/".join(f"{p['tags'][k]:.2f}" for k in (*REF_TAGS, None))
+        tags = "/".join(f"{p['tags'][str(k)]:.2f}" for k in (*REF_TAGS, None))
         lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {p['kl_to_ref']:.3f} | "
                   f"{cost.get('generations', '-')} | {cost.get('seconds', 0):.0f} |"]
     lines += ["", "Pairwise win rates P(row > column):", "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
