@@ -3,6 +3,7 @@ Nash-MP's (1 + 2 beta)^(-N/2) bound, MWU's cycling, and `longhorizon repro nash-
 
 import json
 
+import jax
 import numpy as np
 import pytest
 from scipy.optimize import minimize
@@ -26,6 +27,7 @@ def test_random_skew_game_is_a_preference_matrix():
     np.testing.assert_allclose(P + P.T, 1.0, atol=1e-15)
     assert np.all(np.diag(P) == 0.5) and np.abs(P - 0.5).max() <= 0.5 and P.dtype == np.float64
     assert not np.allclose(P, pref.random_skew_game(7, 4))
+    np.testing.assert_array_equal(pref.random_skew_game(7, jax.random.key(3)), P)  # a key or its int seed
 
 
 @pytest.mark.parametrize("n, beta", [(3, 0.1), (10, 1.0), (100, 0.05)])
