@@ -189,7 +189,8 @@ def test_claim_rules_by_hand():
     from longhorizon.repro import inpo as repro
 
     assert repro.beats(0.6, 0.04) == "holds" and repro.beats(0.6, 0.06) == "inconclusive"
-    assert repro.beats(0.4, 0.04) == "contradicted"
+    assert repro.beats(0.4, 0.04) == "contradicted" and repro.beats(0.6, 0.04, critical=2.6) == "inconclusive"
+    assert repro.critical_value(6) == pytest.approx(2.5706, abs=1e-4) and repro.critical_value(1) == 2.0
     rows = [{"n": 3, "max_log_error": 1e-14, "perturbed_min_log_error": 1e-2}]
     assert repro.identity_claim(rows).startswith("holds")
     assert repro.identity_claim([dict(rows[0], max_log_error=1e-3)]).startswith("contradicted")

@@ -52,7 +52,7 @@ class LMSetup:
     sft_steps: int = 300
     sft_batch: int = 64
     sft_lr: float = 3e-3
-    steps: int = 100
+    steps: int = 200
     prompts_per_step: int = 8
     num_generations: int = 4
     learning_rate: float = 3e-4
@@ -60,7 +60,7 @@ class LMSetup:
     eta: float = 2.0
     eval_prompts: int = 128
     eval_samples: int = 8
-    seeds: int = 3  # RL seeds, all from the one pi_ref
+    seeds: int = 6  # RL seeds, all from the one pi_ref
     seed: int = 0
 
 
@@ -290,20 +290,40 @@ def policy_level(setup: LMSetup, log=print) -> dict:
                                                    "generations": cs[0]["generations"]} for arm, cs in costs.items()}}
 
 
-def beats(mean: float, se: float) -> str:
-    """'holds' if mean - 2 se > 1/2, 'contradicted' if mean + 2 se < 1/2, else 'inconclusive'."""
-    return "holds" if mean - 2 * se > 0.5 else "contradicted" if mean + 2 * se < 0.5 else "inconclusive"
+def beats(mean: float, se: float, critical: float = 2.0) -> str:
+    """'holds' if mean - critical se > 1/2, 'contradicted' if mean + critical se < 1/2, else 'inconclusive'."""
+    if mean - critical * se > 0.5:
+        return "holds"
+    return "contradicted" if mean + critical * se < 0.5 else "inconclusive"
 
 
-def policy_claims(lm: dict) -> dict:
+def critical_value(seeds: int) -> float:
+    """Two-sided 95% Student-t quantile for a mean over ``seeds`` seeds (2 when the error is over prompts)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, seeds - 1)) if seeds > 1 else 2.0
+
+
+def policy_claims(lm: dict, seeds: int) -> dict:
     names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
-    i, ref = names.index("inpo"), names.index("reference")
+    i, ref, crit = names.index("inpo"), names.index("reference"), critical_value(seeds)
     claims = {"INPO's policy beats the reference (win rate > 1/2)":
-              f"{beats(M[i, ref], S[i, ref])} (win rate {M[i, ref]:.3f} ± {S[i, ref]:.3f})"}
+              f"{beats(M[i, ref], S[i, ref], crit)} (win rate {M[i, ref]:.3f} ± {S[i, ref]:.3f})"}
     for other in ("dpo", "ipo", "grpo_rm", "nash_mp_pg"):
         j = names.index(other)
-        claims[f"INPO's policy beats {other}'s head to head"] = f"{beats(M[i, j], S[i, j])} (win rate {M[i, j]:.3f} ± {S[i, j]:.3f})"
+        claims[f"INPO's policy beats {other}'s head to head"] = \
+            f"{beats(M[i, j], S[i, j], crit)} (win rate {M[i, j]:.3f} ± {S[i, j]:.3f})"
     return claims
+
+
+def nash_tags(tau: float) -> dict:
+    """The regularised Nash tag mix of the cyclic part alone (equally correct completions), from pi_ref's tag mix."""
+    from longhorizon.games import preference
+    from longhorizon.games.preference_lm import Oracle, cyclic_sign
+
+    oracle, tags = Oracle(), list(REF_TAGS)
+    P = np.array([[0.5 + oracle.cyclic_margin * cyclic_sign(a, b) for b in tags] for a in tags])
+    return dict(zip(tags, preference.regularised_nash(P, tau, np.array(list(REF_TAGS.values()))).tolist()))
 
 
 # ----------------------------------------------------------------------------- the run and its report
@@ -322,7 +342,7 @@ def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, 
     lm = policy_level(lm_setup)
     claims = {"the full-expectation loss's minimiser is the OMD iterate (to 1e-5 in log space)": identity_claim(identity),
               "sampled-pairs INPO converges toward pi*_tau (KL falls below a tenth of KL_0)": convergence_claim(conv),
-              **policy_claims(lm)}
+              **policy_claims(lm, lm_setup.seeds)}
     held = [k for k, v in claims.items() if v.startswith("holds")]
     verdict = (f"{len(held)} of {len(claims)} claims hold at this scale; the tabular identity and convergence "
                f"{'hold' if all(claims[k].startswith('holds') for k in list(claims)[:2]) else 'do not both hold'}, and "
@@ -331,7 +351,7 @@ def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, 
     summary = {"claims": claims, "verdict": verdict, "quick": quick, "identity": identity,
                "convergence": {str(n): {k: c[k] for k in ("kl0", "sampled_final_ratio")} for n, c in conv.items()},
                "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed")},
-               "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)},
+               "nash_tags": nash_tags(lm_setup.tau), "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)},
                "seconds": time.perf_counter() - t0}
     plot(out / "inpo.png", conv, lm)
     write(out, summary, report(summary, quick))
@@ -411,13 +431,18 @@ def report(summary: dict, quick: bool) -> list[str]:
         tags = "/".join(f"{p['tags'][str(k)]:.2f}" for k in (*REF_TAGS, None))
         lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {p['kl_to_ref']:.3f} | "
                   f"{cost.get('generations', '-')} | {cost.get('seconds', 0):.0f} |"]
-    lines += ["", "Pairwise win rates P(row > column):", "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    nash = summary["nash_tags"]
+    lines += ["", "For reference, the regularised Nash tag mix of the cyclic part alone (the r/p/s game with pi_ref's "
+              f"tag mix, tau = {s['tau']}): " + "/".join(f"{nash[k]:.2f}" for k in REF_TAGS) + "; pairs whose tags "
+              "exploit pi_ref's r-heavy mix (more p) win against pi_ref but not against that mix.",
+              "", "Pairwise win rates P(row > column):", "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {a} | " + " | ".join(f"{M[i, j]:.2f}" for j in range(len(names))) + " |" for i, a in enumerate(names)]
     lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
     lines += ["", f"Overall: {summary['verdict']}", "",
               "Rules: the identity holds if every game is within 1e-5 and the perturbed loss misses by more; "
               "convergence holds if the late KL is below 0.1 KL_0 for both games (contradicted above 0.5); a policy "
-              "beats another if its win rate minus two standard errors exceeds 1/2 (contradicted if plus two is below).",
+              "beats another if its win rate minus t standard errors exceeds 1/2 (contradicted if plus t is below; t the "
+              "two-sided 95% Student-t quantile over seeds, 2 with one seed).",
               "", "## How this differs from the paper", "",
               "- The paper trains Llama-3-8B with an LLM preference oracle; here a tiny character model and a scripted "
               "oracle whose cyclic part no scalar reward can represent.",
