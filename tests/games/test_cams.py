@@ -39,7 +39,6 @@ def test_one_step_value_is_the_closed_form_full_revelation():
     # off-centre starts and a skewed prior exercise the player-2 term -alpha_0 (y2 - m)^2
     game = cams.HexnerGame(steps=1, prior=(0.3, 0.7), start1=(0.0, 0.2, 0.0, 0.4), start2=(0.0, -0.3, 0.0, 0.2))
     solution = cams.solve(game, GRID)
-    assert solution["prior_on_grid"] == pytest.approx([0.3, 0.7])
     # linear interpolation of the quadratic U_K overestimates by at most h^2 q1 / 4
     assert solution["value"] == pytest.approx(cams.one_step_closed_form(game), abs=2e-4)
     (root,), = cams.equilibrium_tree(game, solution)
@@ -101,14 +100,19 @@ def test_cfr_plus_agrees_with_the_structured_solver_when_the_actions_contain_its
 
 
 def test_claim_rules_by_hand():
-    row = {"U": 3, "value": -0.20, "exploitability": 0.0, "seconds": 10.0, "support": {"player1": 2, "player2": 1}}
+    row = {"U": 3, "value": -0.20, "exploitability": 0.0, "seconds": 10.0,
+           "support": {"player1": 2, "player2": 1, "excess1": 0.0}}
     summary = {"comparisons": [{"steps": 4, "types": 2, "structured": {"value": -0.21, "seconds": 1.0},
                                 "cfr": [row, {**row, "U": 5, "value": -0.209}]}],
                "complexity": {"cfr": [{"U": 3, "seconds_per_iteration": t} for t in (1e-4, 1e-2, 1.0)],
-                              "structured": [{"seconds": t} for t in (1.0, 2.0, 3.0)]}}
+                              "structured": [{"K": K, "seconds": t} for K, t in ((2, 1.0), (3, 2.0), (4, 3.0))]}}
     assert all(v.startswith("holds") for v in repro.decide(summary).values())
-    summary["comparisons"][0]["cfr"][1] = {**row, "U": 5, "value": -0.15, "support": {"player1": 3, "player2": 1}}
-    assert all(v.startswith("contradicted") for k, v in repro.decide(summary).items() if "costs" not in k)
+    summary["comparisons"][0]["cfr"][1] = {**row, "U": 5, "value": -0.15,
+                                           "support": {"player1": 3, "player2": 1, "excess1": 0.1}}
+    summary["complexity"]["structured"][-1]["seconds"] = 300.0  # grows faster than CFR+ from the second to the last K
+    support, value, cost = repro.decide(summary).values()
+    # an existence claim is not contradicted by one wider equilibrium
+    assert support.startswith("inconclusive") and value.startswith("contradicted") and cost.startswith("contradicted")
 
 
 def test_usage_errors():
@@ -118,6 +122,8 @@ def test_usage_errors():
             cams.HexnerGame(**bad)
     with pytest.raises(UsageError):
         cams.GridConfig(beliefs=2)
+    with pytest.raises(UsageError):  # a uniform prior over three goals needs n = beliefs - 1 divisible by 3
+        cams.solve(cams.HexnerGame(steps=1, goals=THREE_GOALS["goals"], prior=(1 / 3,) * 3), cams.GridConfig(beliefs=11))
     with pytest.raises(UsageError):
         cams.one_step_closed_form(cams.HexnerGame(steps=2))
     with pytest.raises(UsageError):

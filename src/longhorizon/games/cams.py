@@ -6,8 +6,8 @@ state s_j = (position x_j in R^2, velocity w_j in R^2), control a_j in R^2 (an a
     x_j' = x_j + dt w_j + dt^2/2 a_j,        w_j' = w_j + dt a_j.
 
 Nature draws the goal z_theta among I collinear ``goals`` with probabilities ``prior``; only player 1
-(informed) sees it (Hexner's game has I = 2). Both see each other's states, so player 1's controls reveal theta gradually. Player 1 minimises,
-player 2 maximises (zero-sum)::
+(informed) sees it (Hexner's game has I = 2). Both see each other's states, so player 1's controls reveal
+theta gradually. Player 1 minimises, player 2 maximises (zero-sum)::
 
     J = sum_{k<K} (r1 |u_k|^2 - r2 |v_k|^2) + q1 |x_1(K) - z_theta|^2 - q2 |x_2(K) - z_theta|^2,
 
@@ -25,19 +25,21 @@ informed player minimises) of the stage problem over the beliefs. The primal rec
 Reduction used here (exact for this game, linear dynamics and quadratic costs). Only the predicted
 terminal position y = x + (K - k) dt w matters, and a control at step k moves it by b_k a with
 b_k = dt^2 (K - k - 1/2). Write y along the goal axis e (goals at t_theta from its centre c), and
-m(p) = sum_theta p_theta t_theta, s(p) = sum_theta p_theta t_theta^2 for the posterior moments. By induction
-V_k(y1, y2, p) = U_k(y1, p) - alpha_k (y2 - m(p))^2 (+ the orthogonal axis, plain LQR for both players):
+m(p) = sum_theta p_theta t_theta, s(p) = sum_theta p_theta t_theta^2 for the posterior moments. By
+induction V_k(y1, y2, p) = U_k(y1, p) - alpha_k (y2 - m(p))^2 (+ the orthogonal axis, plain LQR for both players):
 player 2's best reply separates from player 1's split because sum_i lambda_i (y - m_i)^2 =
-(y - m)^2 + sum_i lambda_i m_i^2 - m^2. With alpha_K = q2, alpha_k = alpha_{k+1} r2 / (r2 + b_k^2 alpha_{k+1})::
+(y - m)^2 + sum_i lambda_i m_i^2 - m^2. With alpha_K = q2 and
+alpha_k = alpha_{k+1} r2 / (r2 + b_k^2 alpha_{k+1})::
 
     U_K(y, p) = q1 (y - m)^2 + (q1 - q2) (s - m^2)
     U_k(y, p) = alpha_{k+1} m(p)^2 + Vex_p[ p' -> min_u (r1 u^2 + U_{k+1}(y + b_k u, p')) - alpha_{k+1} m(p')^2 ].
 
-The solver runs this backward on a grid of y (the continuous action optimised as a move to any grid
-candidate, refined by a parabola) and of beliefs p (a lattice on the simplex); Vex is the
-lower convex hull over the belief lattice, whose (at most I) vertices around p are the split p_i and
-whose minimisers u are the action prototypes. Player 2's equilibrium control is pure (certainty equivalence), v_k = argmin_v
-r2 v^2 + alpha_{k+1} (y2 + b_k v - m(p_k))^2: one prototype, within the paper's bound of I + 1.
+The solver runs this backward on a grid of y (U_{k+1} interpolated linearly; the continuous control
+searched on a fine grid and refined by a parabola) and on a lattice of beliefs p in the simplex. Vex is
+the lower convex hull over the lattice: its (at most I) vertices around p are the split p_i, and their
+minimising controls u_i are the action prototypes. Player 2's equilibrium control is pure (certainty
+equivalence), v_k = argmin_v r2 v^2 + alpha_{k+1} (y2 + b_k v - m(p_k))^2: one prototype, within the
+paper's bound of I + 1.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class GridConfig:
 
     beliefs: int = 101  # lattice points per edge of the belief simplex (points of p in [0, 1] for I = 2)
     positions: int = 401  # points of y (predicted terminal position along the goal axis)
-    span: float = 2.5  # y in [-span * d, span * d]
+    span: float = 2.5  # y in [-span * max|t|, span * max|t|]
     controls: int = 201  # candidate controls in [-u_max, u_max] before the parabolic refinement
     u_max: float = 8.0
 
@@ -146,8 +148,8 @@ class GridConfig:
 
 
 def belief_lattice(types: int, points: int) -> np.ndarray:
-    """All p in the simplex with coordinates in {0, 1/n, ..., 1}, n = points - 1: [P, types], P = C(n + I - 1, I - 1).
-    Rows are sorted by p_0, then p_1, ...; for two types they are (j/n, 1 - j/n), j = 0, ..., n."""
+    """All p in the simplex with coordinates in {0, 1/n, ..., 1}, n = points - 1: [P, types] with
+    P = C(n + I - 1, I - 1). Rows are sorted by p_0, then p_1, ...; for two types they are (j/n, 1 - j/n), j = 0, ..., n."""
     n = points - 1
     rows = [c for c in itertools.product(range(n + 1), repeat=types - 1) if sum(c) <= n]
     lattice = np.array([(*c, n - sum(c)) for c in rows], np.float64) / n
@@ -276,12 +278,14 @@ def solve(game: HexnerGame, grid: GridConfig = GridConfig()) -> dict[str, Any]:
     y1, w1 = game.predicted(game.start1)
     y2, w2 = game.predicted(game.start2)
     belief = int(np.abs(lattice - np.asarray(game.prior)).sum(-1).argmin())
+    if np.abs(lattice[belief] - np.asarray(game.prior)).max() > 1e-9:
+        raise UsageError(f"the prior {game.prior} is not a point of the belief lattice with {grid.beliefs} points per edge; "
+                         "pass beliefs = 1 + a multiple of the prior's common denominator.")
     # the first step only at the start position (U_0 elsewhere is never needed)
     root = split_stage(game, grid, 0, np.array([y1]), y, lattice, U[1], alpha[1])["value"][0, belief]
     orthogonal = game.tracking_weights(game.r1, game.q1)[0] * w1 ** 2 - alpha[0] * w2 ** 2
     value = float(root - alpha[0] * (y2 - game.mean(lattice[belief])) ** 2 + orthogonal)
-    return {"value": value, "y": y, "lattice": lattice, "U": U, "alpha": alpha, "grid": grid,
-            "start": (y1, belief, y2), "prior_on_grid": lattice[belief].tolist()}
+    return {"value": value, "y": y, "lattice": lattice, "U": U, "alpha": alpha, "grid": grid, "start": (y1, belief, y2)}
 
 
 def equilibrium_tree(game: HexnerGame, solution: dict[str, Any]) -> list[list[dict]]:
@@ -298,7 +302,8 @@ def equilibrium_tree(game: HexnerGame, solution: dict[str, Any]) -> list[list[di
         nodes, nxt = [], []
         for node in level:
             j = node["j"]
-            stage = split_stage(game, solution["grid"], k, np.array([node["y1"]]), y, lattice, solution["U"][k + 1], alpha[k + 1])
+            stage = split_stage(game, solution["grid"], k, np.array([node["y1"]]), y, lattice, solution["U"][k + 1],
+                                alpha[k + 1])
             m = float(game.mean(lattice[j]))
             v = -alpha[k + 1] * b[k] * (node["y2"] - m) / (game.r2 + alpha[k + 1] * b[k] ** 2)
             split: dict[int, float] = {}
