@@ -1,0 +1,117 @@
+"""E-AMoD: the LPs' feasibility and exactness, the dynamics by hand, the Dirichlet density, the upper bound."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+from longhorizon.errors import UsageError
+from longhorizon.structured import amod
+from longhorizon.structured import amod_policy as ap
+
+TINY = amod.City(regions=3, charge_levels=2, edges=((0, 1), (1, 2), (2, 0)), stations=(0,), fleet=6, steps=4,
+                 demand_scale=1.0, seed=3)
+
+
+def test_unreachable_region_is_refused_by_name():
+    with pytest.raises(UsageError, match="region 3 is unreachable"):
+        amod.City(regions=4, charge_levels=3, edges=((0, 1), (1, 2)), stations=(0,))
+    with pytest.raises(UsageError, match="charge levels"):
+        amod.City(regions=5, charge_levels=2)  # the ring's diameter 2 needs 3 levels
+
+
+def test_matching_lp_equals_brute_force_on_two_regions():
+    net = amod.Network(amod.City(regions=2, charge_levels=3, edges=((0, 1),), stations=(0,), fleet=4, seed=1))
+    x = np.array([[1.0, 1.0, 1.0], [0.0, 2.0, 0.0]])  # (region, charge); charge 0 cannot serve a trip
+    d = np.array([[1.0, 2.0], [1.0, 1.0]])
+    flows = amod.match(net, x, d)
+    lp = float(np.sum(flows * net.trip_profit[:, None, :]))
+    best = 0.0
+    for m in itertools.product(range(3), repeat=8):  # m[i, c, j] for c in (1, 2)
+        m = np.array(m, float).reshape(2, 2, 2)
+        if np.all(m.sum(2) <= x[:, 1:]) and np.all(m.sum(1) <= d):
+            best = max(best, float(np.sum(m * net.trip_profit[:, None, :])))
+    assert lp == pytest.approx(best)
+    assert flows[:, 0].sum() == 0 and np.all(flows.sum(2) <= x) and np.all(flows.sum(1) <= d)
+
+
+def test_lp_flows_are_feasible():
+    net = amod.Network(amod.City(seed=2))
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 4, (net.R, net.C)).astype(float)
+    d = net.demand(0)[0]
+    m = amod.match(net, x, d)
+    i, c, j = np.nonzero(m)
+    assert np.all(m >= 0) and np.all(c >= net.energy[i, j]) and np.all(m == np.rint(m))
+    assert np.all(m.sum(2) <= x) and np.all(m.sum(1) <= d)
+    idle = x - m.sum(2)
+    target = amod.integer_target(rng.dirichlet(np.ones(net.nodes)).reshape(net.R, net.C), idle.sum())
+    assert target.sum() == idle.sum() and np.all(target >= 0)
+    f = amod.rebalance(net, idle, target)
+    out = np.zeros((net.R, net.C))
+    np.add.at(out, (net.moves[:, 0], net.moves[:, 1]), f)
+    assert np.all(f >= 0) and np.all(f == np.rint(f)) and np.allclose(out, idle)  # every idle vehicle moves once
+    used = net.moves[f > 0]
+    charging = (used[:, 0] == used[:, 2]) & (used[:, 3] == used[:, 1] + 1)
+    assert np.all(net.station[used[charging, 0]])
+    assert np.all(used[~charging, 3] == used[~charging, 1] - net.hops[used[~charging, 0], used[~charging, 2]])
+    nxt, _ = amod.advance(net, m, f)
+    assert nxt.sum() == x.sum() and np.all(nxt >= 0)  # vehicles are conserved, never negative
+
+
+def test_dynamics_by_hand():
+    net = amod.Network(amod.City(regions=2, charge_levels=2, edges=((0, 1),), stations=(0,), fleet=2, seed=0))
+    x = np.array([[0.0, 1.0], [0.0, 1.0]])
+    d = np.array([[0.0, 1.0], [0.0, 0.0]])  # one request 0 -> 1
+    weights = np.array([[1.0, 0.0], [0.0, 0.0]])  # everything idle to (region 0, charge 0)
+    out = amod.step(net, x, d, lambda idle: weights)
+    assert out.idle.tolist() == [[0, 0], [0, 1]]  # (0, 1) served the trip
+    # the trip arrives at (1, 0); the idle (1, 1) moves one hop to (0, 0)
+    assert out.vehicles.tolist() == [[1, 0], [1, 0]]
+    assert out.profit == pytest.approx(net.trip_profit[0, 1] - net.city.move_cost)
+    # a target at an unreachable node (charge 1 in region 0 after a hop): the vehicle stays, paying nothing
+    out = amod.step(net, x, d, lambda idle: np.array([[0.0, 1.0], [0.0, 0.0]]))
+    assert out.vehicles.tolist() == [[0, 0], [1, 1]] and out.profit == pytest.approx(net.trip_profit[0, 1])
+
+
+def test_infeasible_rebalancing_falls_back_to_no_rebalancing():
+    net = amod.Network(TINY)
+    idle = np.array([[1.0, -1.0], [0.0, 2.0], [0.0, 0.0]])  # a negative count: no flow can conserve it
+    with pytest.warns(amod.RebalanceWarning, match="no rebalancing"):
+        f = amod.rebalance(net, idle, np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))
+    stay = (net.moves[:, 0] == net.moves[:, 2]) & (net.moves[:, 1] == net.moves[:, 3])
+    assert np.all(f[~stay] == 0) and f.sum() == 3
+
+
+def test_dirichlet_log_prob_and_entropy_by_hand():
+    # Beta(2, 3) at 0.4: x (1 - x)^2 / B(2, 3) with B(2, 3) = 1! 2! / 4! = 1/12
+    assert float(ap.dirichlet_log_prob(jnp.array([2.0, 3.0]), jnp.array([0.4, 0.6]))) == pytest.approx(
+        math.log(12 * 0.4 * 0.36), rel=1e-5)
+    alpha = np.array([0.5, 1.5, 3.0])
+    assert float(ap.dirichlet_entropy(jnp.array(alpha))) == pytest.approx(scipy.stats.dirichlet(alpha).entropy(), rel=1e-4)
+
+
+def test_full_information_lp_bounds_every_policy():
+    net = amod.Network(TINY)
+    agent = ap.Agent(net.C, ap.Config(hidden=8))
+    params, _ = agent.init(jax.random.PRNGKey(0), net)
+    rng = np.random.default_rng(0)
+    policies = {"none": amod.no_rebalancing(net), "equal": amod.equal_distribution(net),
+                "random": lambda t, idle: rng.dirichlet(np.ones(net.nodes)).reshape(net.R, net.C),
+                "agent": ap.policy_fn(agent, params, net, jax.random.PRNGKey(1), greedy=False)}
+    for seed in range(3):
+        demand = net.demand(seed)
+        bound = amod.full_information_optimum(net, demand)["profit"]
+        for name, desired in policies.items():
+            assert amod.run_episode(net, demand, desired)["profit"] <= bound + 1e-6, name
+    # one step: the bound is the matching LP's profit (idle vehicles stay for free)
+    demand = net.demand(0)[:1]
+    m = amod.match(net, net.initial_vehicles(), demand[0])
+    assert amod.full_information_optimum(net, demand)["profit"] == pytest.approx(np.sum(m * net.trip_profit[:, None, :]))
