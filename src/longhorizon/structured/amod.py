@@ -143,6 +143,17 @@ class Network:
         self.moves = np.array([e[:4] for e in edges], int)
         self.move_cost = np.array([e[4] for e in edges])
         self.penalty = 10.0 * (1.0 + self.move_cost.max())
+        # the LPs' constraint matrices do not change between steps (only their right-hand sides do)
+        n, N, E = len(self.trips), self.nodes, len(self.moves)
+        i, c, j = self.trips.T
+        supply = sp.csr_matrix((np.ones(n), (self.node(i, c), np.arange(n))), shape=(N, n))
+        requests = sp.csr_matrix((np.ones(n), (i * R + j, np.arange(n))), shape=(R * R, n))
+        self.matching_matrix = sp.vstack([supply, requests]).tocsr()  # rows: nodes, then OD pairs
+        out_of = sp.csr_matrix((np.ones(E), (self.node(*self.moves[:, :2].T), np.arange(E))), shape=(N, E))
+        into = sp.csr_matrix((np.ones(E), (self.node(*self.moves[:, 2:].T), np.arange(E))), shape=(N, E))
+        eye = sp.identity(N, format="csr")
+        self.rebalancing_matrix = sp.vstack([sp.hstack([out_of, sp.csr_matrix((N, 2 * N))]),
+                                             sp.hstack([into, -eye, eye])]).tocsr()  # rows: leave n, then reach n
 
     def node(self, region, charge):
         return np.asarray(region) * self.C + np.asarray(charge)
@@ -164,11 +175,7 @@ class Network:
 def match(net: Network, vehicles: np.ndarray, demand: np.ndarray) -> np.ndarray:
     """The matching LP (module docstring): flows m[i, c, j] [R, C, R], integral."""
     i, c, j = net.trips.T
-    n = len(net.trips)
-    cols = np.arange(n)
-    supply = sp.csr_matrix((np.ones(n), (net.node(i, c), cols)), shape=(net.nodes, n))
-    requests = sp.csr_matrix((np.ones(n), (i * net.R + j, cols)), shape=(net.R * net.R, n))
-    res = linprog(-net.trip_profit[i, j], A_ub=sp.vstack([supply, requests]),
+    res = linprog(-net.trip_profit[i, j], A_ub=net.matching_matrix,
                   b_ub=np.concatenate([vehicles.ravel(), demand.ravel()]), bounds=(0, None), method="highs")
     flows = np.zeros((net.R, net.C, net.R))
     if res.status == 0:  # always feasible (m = 0); a solver failure matches nobody
@@ -179,15 +186,10 @@ def match(net: Network, vehicles: np.ndarray, demand: np.ndarray) -> np.ndarray:
 def rebalance(net: Network, idle: np.ndarray, target: np.ndarray) -> np.ndarray:
     """The rebalancing LP (module docstring): flows per edge of ``net.moves`` [E], integral for integral
     inputs; no rebalancing (every vehicle stays) with a :class:`RebalanceWarning` if the LP fails."""
-    src = net.node(net.moves[:, 0], net.moves[:, 1])
-    dst = net.node(net.moves[:, 2], net.moves[:, 3])
     E, N = len(net.moves), net.nodes
-    out_of = sp.csr_matrix((np.ones(E), (src, np.arange(E))), shape=(N, E))
-    into = sp.csr_matrix((np.ones(E), (dst, np.arange(E))), shape=(N, E))
-    eye = sp.identity(N, format="csr")
-    A_eq = sp.vstack([sp.hstack([out_of, sp.csr_matrix((N, 2 * N))]), sp.hstack([into, -eye, eye])])
     cost = np.concatenate([net.move_cost, np.full(2 * N, net.penalty)])
-    res = linprog(cost, A_eq=A_eq, b_eq=np.concatenate([idle.ravel(), target.ravel()]), bounds=(0, None), method="highs")
+    res = linprog(cost, A_eq=net.rebalancing_matrix, b_eq=np.concatenate([idle.ravel(), target.ravel()]),
+                  bounds=(0, None), method="highs")
     if res.status == 0:
         return np.rint(res.x[:E])
     warnings.warn(f"the rebalancing LP failed ({res.message.strip()}); no rebalancing this step.", RebalanceWarning,

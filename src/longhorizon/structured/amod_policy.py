@@ -52,6 +52,7 @@ class Config:
     entropy_coef: float = 1e-3
     normalize_advantages: bool = True
     alpha_min: float = 0.1  # keeps concentrations positive and the log-density finite
+    alpha_init: float = 1.0  # every concentration at initialisation (about)
     reward_scale: float = 0.0  # rewards are divided by this; 0: the fleet size times the base fare
     seed: int = 0
 
@@ -62,6 +63,8 @@ class Config:
             raise UsageError("gamma must lie in (0, 1] and gae_lambda in [0, 1]; pass values in those ranges.")
         if self.learning_rate <= 0 or self.alpha_min <= 0 or self.reward_scale < 0:
             raise UsageError("learning_rate and alpha_min must be positive and reward_scale non-negative; fix them.")
+        if self.alpha_init <= self.alpha_min:
+            raise UsageError(f"alpha_init ({self.alpha_init}) must exceed alpha_min ({self.alpha_min}); raise alpha_init.")
 
 
 def dirichlet_log_prob(alpha: jax.Array, w: jax.Array) -> jax.Array:
@@ -81,23 +84,27 @@ class GraphNet(nn.Module):
 
     hidden: int
     out: int
+    out_bias: float = 0.0
 
     @nn.compact
     def __call__(self, x, mean_adj):
         h = x
         for _ in range(2):
             h = nn.relu(nn.Dense(self.hidden)(h) + nn.Dense(self.hidden, use_bias=False)(mean_adj @ h))
-        return nn.Dense(self.out)(h)
+        return nn.Dense(self.out, bias_init=nn.initializers.constant(self.out_bias))(h)
 
 
 class ActorCritic(nn.Module):
     charge_levels: int
     hidden: int
     alpha_min: float
+    alpha_init: float
 
     @nn.compact
     def __call__(self, x, mean_adj):
-        alpha = nn.softplus(GraphNet(self.hidden, self.charge_levels)(x, mean_adj)) + self.alpha_min  # [R, C]
+        # the output bias starts every concentration near alpha_init: larger means less noisy first proposals
+        bias = float(np.log(np.expm1(self.alpha_init - self.alpha_min)))
+        alpha = nn.softplus(GraphNet(self.hidden, self.charge_levels, bias)(x, mean_adj)) + self.alpha_min  # [R, C]
         value = GraphNet(self.hidden, 1)(x, mean_adj).mean()
         return alpha.reshape(alpha.shape[:-2] + (-1,)), value
 
@@ -121,7 +128,7 @@ class Agent:
 
     def __init__(self, charge_levels: int, config: Config):
         self.config = config
-        self.model = ActorCritic(charge_levels, config.hidden, config.alpha_min)
+        self.model = ActorCritic(charge_levels, config.hidden, config.alpha_min, config.alpha_init)
         self.optimizer = make_optimizer(config.learning_rate, config.max_grad_norm)
         self._act = jax.jit(self._act_fn, static_argnames="greedy")
         self._learn = jax.jit(self._learn_fn)
