@@ -1,0 +1,80 @@
+"""The networked dilemma (payoffs and graphs by hand, dict API = array path) and the shared-DQN agents."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.structured import dilemma, shared_dqn
+from longhorizon.structured.dilemma import COOPERATE as C, DEFECT as D, DilemmaConfig, NetworkedDilemma
+
+RING4 = np.array([[3, 1], [0, 2], [1, 3], [2, 0]])  # 0-1-2-3-0
+
+
+def test_payoffs_by_hand_on_a_four_node_ring():
+    env = NetworkedDilemma(DilemmaConfig(dg=0.5, dr=0.5), neighbours=RING4)
+    payoff = dilemma.payoff_matrix(0.5, 0.5)
+    np.testing.assert_allclose(payoff, [[1.0, -0.5], [1.5, 0.0]])  # ((R, S), (T, P))
+    actions = jnp.array([C, C, D, C])
+    # agent 0 meets C, C: 1; agent 1 meets C, D: (1 - 0.5) / 2; agent 2 (D) meets C, C: 1.5; agent 3 meets D, C
+    np.testing.assert_allclose(env.rewards(actions, payoff), [1.0, 0.25, 1.5, 0.25])
+    np.testing.assert_allclose(env.observe(actions), [[1, 1], [1, 0.5], [0, 1], [1, 0.5]])
+
+
+def test_three_by_three_torus_neighbours_and_a_lone_defector():
+    env = NetworkedDilemma(DilemmaConfig(side=3, dg=0.3, dr=0.1))
+    nbrs = np.asarray(env.neighbours)
+    assert sorted(nbrs[0]) == [1, 2, 3, 6] and sorted(nbrs[4]) == [1, 3, 5, 7]  # von Neumann, wrapping around
+    assert all(len(set(row)) == 4 and i not in row for i, row in enumerate(nbrs))
+    assert all(i in nbrs[j] for i in range(9) for j in nbrs[i])  # symmetric
+    actions = jnp.full(9, C).at[4].set(D)
+    expected = np.ones(9)
+    expected[4] = 1.3  # T = 1 + dg against four cooperators
+    expected[[1, 3, 5, 7]] = (3 * 1.0 - 0.1) / 4  # three R and one S = -dr
+    np.testing.assert_allclose(env.rewards(actions, env.reset_arrays(jax.random.PRNGKey(0))[1].payoff), expected, rtol=1e-6)
+    np.testing.assert_allclose(env.observe(actions)[1], [1.0, 0.75])
+
+
+def test_random_graphs_are_simple_symmetric_and_seeded():
+    regular = dilemma.random_regular_neighbours(50, 4, seed=3)
+    assert regular.shape == (50, 4) and np.array_equal(regular, dilemma.random_regular_neighbours(50, 4, seed=3))
+    assert all(len(set(row)) == 4 and i not in row for i, row in enumerate(regular))
+    assert all(i in regular[j] for i in range(50) for j in regular[i])
+    nbrs, mask = dilemma.erdos_renyi_neighbours(40, 0.2, seed=1)
+    adjacency = np.zeros((40, 40), bool)
+    for i in range(40):
+        adjacency[i, nbrs[i][mask[i]]] = True
+    assert np.array_equal(adjacency, adjacency.T) and not adjacency.diagonal().any()
+    env = NetworkedDilemma(DilemmaConfig(graph="erdos_renyi", num_agents=40, edge_prob=0.2, graph_seed=1))
+    np.testing.assert_array_equal(env.degree, adjacency.sum(1))
+
+
+def test_dict_api_and_array_path_agree_and_episodes_reset():
+    env = NetworkedDilemma(DilemmaConfig(side=3, max_steps=2))
+    assert len(env.agents) == 9 and env.action_spaces["agent_0"].n == 2
+    key = jax.random.PRNGKey(1)
+    obs_dict, state_d = env.reset(key)
+    obs, state = env.reset_arrays(key)
+    np.testing.assert_array_equal(np.stack([obs_dict[a] for a in env.agents]), obs)
+    actions = jax.random.randint(jax.random.PRNGKey(2), (9,), 0, 2)
+    for t in range(2):
+        step_key = jax.random.PRNGKey(10 + t)
+        o_d, state_d, r_d, dones, _ = env.step(step_key, state_d, {a: actions[i] for i, a in enumerate(env.agents)})
+        obs, state, rewards, done, info = env.step_arrays(step_key, state, actions)
+        np.testing.assert_array_equal(np.stack([o_d[a] for a in env.agents]), obs)
+        np.testing.assert_array_equal(np.stack([r_d[a] for a in env.agents]), rewards)
+        assert bool(dones["__all__"]) == bool(done) == (t == 1)
+    assert int(state.time) == 0  # reset after max_steps; the true last observation is kept
+    np.testing.assert_array_equal(info["final_obs"], env.observe(actions))
+
+
+def test_bad_environment_input_is_refused():
+    for kwargs in ({"graph": "ring"}, {"side": 2}, {"graph": "random_regular", "num_agents": 5, "degree": 3},
+                   {"dg": -1.0}, {"graph": "erdos_renyi", "edge_prob": 0.0}):
+        with pytest.raises(UsageError):
+            DilemmaConfig(**kwargs)
+    with pytest.raises(UsageError, match="isolated node"):
+        NetworkedDilemma(DilemmaConfig(graph="erdos_renyi", num_agents=30, edge_prob=0.001))
+    with pytest.raises(UsageError, match="explicit graph"):
+        NetworkedDilemma(DilemmaConfig(), neighbours=np.zeros(4, int))
