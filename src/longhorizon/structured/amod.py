@@ -31,7 +31,7 @@ Mobility-on-Demand via Graph RL"):
 :func:`full_information_optimum` is the time-expanded LP of the whole episode with the realised demand
 known in advance (matching and rebalancing jointly, fractional flows allowed): every policy's integral
 trajectory is feasible for it with the same profit, so it is an upper bound. All LPs are float64
-numpy/scipy solved by HiGHS on the host.
+numpy/scipy, solved by HiGHS (``highspy``) on the host.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from collections import deque
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from longhorizon.errors import UsageError
 
@@ -111,6 +110,44 @@ def hop_distances(regions: int, edges) -> np.ndarray:
     return hops
 
 
+class HighsLP:
+    """``min cost @ x  s.t.  row_lower <= A x <= row_upper,  x >= 0`` with a fixed ``A``: the model is handed
+    to HiGHS once and each solve only changes the row bounds (scipy's ``linprog`` re-validates and re-builds
+    the model per call, which costs more than these small solves). Every solve starts cold, so its result
+    does not depend on earlier solves."""
+
+    def __init__(self, cost: np.ndarray, matrix: sp.spmatrix):
+        import highspy
+
+        self._highspy = highspy
+        self.highs = highspy.Highs()
+        self.highs.setOptionValue("output_flag", False)
+        self.highs.setOptionValue("threads", 1)
+        A = sp.csc_matrix(matrix)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+        lp.col_cost_ = np.asarray(cost, np.float64)
+        lp.col_lower_, lp.col_upper_ = np.zeros(A.shape[1]), np.full(A.shape[1], np.inf)
+        lp.row_lower_, lp.row_upper_ = np.zeros(A.shape[0]), np.zeros(A.shape[0])
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data.astype(np.float64)
+        self.highs.passModel(lp)
+        self.rows = np.arange(A.shape[0], dtype=np.int32)
+        self.status = "not solved"
+
+    def solve(self, row_lower: np.ndarray, row_upper: np.ndarray) -> np.ndarray | None:
+        """The optimal x, or None (with ``self.status`` saying why) if HiGHS finds no optimum."""
+        self.highs.clearSolver()
+        self.highs.changeRowsBounds(len(self.rows), self.rows, np.asarray(row_lower, np.float64),
+                                    np.asarray(row_upper, np.float64))
+        self.highs.run()
+        status = self.highs.getModelStatus()
+        self.status = self.highs.modelStatusToString(status)
+        if status != self._highspy.HighsModelStatus.kOptimal:
+            return None
+        return np.asarray(self.highs.getSolution().col_value)
+
+
 class Network:
     """The city's fixed arrays: hops, trip energy and profit, demand rates, and the LPs' index sets."""
 
@@ -154,6 +191,9 @@ class Network:
         eye = sp.identity(N, format="csr")
         self.rebalancing_matrix = sp.vstack([sp.hstack([out_of, sp.csr_matrix((N, 2 * N))]),
                                              sp.hstack([into, -eye, eye])]).tocsr()  # rows: leave n, then reach n
+        self.matching_lp = HighsLP(-self.trip_profit[i, j], self.matching_matrix)
+        self.rebalancing_lp = HighsLP(np.concatenate([self.move_cost, np.full(2 * N, self.penalty)]),
+                                      self.rebalancing_matrix)
 
     def node(self, region, charge):
         return np.asarray(region) * self.C + np.asarray(charge)
@@ -175,25 +215,23 @@ class Network:
 def match(net: Network, vehicles: np.ndarray, demand: np.ndarray) -> np.ndarray:
     """The matching LP (module docstring): flows m[i, c, j] [R, C, R], integral."""
     i, c, j = net.trips.T
-    res = linprog(-net.trip_profit[i, j], A_ub=net.matching_matrix,
-                  b_ub=np.concatenate([vehicles.ravel(), demand.ravel()]), bounds=(0, None), method="highs")
+    upper = np.concatenate([vehicles.ravel(), demand.ravel()])
+    x = net.matching_lp.solve(np.full(len(upper), -np.inf), upper)
     flows = np.zeros((net.R, net.C, net.R))
-    if res.status == 0:  # always feasible (m = 0); a solver failure matches nobody
-        flows[i, c, j] = np.rint(res.x)
+    if x is not None:  # always feasible (m = 0); a solver failure matches nobody
+        flows[i, c, j] = np.rint(x)
     return flows
 
 
 def rebalance(net: Network, idle: np.ndarray, target: np.ndarray) -> np.ndarray:
     """The rebalancing LP (module docstring): flows per edge of ``net.moves`` [E], integral for integral
     inputs; no rebalancing (every vehicle stays) with a :class:`RebalanceWarning` if the LP fails."""
-    E, N = len(net.moves), net.nodes
-    cost = np.concatenate([net.move_cost, np.full(2 * N, net.penalty)])
-    res = linprog(cost, A_eq=net.rebalancing_matrix, b_eq=np.concatenate([idle.ravel(), target.ravel()]),
-                  bounds=(0, None), method="highs")
-    if res.status == 0:
-        return np.rint(res.x[:E])
-    warnings.warn(f"the rebalancing LP failed ({res.message.strip()}); no rebalancing this step.", RebalanceWarning,
-                  stacklevel=2)
+    rhs = np.concatenate([idle.ravel(), target.ravel()])
+    x = net.rebalancing_lp.solve(rhs, rhs)
+    if x is not None:
+        return np.rint(x[: len(net.moves)])
+    warnings.warn(f"the rebalancing LP failed ({net.rebalancing_lp.status}); no rebalancing this step.",
+                  RebalanceWarning, stacklevel=2)
     return stay_flows(net, idle)
 
 
@@ -317,9 +355,10 @@ def full_information_optimum(net: Network, demand: np.ndarray, vehicles: np.ndar
     A_ub = sp.kron(sp.identity(T), req_block)
     b_eq = np.concatenate([x0.ravel(), np.zeros((T - 1) * N)])
     cost = np.tile(np.concatenate([-net.trip_profit[i, j], net.move_cost]), T)
-    start = time.perf_counter()
-    res = linprog(cost, A_ub=A_ub, b_ub=demand.ravel(), A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+    lp = HighsLP(cost, sp.vstack([A_eq, A_ub]))
+    start = time.perf_counter()  # the solve alone, as for the per-step LPs
+    x = lp.solve(np.concatenate([b_eq, np.full(A_ub.shape[0], -np.inf)]), np.concatenate([b_eq, demand.ravel()]))
     seconds = time.perf_counter() - start
-    if res.status != 0:
-        raise RuntimeError(f"the full-information LP failed: {res.message}")
-    return {"profit": float(-res.fun), "seconds": seconds, "variables": T * V}
+    if x is None:
+        raise RuntimeError(f"the full-information LP failed: {lp.status}")
+    return {"profit": float(-cost @ x), "seconds": seconds, "variables": T * V}

@@ -130,12 +130,13 @@ class Agent:
         self.config = config
         self.model = ActorCritic(charge_levels, config.hidden, config.alpha_min, config.alpha_init)
         self.optimizer = make_optimizer(config.learning_rate, config.max_grad_norm)
+        self._init = jax.jit(self.model.init)  # one compile, not one per operation
         self._act = jax.jit(self._act_fn, static_argnames="greedy")
         self._learn = jax.jit(self._learn_fn)
 
     def init(self, key, net: amod.Network):
         x = features(net, 0, net.initial_vehicles())
-        params = self.model.init(key, x, mean_adjacency(net))
+        params = self._init(key, x, mean_adjacency(net))
         return params, self.optimizer.init(params)
 
     def _act_fn(self, params, x, mean_adj, key, greedy: bool):
@@ -202,9 +203,12 @@ def collect(agent: Agent, params, net: amod.Network, episode_seed: int, key, sca
     return {"x": xs, "w": ws, "reward": rewards, "value": values}, {"profit": profit, **seconds}
 
 
-def train(net: amod.Network, config: Config, log=None) -> dict:
-    """A2C on ``net``'s city; episode seeds 1000 + k (evaluation uses other seeds). Returns params and the curve."""
-    agent = Agent(net.C, config)
+def train(net: amod.Network, config: Config, log=None, agent: Agent | None = None) -> dict:
+    """A2C on ``net``'s city; episode seeds 1000 + k (evaluation uses other seeds). Returns params and the curve.
+    ``agent``: an :class:`Agent` built for the same config up to its seed, to reuse its compiled functions."""
+    agent = agent or Agent(net.C, config)
+    if dataclasses.replace(agent.config, seed=config.seed) != config:
+        raise UsageError("the agent passed to train was built for another config; build it from this config.")
     key = jax.random.PRNGKey(config.seed)
     key, init_key = jax.random.split(key)
     params, opt_state = agent.init(init_key, net)

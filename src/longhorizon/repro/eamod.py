@@ -1,0 +1,196 @@
+"""`longhorizon repro eamod`: graph RL with LP layers for electric AMoD vs heuristics and the full LP optimum.
+
+The paper's claims ("Electric Autonomous Mobility-on-Demand via Graph RL", after Gammelli et al.'s graph RL for
+AMoD): a graph-network policy that proposes a desired vehicle distribution, turned into feasible matching and
+rebalancing flows by LPs, earns up to 89% of the full-information LP optimum, at a decision cost more than
+100x below solving the horizon LP (what a model-predictive controller does every step), and transfers to
+another city without retraining.
+
+Protocol (:mod:`longhorizon.structured.amod`, :mod:`longhorizon.structured.amod_policy`): city A is trained
+on by A2C for ``updates x episodes`` sampled days per seed; every method is then scored on the same held-out
+days (demand seeds 0..eval_days-1) of city A and of city B (another graph, size, station set and demand
+pattern; the policy is not retrained). The full-information optimum of each held-out day is the upper bound;
+"% of optimum" is a day's profit over it. Timing is per decision step on the host: the policy's forward pass
+plus the rebalancing LP, against one solve of the full horizon LP from the day's start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from longhorizon.repro.agent_common import mean_se, plot_curves, write
+from longhorizon.structured import amod
+from longhorizon.structured import amod_policy as ap
+
+CITY_A = amod.City(regions=5, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 0)), stations=(0, 2),
+                   fleet=40, steps=12, seed=0)
+CITY_B = amod.City(regions=6, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 3)),
+                   stations=(1, 4), fleet=48, steps=12, amplitude=0.6, seed=7)
+QUICK_A = amod.City(regions=3, charge_levels=2, edges=((0, 1), (1, 2), (2, 0)), stations=(0,), fleet=12, steps=6, seed=0)
+QUICK_B = amod.City(regions=3, charge_levels=2, edges=((0, 1), (1, 2), (2, 0)), stations=(2,), fleet=12, steps=6,
+                    amplitude=0.5, seed=5)
+TARGET_FRACTION = 0.80  # "a large fraction" of the optimum, checked at this level (the paper reports up to 0.89)
+TARGET_SPEEDUP = 100.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    city_a: amod.City = CITY_A
+    city_b: amod.City = CITY_B
+    config: ap.Config = ap.Config(updates=100, episodes=4, learning_rate=3e-3, alpha_init=5.0)
+    seeds: int = 3
+    eval_days: int = 5
+
+
+QUICK = Setup(QUICK_A, QUICK_B, ap.Config(updates=6, episodes=2, hidden=16, learning_rate=3e-3, alpha_init=5.0),
+              seeds=2, eval_days=2)
+
+
+def score_days(net: amod.Network, days: int, desired_by_name: dict) -> dict[str, Any]:
+    """Per method: the profits of held-out days 0..days-1, and the full-information optimum of each."""
+    demand = [net.demand(d) for d in range(days)]
+    optimum = [amod.full_information_optimum(net, dm) for dm in demand]
+    out = {"optimum": [o["profit"] for o in optimum], "optimum_seconds": [o["seconds"] for o in optimum],
+           "optimum_variables": optimum[0]["variables"]}
+    for name, make in desired_by_name.items():
+        runs = [amod.run_episode(net, dm, make()) for dm in demand]
+        out[name] = [r["profit"] for r in runs]
+        out[f"{name}_seconds_rebalance"] = float(np.median([r["seconds_rebalance"] for r in runs]))
+    return out
+
+
+def decision_seconds(agent, params, net: amod.Network, repeats: int = 50) -> float:
+    """Median seconds of one policy forward pass (jitted, after compilation) on a day-0 state."""
+    idle = net.initial_vehicles()
+    agent.act(params, net, 0, idle, jax.random.PRNGKey(0), greedy=True)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        agent.act(params, net, 0, idle, jax.random.PRNGKey(0), greedy=True)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def measure(setup: Setup, log=print) -> dict[str, Any]:
+    nets = {"A": amod.Network(setup.city_a), "B": amod.Network(setup.city_b)}
+    heuristics = {city: score_days(net, setup.eval_days, {"no rebalancing": lambda n=net: amod.no_rebalancing(n),
+                                                          "equal distribution": lambda n=net: amod.equal_distribution(n)})
+                  for city, net in nets.items()}
+    seeds, agent = [], ap.Agent(setup.city_a.charge_levels, setup.config)  # one agent: compiled once for all seeds
+    for seed in range(setup.seeds):
+        start = time.perf_counter()
+        trained = ap.train(nets["A"], dataclasses.replace(setup.config, seed=seed), log=log, agent=agent)
+        train_seconds = time.perf_counter() - start
+        row = {"seed": seed, "curve": trained["curve"], "train_seconds": train_seconds, "host_seconds": trained["seconds"]}
+        for city, net in nets.items():
+            rl = score_days(net, setup.eval_days, {"graph RL": lambda n=net: ap.policy_fn(trained["agent"], trained["params"], n)})
+            row[city] = {"profit": rl["graph RL"], "seconds_rebalance": rl["graph RL_seconds_rebalance"],
+                         "seconds_forward": decision_seconds(trained["agent"], trained["params"], net)}
+        seeds.append(row)
+        log(f"[eamod] seed {seed}: city A profit {np.mean(row['A']['profit']):.1f}, B {np.mean(row['B']['profit']):.1f} "
+            f"(optimum {np.mean(heuristics['A']['optimum']):.1f}, {np.mean(heuristics['B']['optimum']):.1f})")
+    return {"heuristics": heuristics, "seeds": seeds}
+
+
+def table(measured: dict) -> dict[str, dict[str, Any]]:
+    """Per city and method: profit and % of optimum (mean, SE: over seeds for RL, over days for heuristics)."""
+    rows = {}
+    for city, h in measured["heuristics"].items():
+        opt = np.array(h["optimum"])
+        per = {"full-information LP (bound)": (opt, opt)}
+        per.update({name: (np.array(h[name]), np.array(h[name])) for name in ("no rebalancing", "equal distribution")})
+        rl = np.array([s[city]["profit"] for s in measured["seeds"]])  # [seeds, days]
+        per["graph RL"] = (rl.mean(1), rl / opt)
+        rows[city] = {}
+        for name, (profit, share) in per.items():
+            share = share.mean(1) if share.ndim == 2 else share / opt
+            rows[city][name] = {"profit": mean_se(profit), "percent_of_optimum": mean_se(100 * share)}
+    return rows
+
+
+def claims(measured: dict) -> dict[str, str]:
+    """Each claim decided from the measured values: ``holds`` when the mean clears the target by 2 SE (over
+    training seeds), ``contradicted`` when it misses by 2 SE, else ``inconclusive``; the speed-up against its
+    target directly (medians of many timings)."""
+    seeds, heur = measured["seeds"], measured["heuristics"]
+    out = {}
+
+    def verdict(mean, se, target):
+        return "holds" if mean - 2 * se > target else "contradicted" if mean + 2 * se < target else "inconclusive"
+
+    share = [100 * np.mean(np.array(s["A"]["profit"]) / np.array(heur["A"]["optimum"])) for s in seeds]
+    m, se = mean_se(share)
+    out[f"graph RL reaches >= {TARGET_FRACTION:.0%} of the full-information LP optimum (paper: up to 89%)"] = (
+        f"{verdict(m, se, 100 * TARGET_FRACTION)} ({m:.1f}% +- {se:.1f} SE over {len(seeds)} seeds)")
+    for city, text in (("A", "graph RL earns more than the best heuristic (no rebalancing, equal distribution)"),
+                       ("B", "the policy trained on city A beats the best heuristic on city B without retraining")):
+        best = max(("no rebalancing", "equal distribution"), key=lambda n: np.mean(heur[city][n]))
+        gaps = [np.mean(s[city]["profit"]) - np.mean(heur[city][best]) for s in seeds]
+        m, se = mean_se(gaps)
+        out[text] = f"{verdict(m, se, 0.0)} (profit difference vs {best} {m:+.1f} +- {se:.1f} SE per day)"
+    rl_step = np.median([s["A"]["seconds_forward"] + s["A"]["seconds_rebalance"] for s in seeds])
+    speedup = float(np.median(heur["A"]["optimum_seconds"]) / rl_step)
+    out[f"a graph-RL decision is > {TARGET_SPEEDUP:.0f}x faster than solving the horizon LP"] = (
+        f"{'holds' if speedup > TARGET_SPEEDUP else 'contradicted'} ({speedup:.1f}x: {1e3 * rl_step:.1f} ms per step "
+        f"(forward + rebalancing LP) vs {1e3 * np.median(heur['A']['optimum_seconds']):.1f} ms for the "
+        f"{heur['A']['optimum_variables']}-variable horizon LP)")
+    return out
+
+
+def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
+    setup = setup or (QUICK if quick else Setup())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    measured = measure(setup)
+    rows, decided = table(measured), claims(measured)
+    held = {v.split()[0] for v in decided.values()}
+    verdict = ("eamod: " + ("holds" if held == {"holds"} else "contradicted" if held == {"contradicted"} else "mixed")
+               + " at this scale; " + "; ".join(f"{k}: {v}" for k, v in decided.items()))
+    host = measured["seeds"][0]["host_seconds"]
+    summary = {"claims": decided, "verdict": verdict, "quick": quick, "table": rows, "measured": measured,
+               "setup": {"city_a": dataclasses.asdict(setup.city_a), "city_b": dataclasses.asdict(setup.city_b),
+                         "config": dataclasses.asdict(setup.config), "seeds": setup.seeds, "eval_days": setup.eval_days},
+               "lp_share_of_training": host["lp"] / sum(host.values()), "seconds": time.perf_counter() - start}
+    curves = np.array([s["curve"] for s in measured["seeds"]])
+    xs = (np.arange(curves.shape[1]) + 1) * setup.config.episodes
+    opt = np.mean(measured["heuristics"]["A"]["optimum"])
+    plot_curves(out / "eamod.png", {"graph RL (A2C, sampled)": (xs, curves.mean(0), curves.std(0) / np.sqrt(len(curves))),
+                                    **{name: (xs, np.full(len(xs), np.mean(measured["heuristics"]["A"][name])), np.zeros(len(xs)))
+                                       for name in ("no rebalancing", "equal distribution")},
+                                    "full-information LP (bound)": (xs, np.full(len(xs), opt), np.zeros(len(xs)))},
+                "training days", "profit per day (city A)", "E-AMoD: A2C training vs heuristics and the LP bound")
+    write(out, summary, report(summary, setup))
+    return summary
+
+
+def report(summary: dict, setup: Setup) -> list[str]:
+    a, b = setup.city_a, setup.city_b
+    lines = ["# E-AMoD: graph RL with LP layers vs the full-information optimum", "",
+             "Claim (\"Electric Autonomous Mobility-on-Demand via Graph RL\"): a graph-network policy proposing a desired",
+             "vehicle distribution, made feasible by matching and rebalancing LPs, reaches up to 89% of the LP optimum,",
+             "more than 100x faster than solving it, and transfers to another city.", "",
+             f"Scale: city A {a.regions} regions x {a.charge_levels} charge levels (ring, stations {a.stations}, fleet "
+             f"{a.fleet}, {a.steps}-step day); city B {b.regions} regions (ring + chord, stations {b.stations}, fleet "
+             f"{b.fleet}, another demand pattern). A2C {setup.config.updates} updates x {setup.config.episodes} days per "
+             f"seed, {setup.seeds} seeds, {setup.eval_days} held-out days. The paper uses real city data (NYC, Shenzhen "
+             "...), far larger graphs, travel times of several steps and SAC/A2C over thousands of episodes; here "
+             "every trip takes one step and demand is synthetic.", "",
+             "| city | method | profit per day | % of optimum |", "|---|---|---|---|"]
+    for city, per in summary["table"].items():
+        for name, r in per.items():
+            (p, pse), (s, sse) = r["profit"], r["percent_of_optimum"]
+            lines.append(f"| {city} | {name} | {p:.1f} +- {pse:.1f} | {s:.1f} +- {sse:.1f} |")
+    lines += ["", "SE: over training seeds for graph RL, over held-out days otherwise. "
+              f"LP share of the host training time: {summary['lp_share_of_training']:.0%}.", "",
+              "![training curve](eamod.png)", "", "## Verdict", "", summary["verdict"], ""]
+    lines += [f"- {k}: {v}" for k, v in summary["claims"].items()]
+    lines += ["", "Command: `longhorizon repro eamod" + (" --quick`" if summary["quick"] else "`"),
+              f"({summary['seconds']:.0f} s on this machine)."]
+    return lines
