@@ -6,7 +6,6 @@ import itertools
 import math
 import warnings
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -100,12 +99,9 @@ def test_dirichlet_log_prob_and_entropy_by_hand():
 
 def test_full_information_lp_bounds_every_policy():
     net = amod.Network(TINY)
-    agent = ap.Agent(net.C, ap.Config(hidden=8))
-    params, _ = agent.init(jax.random.PRNGKey(0), net)
     rng = np.random.default_rng(0)
     policies = {"none": amod.no_rebalancing(net), "equal": amod.equal_distribution(net),
-                "random": lambda t, idle: rng.dirichlet(np.ones(net.nodes)).reshape(net.R, net.C),
-                "agent": ap.policy_fn(agent, params, net, jax.random.PRNGKey(1), greedy=False)}
+                "random": lambda t, idle: rng.dirichlet(np.ones(net.nodes)).reshape(net.R, net.C)}
     for seed in range(3):
         demand = net.demand(seed)
         bound = amod.full_information_optimum(net, demand)["profit"]
@@ -115,3 +111,50 @@ def test_full_information_lp_bounds_every_policy():
     demand = net.demand(0)[:1]
     m = amod.match(net, net.initial_vehicles(), demand[0])
     assert amod.full_information_optimum(net, demand)["profit"] == pytest.approx(np.sum(m * net.trip_profit[:, None, :]))
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(UsageError, match="alpha_init"):
+        ap.Config(alpha_init=0.05)
+    with pytest.raises(UsageError, match="gamma"):
+        ap.Config(gamma=0.0)
+
+
+def _measured(profits_a, gaps_b, seconds_lp, seconds_step):
+    """A fake measurement: one held-out day of optimum 100 (so a profit is a % of it), heuristics at 50
+    (no rebalancing) and 40 (equal); city B's profits are 50 + gap."""
+    heur = {c: {"optimum": [100.0], "optimum_seconds": [seconds_lp], "optimum_variables": 10,
+                "no rebalancing": [50.0], "equal distribution": [40.0]} for c in "AB"}
+    seeds = [{"A": {"profit": [p], "seconds_forward": seconds_step / 2, "seconds_rebalance": seconds_step / 2},
+              "B": {"profit": [50.0 + g]}} for p, g in zip(profits_a, gaps_b)]
+    return {"heuristics": heur, "seeds": seeds}
+
+
+def test_claim_rules_by_hand():
+    from longhorizon.repro import eamod
+
+    c = eamod.claims(_measured([85.0, 86.0, 87.0], [-5.0, -6.0, -7.0], 1.0, 0.001))
+    fraction, beats_a, beats_b, speed = c.values()
+    assert fraction.startswith("holds (86.0% +- 0.6")  # 86 - 2 x 0.58 > 80
+    assert beats_a.startswith("holds (profit difference vs no rebalancing +36.0")
+    assert beats_b.startswith("contradicted (profit difference vs no rebalancing -6.0")
+    assert speed.startswith("holds (1000.0x")
+    c = eamod.claims(_measured([70.0, 90.0, 80.0], [1.0, -1.0, 0.0], 0.05, 0.001))
+    fraction, _, beats_b, speed = c.values()
+    assert fraction.startswith("inconclusive") and beats_b.startswith("inconclusive")
+    assert speed.startswith("contradicted (50.0x")
+
+
+def test_quick_repro_writes_its_report_under_the_bound(tmp_path):
+    from longhorizon.repro import eamod
+
+    summary = eamod.run(str(tmp_path), quick=True)
+    assert {p.name for p in tmp_path.iterdir()} >= {"README.md", "summary.json", "eamod.png"}
+    assert "## Verdict" in (tmp_path / "README.md").read_text() and summary["quick"] is True
+    assert len(summary["claims"]) == 4
+    assert all(v.split()[0] in ("holds", "contradicted", "inconclusive") for v in summary["claims"].values())
+    m = summary["measured"]
+    for city in "AB":
+        bound = np.array(m["heuristics"][city]["optimum"])
+        for s in m["seeds"]:
+            assert np.all(np.array(s[city]["profit"]) <= bound + 1e-6)  # the trained policy too

@@ -43,7 +43,7 @@ TARGET_SPEEDUP = 100.0
 class Setup:
     city_a: amod.City = CITY_A
     city_b: amod.City = CITY_B
-    config: ap.Config = ap.Config(updates=100, episodes=4, learning_rate=3e-3, alpha_init=5.0)
+    config: ap.Config = ap.Config(updates=150, episodes=8, learning_rate=3e-3, alpha_init=5.0)
     seeds: int = 3
     eval_days: int = 5
 
