@@ -198,4 +198,6 @@ def test_claim_rules_by_hand():
     assert repro.convergence_claim(conv).startswith("inconclusive")
     assert repro.convergence_claim({3: {"sampled_final_ratio": 0.6}}).startswith("contradicted")
     assert repro.convergence_claim({3: {"sampled_final_ratio": 0.01}}).startswith("holds")
+    assert repro.exploitability({"r": 1 / 3, "p": 1 / 3, "s": 1 / 3}) == pytest.approx(0.0, abs=1e-12)
+    assert repro.exploitability({"r": 0.5, "p": 0.0, "s": 0.0, "None": 0.5}) == pytest.approx(0.4)  # p beats pure r
     assert dataclasses.is_dataclass(repro.QUICK_LM)

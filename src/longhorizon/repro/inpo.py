@@ -64,7 +64,7 @@ class LMSetup:
     seed: int = 0
 
 
-QUICK_TABULAR = TabularSetup(sizes=(3, 10), games_per_size=2, iterations=15, seeds=2)
+QUICK_TABULAR = TabularSetup(sizes=(3, 10), games_per_size=1, iterations=10, seeds=2)
 # eval shapes equal the training shapes, so the quick run compiles each program once
 QUICK_LM = LMSetup(d_model=32, n_layers=1, n_heads=2, sft_steps=60, steps=2, prompts_per_step=4, eval_prompts=4,
                    eval_samples=4, seeds=1)
@@ -313,17 +313,42 @@ def policy_claims(lm: dict, seeds: int) -> dict:
         j = names.index(other)
         claims[f"INPO's policy beats {other}'s head to head"] = \
             f"{beats(M[i, j], S[i, j], crit)} (win rate {M[i, j]:.3f} ± {S[i, j]:.3f})"
+    own, start = (exploitability(lm["policies"][n]["tags"]) for n in ("inpo", "reference"))
+    claims["INPO's tag mix is less exploitable than pi_ref's (it moves toward the cyclic part's Nash mix)"] = \
+        f"{'holds' if own < start else 'contradicted'} (tag exploitability {own:.3f} vs pi_ref's {start:.3f})"
     return claims
+
+
+def tag_matrix() -> np.ndarray:
+    """The oracle's cyclic part over the tags r, p, s (equally correct completions): ``[3, 3]``."""
+    from longhorizon.games.preference_lm import Oracle, cyclic_sign
+
+    margin = Oracle().cyclic_margin
+    return np.array([[0.5 + margin * cyclic_sign(a, b) for b in REF_TAGS] for a in REF_TAGS])
+
+
+def exploitability(tags: dict) -> float:
+    """``max_t' sum_t q(t) P(t' > t) - 1/2`` of a policy's tag mix ``q`` (renormalised over r, p, s): how much the
+    best single tag beats it in the cyclic part; 0 for the unregularised Nash mix (uniform)."""
+    q = np.array([tags[k] for k in REF_TAGS])
+    return float((tag_matrix() @ (q / q.sum())).max() - 0.5)
 
 
 def nash_tags(tau: float) -> dict:
     """The regularised Nash tag mix of the cyclic part alone (equally correct completions), from pi_ref's tag mix."""
     from longhorizon.games import preference
-    from longhorizon.games.preference_lm import Oracle, cyclic_sign
 
-    oracle, tags = Oracle(), list(REF_TAGS)
-    P = np.array([[0.5 + oracle.cyclic_margin * cyclic_sign(a, b) for b in tags] for a in tags])
-    return dict(zip(tags, preference.regularised_nash(P, tau, np.array(list(REF_TAGS.values()))).tolist()))
+    pi = preference.regularised_nash(tag_matrix(), tau, np.array(list(REF_TAGS.values())))
+    return dict(zip(REF_TAGS, pi.tolist()))
+
+
+def verdict_of(claims: dict) -> str:
+    status = [v.split(" ", 1)[0] for v in claims.values()]
+    tabular, vs_ref, nash = status[:2], status[2], status[-1]
+    return (f"{status.count('holds')} of {len(claims)} claims hold at this scale: the tabular identity and convergence "
+            f"{'hold' if tabular == ['holds', 'holds'] else 'do not both hold'}; at the policy level INPO "
+            f"{'beats' if vs_ref == 'holds' else 'does not clearly beat'} the reference, and its tag mix "
+            f"{'moves toward' if nash == 'holds' else 'does not move toward'} the cyclic part's Nash mix.")
 
 
 # ----------------------------------------------------------------------------- the run and its report
@@ -343,12 +368,7 @@ def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, 
     claims = {"the full-expectation loss's minimiser is the OMD iterate (to 1e-5 in log space)": identity_claim(identity),
               "sampled-pairs INPO converges toward pi*_tau (KL falls below a tenth of KL_0)": convergence_claim(conv),
               **policy_claims(lm, lm_setup.seeds)}
-    held = [k for k, v in claims.items() if v.startswith("holds")]
-    verdict = (f"{len(held)} of {len(claims)} claims hold at this scale; the tabular identity and convergence "
-               f"{'hold' if all(claims[k].startswith('holds') for k in list(claims)[:2]) else 'do not both hold'}, and "
-               f"at the policy level INPO {'beats' if claims[list(claims)[2]].startswith('holds') else 'does not clearly beat'} "
-               "the reference.")
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "identity": identity,
+    summary = {"claims": claims, "verdict": verdict_of(claims), "quick": quick, "identity": identity,
                "convergence": {str(n): {k: c[k] for k in ("kl0", "sampled_final_ratio")} for n, c in conv.items()},
                "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed")},
                "nash_tags": nash_tags(lm_setup.tau), "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)},
@@ -423,18 +443,20 @@ def report(summary: dict, quick: bool) -> list[str]:
               "win rates average P over all sample pairs of a prompt, then prompts, then seeds (± one standard error over "
               "seeds; over prompts when there is one seed). Accuracy, tag mix and KL (Monte Carlo, E_pi log pi/pi_ref) "
               "are means over seeds; seconds are per seed, compilation included.", "",
-              "| policy | win rate vs reference | accuracy | tags r/p/s/none | KL(pi \\|\\| pi_ref) | samples drawn | seconds |",
-              "|---|---|---|---|---|---|---|"]
+              "| policy | win rate vs reference | accuracy | tags r/p/s/none | tag exploitability | KL(pi \\|\\| pi_ref) | "
+              "samples drawn | seconds |", "|---|---|---|---|---|---|---|---|"]
     names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
     for i, name in enumerate(names):
         p, cost = lm["policies"][name], lm["costs"].get(name, {})
         tags = "/".join(f"{p['tags'][str(k)]:.2f}" for k in (*REF_TAGS, None))
-        lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {p['kl_to_ref']:.3f} | "
+        lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {exploitability(p['tags']):.3f} | "
+                  f"{p['kl_to_ref']:.3f} | "
                   f"{cost.get('generations', '-')} | {cost.get('seconds', 0):.0f} |"]
     nash = summary["nash_tags"]
     lines += ["", "For reference, the regularised Nash tag mix of the cyclic part alone (the r/p/s game with pi_ref's "
-              f"tag mix, tau = {s['tau']}): " + "/".join(f"{nash[k]:.2f}" for k in REF_TAGS) + "; pairs whose tags "
-              "exploit pi_ref's r-heavy mix (more p) win against pi_ref but not against that mix.",
+              f"tag mix, tau = {s['tau']}): " + "/".join(f"{nash[k]:.2f}" for k in REF_TAGS) + f" (exploitability "
+              f"{exploitability(nash):.3f}; uniform: 0). Tag exploitability is how much the best single tag beats a "
+              "policy's tag mix among equally correct completions, the cyclic part's distance from its Nash mix.",
               "", "Pairwise win rates P(row > column):", "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {a} | " + " | ".join(f"{M[i, j]:.2f}" for j in range(len(names))) + " |" for i, a in enumerate(names)]
     lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
