@@ -109,6 +109,11 @@ def test_win_rate_rewards_by_hand():
     np.testing.assert_allclose(got, [(0.9 + 1 + 0.5) / 3, (0.1 + 1 + 0.1) / 3, 0.0, (0.5 + 0.9 + 1) / 3])
     against = plm.win_rates_against(oracle, rows, texts, [RIGHT + "p"] * 4, group_size=4)
     np.testing.assert_allclose(against, [0.1, 0.9, 0.0, 0.1])  # p beats r, s beats p
+    # Nash-MP's policy-gradient step pushes up exactly the completions that beat their group on average
+    from longhorizon.lm.grpo import group_advantages
+
+    np.testing.assert_allclose(group_advantages(got, [0] * 4, "none"), got - got.mean(), atol=1e-6)
+    assert (np.sign(group_advantages(got, [0] * 4, "none")) == [1, -1, -1, 1]).all()
 
 
 # ----------------------------------------------------------------------------- policy-level losses
@@ -129,6 +134,11 @@ def test_pair_losses_and_their_gradients_by_hand():
     assert float(value) == pytest.approx(1.0, abs=1e-6) and float(grad[0]) == pytest.approx(-2.0, abs=1e-6)
     with pytest.raises(UsageError, match="unknown"):
         plm.pair_loss("kto", lw, ll, rw, rl, tau=tau)
+
+
+def test_unknown_pairwise_loss_is_refused_before_anything_is_built():
+    with pytest.raises(UsageError, match="unknown"):
+        plm.PairwiseTrainer(None, None, None, None, loss="kto", oracle=plm.Oracle(), tau=0.1)
 
 
 def test_all_pairs_within_groups():
