@@ -68,6 +68,10 @@ class Oracle:
         """``P[i, j] = P(texts[i] > others[j])``, ``[len(texts), len(others)]``."""
         return np.array([[self(problem, a, b) for b in others] for a in texts], np.float64)
 
+    def tag_matrix(self) -> np.ndarray:
+        """The cyclic part over the tags r, p, s (equally correct completions), ``[3, 3]``."""
+        return np.array([[0.5 + self.cyclic_margin * cyclic_sign(a, b) for b in TAGS] for a in TAGS])
+
 
 def tag(text: str) -> str | None:
     """The style tag of a completion: the text after its last ``;`` if that is one of r, p, s, else None."""
@@ -79,6 +83,42 @@ def cyclic_sign(a: str | None, b: str | None) -> int:
     if a is None or b is None or a == b:
         return 0
     return 1 if BEATS[a] == b else -1
+
+
+def tag_exploitability(oracle: Oracle, tags: dict) -> float:
+    """``max_t' sum_t q(t) P(t' > t) - 1/2`` for a tag mix ``q`` (``tags[t]``, renormalised over r, p, s): how much
+    the best single tag beats it among equally correct completions; 0 for the uniform (unregularised Nash) mix."""
+    q = np.array([tags[t] for t in TAGS], np.float64)
+    return float((oracle.tag_matrix() @ (q / q.sum())).max() - 0.5)
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def sample_completions(trainer: GRPOTrainer, params, problems: Sequence[Problem], samples: int) -> dict:
+    """``samples`` completions per problem from ``params`` through ``trainer``'s rollout (its temperature): texts
+    ``[P][S]`` and per completion ``log pi(y) - log pi_ref(y)`` ``[P*S]``, the Monte-Carlo terms of KL(pi || pi_ref)."""
+    policy, cfg = trainer.params, trainer.cfg
+    try:
+        trainer.params, trainer.cfg = params, dataclasses.replace(cfg, num_generations=samples)
+        ro = trainer.rollout(problems)
+    finally:
+        trainer.params, trainer.cfg = policy, cfg
+    batch = grouped_batch(ro, samples, trainer.tokenizer.pad_id)
+    ref = completion_logprobs(trainer.ref_params, batch, model_cfg=trainer.model_cfg, temperature=cfg.temperature)
+    texts = [ro["texts"][i * samples:(i + 1) * samples] for i in range(len(problems))]
+    return {"texts": texts, "log_ratio": batch["old_seq"] - (np.asarray(ref) * batch["mask"]).sum(-1)}
+
+
+def win_rate(oracle: Oracle, problems: Sequence[Problem], texts_a, texts_b, same: bool = False) -> tuple[float, float]:
+    """Mean ``P(y_a > y_b)`` over problems and all sample pairs of a problem (``same``: the two sets are one
+    policy's, so a sample is not compared with itself), and its standard error over problems."""
+    per_problem = []
+    for p, a, b in zip(problems, texts_a, texts_b):
+        P = oracle.matrix(p, a, b)
+        per_problem.append((P.sum() - np.trace(P)) / (P.size - len(a)) if same else P.mean())
+    v = np.asarray(per_problem)
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
 
 
 # ----------------------------------------------------------------------------- pairwise losses

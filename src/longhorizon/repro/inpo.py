@@ -209,36 +209,6 @@ def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle,
     return plm.reward_model_trainer(model_cfg, params, tokenizer, cfg, seed=seed)
 
 
-def sample_policy(trainer, params, problems, samples: int) -> dict:
-    """``samples`` completions per problem from ``params`` (temperature 1): texts ``[P][S]`` and, per completion,
-    ``log pi(y) - log pi_ref(y)`` (the Monte-Carlo terms of KL(pi || pi_ref))."""
-    from longhorizon.games.preference_lm import grouped_batch
-    from longhorizon.lm.grpo import completion_logprobs
-
-    policy, trainer.params = trainer.params, params
-    cfg = trainer.cfg
-    try:
-        trainer.cfg = dataclasses.replace(cfg, num_generations=samples)
-        ro = trainer.rollout(problems)
-    finally:
-        trainer.params, trainer.cfg = policy, cfg
-    batch = grouped_batch(ro, samples, trainer.tokenizer.pad_id)
-    ref = (np.asarray(completion_logprobs(trainer.ref_params, batch, model_cfg=trainer.model_cfg, temperature=1.0))
-           * batch["mask"]).sum(-1)
-    texts = [ro["texts"][i * samples:(i + 1) * samples] for i in range(len(problems))]
-    return {"texts": texts, "log_ratio": batch["old_seq"] - ref}
-
-
-def win_rate(oracle, problems, texts_a, texts_b, same: bool = False) -> tuple[float, float]:
-    """Mean P(y_a > y_b) over problems and sample pairs, and its standard error over problems."""
-    per_problem = []
-    for p, a, b in zip(problems, texts_a, texts_b):
-        P = oracle.matrix(p, a, b)
-        per_problem.append((P.sum() - np.trace(P)) / (P.size - len(a)) if same else P.mean())
-    v = np.asarray(per_problem)
-    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v)))
-
-
 def describe(oracle, problems, sample: dict) -> dict:
     from longhorizon.games.preference_lm import tag
     from longhorizon.lm.tasks import score
@@ -253,7 +223,7 @@ def describe(oracle, problems, sample: dict) -> dict:
 def policy_level(setup: LMSetup, log=print) -> dict:
     """Train every arm from pi_ref for each RL seed (module docstring); evaluate them against pi_ref and each other.
     Win rates are means over seeds; their standard error is over seeds (over held-out prompts with one seed)."""
-    from longhorizon.games.preference_lm import Oracle
+    from longhorizon.games.preference_lm import Oracle, sample_completions, win_rate
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems
 
     oracle = Oracle()
@@ -272,7 +242,7 @@ def policy_level(setup: LMSetup, log=print) -> dict:
             costs[arm].append({"seconds": time.perf_counter() - t0, "generations": trainer.counters["generations"],
                                "optimizer_steps": trainer.counters["optimizer_steps"]})
             log(f"  seed {seed} {arm}: {setup.steps} steps in {costs[arm][-1]['seconds']:.0f} s")
-        samples = {name: sample_policy(evaluator, p, held, setup.eval_samples) for name, p in policies.items()}
+        samples = {name: sample_completions(evaluator, p, held, setup.eval_samples) for name, p in policies.items()}
         wins = [[win_rate(oracle, held, samples[a]["texts"], samples[b]["texts"], same=a == b) for b in names] for a in names]
         per_seed.append({"matrix": [[m for m, _ in row] for row in wins], "matrix_se": [[e for _, e in row] for row in wins],
                          "policies": {n: describe(oracle, held, samples[n]) for n in names}})
@@ -319,26 +289,20 @@ def policy_claims(lm: dict, seeds: int) -> dict:
     return claims
 
 
-def tag_matrix() -> np.ndarray:
-    """The oracle's cyclic part over the tags r, p, s (equally correct completions): ``[3, 3]``."""
-    from longhorizon.games.preference_lm import Oracle, cyclic_sign
-
-    margin = Oracle().cyclic_margin
-    return np.array([[0.5 + margin * cyclic_sign(a, b) for b in REF_TAGS] for a in REF_TAGS])
-
-
 def exploitability(tags: dict) -> float:
-    """``max_t' sum_t q(t) P(t' > t) - 1/2`` of a policy's tag mix ``q`` (renormalised over r, p, s): how much the
-    best single tag beats it in the cyclic part; 0 for the unregularised Nash mix (uniform)."""
-    q = np.array([tags[k] for k in REF_TAGS])
-    return float((tag_matrix() @ (q / q.sum())).max() - 0.5)
+    """:func:`longhorizon.games.preference_lm.tag_exploitability` of a tag mix under the default oracle."""
+    from longhorizon.games.preference_lm import Oracle, tag_exploitability
+
+    return tag_exploitability(Oracle(), tags)
 
 
 def nash_tags(tau: float) -> dict:
     """The regularised Nash tag mix of the cyclic part alone (equally correct completions), from pi_ref's tag mix."""
     from longhorizon.games import preference
 
-    pi = preference.regularised_nash(tag_matrix(), tau, np.array(list(REF_TAGS.values())))
+    from longhorizon.games.preference_lm import Oracle
+
+    pi = preference.regularised_nash(Oracle().tag_matrix(), tau, np.array(list(REF_TAGS.values())))
     return dict(zip(REF_TAGS, pi.tolist()))
 
 
