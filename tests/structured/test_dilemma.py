@@ -1,11 +1,15 @@
 """The networked dilemma (payoffs and graphs by hand, dict API = array path) and the shared-DQN agents."""
 
+import dataclasses
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from longhorizon.errors import UsageError
+from longhorizon.repro import shared_policy_collapse as collapse
 from longhorizon.structured import dilemma, shared_dqn
 from longhorizon.structured.dilemma import COOPERATE as C, DEFECT as D, DilemmaConfig, NetworkedDilemma
 
@@ -78,3 +82,80 @@ def test_bad_environment_input_is_refused():
         NetworkedDilemma(DilemmaConfig(graph="erdos_renyi", num_agents=30, edge_prob=0.001))
     with pytest.raises(UsageError, match="explicit graph"):
         NetworkedDilemma(DilemmaConfig(), neighbours=np.zeros(4, int))
+
+
+# ----------------------------------------------------------------------------- shared-DQN agents
+def test_agent_config_refuses_bad_combinations():
+    with pytest.raises(UsageError, match="sharing"):
+        shared_dqn.Config(sharing="pooled")
+    with pytest.raises(UsageError, match="constant input"):
+        shared_dqn.Config(sharing="independent", augment="group")
+    with pytest.raises(UsageError, match="equal groups"):
+        shared_dqn.Config(sharing="grouped", groups=4).num_networks(9)
+
+
+def test_blocks_of_agents_use_their_own_network_and_inputs_are_augmented():
+    config = shared_dqn.Config(sharing="grouped", groups=2, augment="group", hidden=(8,))
+    obs = jnp.array([[1.0, 0.5], [0.0, 1.0], [1.0, 0.0], [0.0, 0.5]])
+    x = shared_dqn.network_inputs(config, obs, jnp.float32(0.1), jnp.float32(0.5))
+    np.testing.assert_array_equal(x[:, 2:], [[1, 0], [1, 0], [0, 1], [0, 1]])  # agents 0, 1 in group 0
+    explore = shared_dqn.network_inputs(dataclasses.replace(config, augment="exploration"), obs, jnp.float32(0.1),
+                                        jnp.float32(0.5))
+    np.testing.assert_allclose(explore[:, 2:], [[0.1, 0.5]] * 4)
+    network = shared_dqn.QNetwork((4,), 2, hidden=(8,), layer_norm=False)
+    params = jax.vmap(network.init, in_axes=(0, None))(jax.random.split(jax.random.PRNGKey(0), 2), jnp.zeros((1, 4)))
+    q = shared_dqn.all_q_values(network, params, x)
+    for i in range(4):
+        own = jax.tree.map(lambda leaf: leaf[i // 2], params)
+        np.testing.assert_allclose(q[i], network.apply(own, x[i]), atol=1e-6)
+
+
+def test_independent_networks_learn_only_from_their_own_agent():
+    env = NetworkedDilemma(DilemmaConfig(), neighbours=RING4)
+    config = shared_dqn.Config(sharing="independent", hidden=(8,), batch_size=4, buffer_steps=8, learning_starts=1,
+                               total_steps=10)
+    train = shared_dqn.make_train(env, config)
+    state = train.init(jax.random.PRNGKey(0), dilemma.payoff_matrix(0.2, 0.2))
+    state, _ = jax.jit(lambda s: train.collect(s, 0.5))(state)
+    batch = train.sample(state.buffer, jax.random.PRNGKey(1))
+    stored = np.asarray(state.buffer.data["r"][0])
+    np.testing.assert_array_equal(batch["r"], np.repeat(stored[:, None], 4, 1))  # network m sees agent m only
+    learn = jax.jit(train.learn)
+    changed = state.replace(buffer=state.buffer.replace(data={**state.buffer.data, "r": state.buffer.data["r"].at[:, 0].add(5.0)}))
+    base, moved = state, changed
+    for _ in range(3):  # Adam's first step is sign-like; later steps carry the gradients' size
+        base, moved = learn(base), learn(moved)
+    pairs = list(zip(jax.tree.leaves(base.params), jax.tree.leaves(moved.params)))
+    assert any(not np.allclose(before[0], after[0]) for before, after in pairs)  # agent 0's network saw new rewards
+    for before, after in pairs:
+        np.testing.assert_array_equal(before[1:], after[1:])  # the others did not
+
+
+def test_claim_rule_by_hand():
+    def arm(first, last):  # greedy cooperation [eps][seed] at two epsilons, five seeds
+        return {"by_b": {"0.4": {"greedy_cooperation": [list(first), list(last)]}}}
+
+    high, low = [0.9, 0.92, 0.88, 0.91, 0.89], [0.1, 0.12, 0.08, 0.11, 0.09]
+    results = {"shared": arm(high, low), "independent": arm(high, high), "grouped": arm(high, [0.5] * 5),
+               "shared+exploration": arm([0.0, 1.0, 0.0, 1.0, 0.5], [1.0, 0.0, 0.5, 0.0, 1.0])}
+    claims = collapse.decide_claims(results, "0.4")
+    assert claims[collapse.CLAIMS["collapse"]].startswith("holds")  # drop 0.8, SE ~0.01
+    assert claims[collapse.CLAIMS["independent"]].startswith("holds")  # drop 0
+    assert claims[collapse.CLAIMS["grouped"]].startswith("holds")  # +0.2 over the grid
+    assert claims[collapse.CLAIMS["augmented"]].startswith("inconclusive")  # noise
+    flipped = collapse.decide_claims({"shared": arm(high, high), "independent": arm(high, low)}, "0.4")
+    assert flipped[collapse.CLAIMS["collapse"]].startswith("contradicted")
+    assert flipped[collapse.CLAIMS["independent"]].startswith("contradicted")
+
+
+def test_quick_reproduction_writes_files_and_claims_from_the_data(tmp_path):
+    summary = collapse.run(str(tmp_path), quick=True)
+    for name in ("README.md", "summary.json", "cooperation.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    stored = json.loads((tmp_path / "summary.json").read_text())
+    assert stored["quick"] and stored["verdict"].startswith("shared-policy-collapse:")
+    assert collapse.decide_claims(stored["results"], "0.3") == stored["claims"] == summary["claims"]
+    cells = stored["results"]["independent"]["by_b"]["0.3"]
+    assert all(0.0 <= v <= 1.0 for per_eps in cells["greedy_cooperation"] for v in per_eps)
+    assert np.all(np.isfinite(cells["q_gap"]))
+    assert "--quick" in (tmp_path / "README.md").read_text()
