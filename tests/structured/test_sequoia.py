@@ -159,3 +159,34 @@ def test_invalid_configs_raise_one_sentence():
         sequoia.SequoiaConfig(maximizer="greedy")
     with pytest.raises(UsageError, match="gamma"):
         sequoia.SequoiaConfig(gamma=1.0)
+
+
+def test_claim_rule_by_hand():
+    from longhorizon.repro import sequoia as repro
+
+    assert repro.decide([0.20, 0.25, 0.30]).startswith("holds")
+    assert repro.decide([-0.20, -0.25, -0.30]).startswith("contradicted")
+    assert repro.decide([-0.5, 0.6, 0.1]).startswith("inconclusive")
+    assert repro.decide([0.3]).startswith("inconclusive")
+    rows = {"budget": [{"sequoia": 12.0, "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": 5.0},
+                       {"sequoia": 9.0, "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": 5.0}]}
+    gains, best = repro.relative_gains(rows)
+    assert best == {"budget": "myopic"}
+    np.testing.assert_allclose(gains, [0.2, -0.1])
+
+
+def test_quick_reproduction_writes_files_and_claims_from_the_data(tmp_path):
+    from longhorizon.repro import sequoia as repro
+
+    result = repro.run(str(tmp_path), quick=True)
+    for name in ("README.md", "summary.json", "sequoia.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    import json
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["quick"] is True and summary["verdict"].startswith("sequoia:")
+    gains, _ = repro.relative_gains(summary["per_seed"])
+    assert summary["claims"] == result["claims"] == {repro.CLAIM: repro.decide(gains)}
+    assert all(r["milp_solves"] > 0 for rows in summary["per_seed"].values() for r in rows)
+    readme = (tmp_path / "README.md").read_text()
+    assert "longhorizon repro sequoia --quick" in readme and "## Verdict" in readme

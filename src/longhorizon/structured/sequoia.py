@@ -18,6 +18,7 @@ until no bit with positive gain keeps the action feasible).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -35,12 +36,12 @@ MAXIMIZERS = ("milp", "sampling")
 class SequoiaConfig:
     hidden: tuple = (16,)
     total_steps: int = 1000
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-3
     gamma: float = 0.9
     batch_size: int = 32
     buffer_size: int = 5000
     learning_starts: int = 100
-    train_every: int = 2
+    train_every: int = 1
     target_every: int = 100
     policy_every: int = 25
     eps_start: float = 1.0
@@ -73,12 +74,19 @@ class Maximizer:
     def __init__(self, env: RestlessBandit, config: SequoiaConfig, rng: np.random.Generator):
         self.env, self.config, self.rng = env, config, rng
         self.milp = milp_q.MilpArgmax(time_limit=config.time_limit)
+        self.myopic: dict = {}  # state bytes -> the myopic action (a deterministic function of the state)
+
+    def myopic_action(self, obs: np.ndarray) -> np.ndarray:
+        key = np.asarray(obs, np.float32).tobytes()
+        if key not in self.myopic:
+            self.myopic[key] = myopic_action(self.env, obs)
+        return self.myopic[key]
 
     def __call__(self, net: list, version, obs: np.ndarray) -> tuple[np.ndarray, float]:
         if self.config.maximizer == "milp":
             solution = self.milp(net, version, obs, self.env.constraints(obs), self.env.expected_gain(obs))
             return solution.action, solution.value
-        candidates = np.array([myopic_action(self.env, obs)] +
+        candidates = np.array([self.myopic_action(obs)] +
                               [self.env.sample_feasible(self.rng, obs) for _ in range(self.config.n_samples)])
         q, _ = milp_q.forward(net, obs, candidates)
         best = int(np.argmax(q))
@@ -116,11 +124,9 @@ def _feasible(cons: milp_q.LinearConstraints, action: np.ndarray) -> bool:
 def train(env_config: RestlessConfig, config: SequoiaConfig, progress=None) -> dict:
     """DQN with the configured maximizer; returns the final network (float64 layers) and training statistics."""
     env, rng = RestlessBandit(env_config), np.random.default_rng(config.seed)
-    qnet = milp_q.QNet(config.hidden)
+    qnet, optimizer, update = _learner(config.hidden, config.learning_rate)
     params = qnet.init(jax.random.PRNGKey(config.seed), jnp.zeros((1, env.obs_dim + env.n_actions)))
-    optimizer = optax.adam(config.learning_rate)
     opt_state = optimizer.init(params)
-    update = _make_update(qnet, optimizer)
     maximize = Maximizer(env, config, rng)
     buffer = {"x": np.zeros((config.buffer_size, env.obs_dim + env.n_actions), np.float32),
               "reward": np.zeros(config.buffer_size), "next": np.zeros((config.buffer_size, env.obs_dim))}
@@ -160,7 +166,11 @@ def train(env_config: RestlessConfig, config: SequoiaConfig, progress=None) -> d
             "milp_seconds_per_solve": milp.solve_seconds / max(milp.solves, 1)}
 
 
-def _make_update(qnet, optimizer):
+@functools.lru_cache(maxsize=None)
+def _learner(hidden: tuple, learning_rate: float):
+    """The network, the optimiser and the jitted squared-TD step, shared by every run with these settings."""
+    qnet, optimizer = milp_q.QNet(hidden), optax.adam(learning_rate)
+
     def loss_fn(params, x, y):
         return jnp.mean((qnet.apply(params, x) - y) ** 2)
 
@@ -170,7 +180,7 @@ def _make_update(qnet, optimizer):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    return update
+    return qnet, optimizer, update
 
 
 def evaluate(env_config: RestlessConfig, policy: str, episodes: int, seed: int, net: list | None = None,
@@ -195,7 +205,7 @@ def evaluate(env_config: RestlessConfig, policy: str, episodes: int, seed: int, 
             elif policy == "random":
                 action = env.sample_feasible(policy_rng, obs)
             elif policy == "myopic":
-                action = myopic_action(env, obs)
+                action = maximize.myopic_action(obs)
             elif policy == "iterative":
                 action = iterative_myopic_action(env, obs, feasible_cache)
             else:
