@@ -123,7 +123,7 @@ def test_config_refuses_bad_values():
 def _measured(profits_a, gaps_b, seconds_lp, seconds_step):
     """A fake measurement: one held-out day of optimum 100 (so a profit is a % of it), heuristics at 50
     (no rebalancing) and 40 (equal); city B's profits are 50 + gap."""
-    heur = {c: {"optimum": [100.0], "optimum_seconds": [seconds_lp], "optimum_variables": 10,
+    heur = {c: {"optimum": [100.0], "optimum_seconds": np.atleast_1d(seconds_lp), "optimum_variables": 10,
                 "no rebalancing": [50.0], "equal distribution": [40.0]} for c in "AB"}
     seeds = [{"A": {"profit": [p], "seconds_forward": seconds_step / 2, "seconds_rebalance": seconds_step / 2},
               "B": {"profit": [50.0 + g]}} for p, g in zip(profits_a, gaps_b)]
@@ -143,6 +143,8 @@ def test_claim_rules_by_hand():
     fraction, _, beats_b, speed = c.values()
     assert fraction.startswith("inconclusive") and beats_b.startswith("inconclusive")
     assert speed.startswith("contradicted (50.0x")
+    _, _, _, speed = eamod.claims(_measured([80.0], [0.0], [0.05, 0.2], 0.001)).values()  # 50x and 200x
+    assert speed.startswith("inconclusive (125.0x, 50.0..200.0x")
 
 
 def test_quick_repro_writes_its_report_under_the_bound(tmp_path):

@@ -116,8 +116,9 @@ def table(measured: dict) -> dict[str, dict[str, Any]]:
 
 def claims(measured: dict) -> dict[str, str]:
     """Each claim decided from the measured values: ``holds`` when the mean clears the target by 2 SE (over
-    training seeds), ``contradicted`` when it misses by 2 SE, else ``inconclusive``; the speed-up against its
-    target directly (medians of many timings)."""
+    training seeds), ``contradicted`` when it misses by 2 SE, else ``inconclusive``; the speed-up ``holds`` when
+    every held-out day's ratio clears the target, ``contradicted`` when none does (timings on a shared machine
+    are noisy)."""
     seeds, heur = measured["seeds"], measured["heuristics"]
     out = {}
 
@@ -134,11 +135,13 @@ def claims(measured: dict) -> dict[str, str]:
         gaps = [np.mean(s[city]["profit"]) - np.mean(heur[city][best]) for s in seeds]
         m, se = mean_se(gaps)
         out[text] = f"{verdict(m, se, 0.0)} (profit difference vs {best} {m:+.1f} +- {se:.1f} SE per day)"
+    # speed: one ratio per held-out day (its horizon LP over the median decision); the spread decides
     rl_step = np.median([s["A"]["seconds_forward"] + s["A"]["seconds_rebalance"] for s in seeds])
-    speedup = float(np.median(heur["A"]["optimum_seconds"]) / rl_step)
+    ratios = np.array(heur["A"]["optimum_seconds"]) / rl_step
+    speed = "holds" if ratios.min() > TARGET_SPEEDUP else "contradicted" if ratios.max() < TARGET_SPEEDUP else "inconclusive"
     out[f"a graph-RL decision is > {TARGET_SPEEDUP:.0f}x faster than solving the horizon LP"] = (
-        f"{'holds' if speedup > TARGET_SPEEDUP else 'contradicted'} ({speedup:.1f}x: {1e3 * rl_step:.1f} ms per step "
-        f"(forward + rebalancing LP) vs {1e3 * np.median(heur['A']['optimum_seconds']):.1f} ms for the "
+        f"{speed} ({np.median(ratios):.1f}x, {ratios.min():.1f}..{ratios.max():.1f}x over days: {1e3 * rl_step:.1f} ms "
+        f"per step (forward + rebalancing LP) vs {1e3 * np.median(heur['A']['optimum_seconds']):.1f} ms for the "
         f"{heur['A']['optimum_variables']}-variable horizon LP)")
     return out
 
