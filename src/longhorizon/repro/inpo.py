@@ -61,13 +61,15 @@ class LMSetup:
     eval_prompts: int = 128
     eval_samples: int = 8
     seeds: int = 6  # RL seeds, all from the one pi_ref
+    curve_every: int = 25  # steps between the training curves' points
+    curve_prompts: int = 32
     seed: int = 0
 
 
 QUICK_TABULAR = TabularSetup(sizes=(3, 10), games_per_size=1, iterations=10, seeds=2)
 # eval shapes equal the training shapes, so the quick run compiles each program once
 QUICK_LM = LMSetup(d_model=32, n_layers=1, n_heads=2, sft_steps=60, steps=2, prompts_per_step=4, eval_prompts=4,
-                   eval_samples=4, seeds=1)
+                   eval_samples=4, seeds=1, curve_every=2, curve_prompts=4)
 
 
 # ----------------------------------------------------------------------------- part 1: tabular
@@ -230,14 +232,18 @@ def policy_level(setup: LMSetup, log=print) -> dict:
     params, model_cfg, tokenizer = reference_policy(setup, log)
     held = make_problems("packed", 1, setup.eval_prompts, setup.seed + HELD_OUT_OFFSET, task_config())
     evaluator = make_trainer("grpo_rm", params, model_cfg, tokenizer, setup, oracle, seed=setup.seed)
-    names, per_seed, costs = ["reference", *ARMS], [], {arm: [] for arm in ARMS}
+    names, per_seed, costs, curves = ["reference", *ARMS], [], {arm: [] for arm in ARMS}, {arm: [] for arm in ARMS}
     for seed in range(setup.seed, setup.seed + setup.seeds):
         policies = {"reference": params}
         for arm in ARMS:
             trainer = make_trainer(arm, params, model_cfg, tokenizer, setup, oracle, seed=seed)
             stream, t0 = ProblemStream("packed", task_config(), seed + 1), time.perf_counter()
-            for _ in range(setup.steps):
+            curve = [dict(step=0, **curve_point(evaluator, params, held[:setup.curve_prompts], setup))]
+            for step in range(1, setup.steps + 1):
                 trainer.step(stream.sample([1], setup.prompts_per_step))
+                if step % setup.curve_every == 0:  # the tag mix's path during training
+                    curve.append(dict(step=step, **curve_point(evaluator, trainer.params, held[:setup.curve_prompts], setup)))
+            curves[arm].append(curve)
             policies[arm] = trainer.params
             costs[arm].append({"seconds": time.perf_counter() - t0, "generations": trainer.counters["generations"],
                                "optimizer_steps": trainer.counters["optimizer_steps"]})
@@ -256,8 +262,16 @@ def policy_level(setup: LMSetup, log=print) -> dict:
                     "tags": {str(k): float(np.mean([r["policies"][n]["tags"][str(k)] for r in per_seed])) for k in (*REF_TAGS, None)}}
                 for n in names}
     return {"names": names, "matrix": M.mean(0).tolist(), "matrix_se": se.tolist(), "policies": policies,
-            "per_seed": per_seed, "costs": {arm: {"seconds": float(np.mean([c["seconds"] for c in cs])),
+            "per_seed": per_seed, "curves": curves, "costs": {arm: {"seconds": float(np.mean([c["seconds"] for c in cs])),
                                                    "generations": cs[0]["generations"]} for arm, cs in costs.items()}}
+
+
+def curve_point(evaluator, params, problems, setup: LMSetup) -> dict:
+    """Tag exploitability, accuracy and KL to pi_ref of a policy on a few held-out prompts (the training curves)."""
+    from longhorizon.games.preference_lm import Oracle, sample_completions
+
+    d = describe(Oracle(), problems, sample_completions(evaluator, params, problems, setup.eval_samples))
+    return {"exploitability": exploitability(d["tags"]), "accuracy": d["accuracy"], "kl_to_ref": d["kl_to_ref"]}
 
 
 def beats(mean: float, se: float, critical: float = 2.0) -> str:
@@ -334,10 +348,10 @@ def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, 
               **policy_claims(lm, lm_setup.seeds)}
     summary = {"claims": claims, "verdict": verdict_of(claims), "quick": quick, "identity": identity,
                "convergence": {str(n): {k: c[k] for k in ("kl0", "sampled_final_ratio")} for n, c in conv.items()},
-               "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed")},
+               "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed", "curves")},
                "nash_tags": nash_tags(lm_setup.tau), "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)},
                "seconds": time.perf_counter() - t0}
-    plot(out / "inpo.png", conv, lm)
+    plot(out / "inpo.png", conv, {**lm, "nash_exploitability": exploitability(nash_tags(lm_setup.tau))})
     write(out, summary, report(summary, quick))
     return summary
 
@@ -348,7 +362,7 @@ def plot(path: Path, conv: dict, lm: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.4))
     for (n, c), color in zip(conv.items(), ("C0", "C1")):
         s = np.asarray(c["sampled"])
         left.semilogy(c["exact"], color=color, ls="--", label=f"n={n}: exact OMD iterate")
@@ -356,6 +370,15 @@ def plot(path: Path, conv: dict, lm: dict) -> None:
         left.fill_between(np.arange(s.shape[1]), s.min(0), s.max(0), color=color, alpha=0.2)
     left.set(xlabel="iteration t", ylabel="KL(pi*_tau || pi_t)", title="INPO on preference games", ylim=(1e-8, None))
     left.legend(fontsize=7)
+    for arm, seeds in lm["curves"].items():
+        steps = [p["step"] for p in seeds[0]]
+        values = np.array([[p["exploitability"] for p in curve] for curve in seeds])
+        middle.plot(steps, values.mean(0), marker="o", ms=3, label=arm)
+        middle.fill_between(steps, values.min(0), values.max(0), alpha=0.12)
+    middle.axhline(lm["nash_exploitability"], color="k", ls=":", lw=1, label="regularised Nash tag mix")
+    middle.set(xlabel="RL step", ylabel="tag exploitability", title=f"cyclic part: distance from Nash (mean, min-max over "
+               f"{len(next(iter(lm['curves'].values())))} seed(s))")
+    middle.legend(fontsize=7)
     M = np.asarray(lm["matrix"])
     im = right.imshow(M, vmin=0, vmax=1, cmap="RdBu_r")
     right.set_xticks(range(len(M)), lm["names"], rotation=45, ha="right", fontsize=8)
@@ -406,7 +429,7 @@ def report(summary: dict, quick: bool) -> list[str]:
               f"Evaluation: {s['eval_prompts']} held-out prompts x {s['eval_samples']} samples per policy (temperature 1); "
               "win rates average P over all sample pairs of a prompt, then prompts, then seeds (± one standard error over "
               "seeds; over prompts when there is one seed). Accuracy, tag mix and KL (Monte Carlo, E_pi log pi/pi_ref) "
-              "are means over seeds; seconds are per seed, compilation included.", "",
+              "are means over seeds; seconds are per seed, compilation and the training-curve evaluations included.", "",
               "| policy | win rate vs reference | accuracy | tags r/p/s/none | tag exploitability | KL(pi \\|\\| pi_ref) | "
               "samples drawn | seconds |", "|---|---|---|---|---|---|---|---|"]
     names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
