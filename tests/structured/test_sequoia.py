@@ -1,7 +1,6 @@
 """SEQUOIA: the Q-network MILP against brute force, its bounds, failures and fallbacks; the restless bandits."""
 
 import itertools
-import warnings
 
 import jax
 import numpy as np

@@ -132,7 +132,7 @@ def summarise(results: dict, scaling: list, setup: Setup, quick: bool) -> dict:
     claims = {CLAIM: decide(gains)}
     table = {family: {p: mean_se([r[p] for r in rows]) for p in POLICIES} for family, rows in results.items()}
     verdict = f"sequoia: {claims[CLAIM]} at this scale ({setup.scale()})."
-    return {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
+    return {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup), "scale": setup.scale(),
             "returns": table, "best_baseline": best, "relative_gains": gains, "per_seed": results,
             "solve_time_scaling": scaling}
 
@@ -165,11 +165,11 @@ def plot(path: Path, summary: dict) -> None:
 
 
 def write_report(path: Path, summary: dict) -> None:
-    setup, quick = summary["setup"], summary["quick"]
+    quick = summary["quick"]
     command = "longhorizon repro sequoia" + (" --quick" if quick else "")
     lines = ["# SEQUOIA: a Q-network embedded in a MILP on coupled restless bandits", "",
              f"Claim: {CLAIM}.", "",
-             f"Scale: {Setup(**{**setup, 'families': tuple(setup['families']), 'hidden': tuple(setup['hidden']), 'scaling_arms': tuple(setup['scaling_arms'])}).scale()}. "
+             f"Scale: {summary['scale']}. "
              "The paper trains for far longer, on N up to ~100 arms, with larger networks; here everything runs on 2 CPU "
              "cores, so the learners see under a thousand steps and the Q-network has one small hidden layer. "
              "The acting network is a snapshot refreshed every 25 steps (so that solves are memoised).", "",

@@ -223,7 +223,8 @@ def encode(net: list, state: np.ndarray, cons: LinearConstraints) -> tuple[_Mode
     """
     n, n_aux, d_s = cons.n_actions, cons.n_aux, len(state)
     bounds = interval_bounds(net, state, np.zeros(n), cons.action_upper())
-    blocks_lb, blocks_ub, integer = [np.zeros(n), cons.aux_lower], [cons.action_upper(), cons.aux_upper], [np.ones(n, bool), cons.aux_integer]
+    blocks_lb, blocks_ub = [np.zeros(n), cons.aux_lower], [cons.action_upper(), cons.aux_upper]
+    integer = [np.ones(n, bool), cons.aux_integer]
     n_cols = n + n_aux + 2 * sum(w.shape[1] for w, _ in net[:-1])
     rows = [sp.hstack([sp.csr_matrix(cons.matrix), sp.csr_matrix((cons.matrix.shape[0], n_cols - n - n_aux))])]
     row_lb, row_ub = [cons.lb], [cons.ub]
@@ -283,7 +284,9 @@ def solve_q(net: list, state: np.ndarray, cons: LinearConstraints, time_limit: f
     (with a warm start that is never worse than the warm start itself).
     """
     model, _ = encode(net, np.asarray(state, np.float64), cons)
-    start = None if warm is None else full_start(net, state, warm.action, warm.aux if warm.aux is not None else np.zeros(cons.n_aux))
+    start = None
+    if warm is not None:
+        start = full_start(net, state, warm.action, warm.aux if warm.aux is not None else np.zeros(cons.n_aux))
     solution = _check_feasible(model.solve(time_limit, start), cons)
     if solution.status == "optimal":
         return solution

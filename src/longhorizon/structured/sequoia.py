@@ -192,8 +192,8 @@ def evaluate(env_config: RestlessConfig, policy: str, episodes: int, seed: int, 
 
     env, rng = RestlessBandit(env_config), np.random.default_rng(seed)
     policy_rng = np.random.default_rng(seed + 1)  # the policies' own draws do not shift the episodes'
-    maximize = Maximizer(env, dataclasses.replace(config or SequoiaConfig(), maximizer="sampling" if policy == "sampling" else "milp"),
-                         policy_rng)
+    maximizer = "sampling" if policy == "sampling" else "milp"
+    maximize = Maximizer(env, dataclasses.replace(config or SequoiaConfig(), maximizer=maximizer), policy_rng)
     feasible_cache: dict = {}
     returns, seconds, choices = [], 0.0, 0
     for _ in range(episodes):
