@@ -139,9 +139,10 @@ def test_shared_prompt_logprobs_equal_per_row_logprobs_and_gradients(model):
     def shared(p):
         return shared_prompt_logprobs(p, cfg, prompt, pvalid, comp, cvalid, 2.0)
 
-    for a, b in zip(shared(params), per_row(params)):
+    # jitted: run op by op, the forward and backward passes take minutes on 2 cores
+    for a, b in zip(jax.jit(shared)(params), jax.jit(per_row)(params)):
         np.testing.assert_allclose(np.where(mask, a, 0.0), np.where(mask, b, 0.0), atol=2e-6)
-    grads = [jax.grad(lambda p, f=f: jnp.sum(jnp.where(mask, f(p)[0], 0.0)))(params) for f in (shared, per_row)]
+    grads = [jax.jit(jax.grad(lambda p, f=f: jnp.sum(jnp.where(mask, f(p)[0], 0.0))))(params) for f in (shared, per_row)]
     for a, b in zip(*(jax.tree.leaves(g) for g in grads)):
         np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-4)
 

@@ -36,6 +36,7 @@ class AgentRepro:
     demo_noise: float = 0.3
     warm_steps: int = 300
     warm_lr: float = 3e-3
+    warm_batch: int = 16  # sequences per teacher-forcing step (attention over ~1k-token episodes is the cost)
     train_tasks: int = 256
     eval_tasks: int = 64
     steps: int = 30
@@ -56,7 +57,8 @@ class AgentRepro:
         return [parts[i % len(parts)][i // len(parts)] for i in range(n)]
 
     def scale(self) -> str:
-        return (f"tiny-random (2 layers, d=64, bytes), warm start: {self.warm_steps} teacher-forcing steps on "
+        return (f"tiny-random (2 layers, d=64, bytes), warm start: {self.warm_steps} teacher-forcing steps of "
+                f"{self.warm_batch} sequences on "
                 f"{self.demos} expert episodes ({self.demo_noise:.0%} of the calls random); RL: {self.steps} steps x "
                 f"{self.prompts_per_step} tasks x {self.num_generations} episodes, lr {self.learning_rate:g}, "
                 f"{self.seeds} seed(s){' from one shared warm start' if self.shared_warm_start else ''}; "
@@ -83,7 +85,8 @@ def warm_policy(setup: AgentRepro, seed: int = 0, agent: AgentConfig | None = No
     key = json.dumps(to_jsonable({"env": setup.env, "task_args": setup.task_args, "variants": setup.variants,
                                   "agent": dataclasses.replace(agent, length_bucket=1), "demos": setup.demos,
                                   "noise": setup.demo_noise, "steps": setup.warm_steps, "lr": setup.warm_lr,
-                                  "seed": seed}), sort_keys=True)
+                                  "seed": seed, **({"batch": setup.warm_batch} if setup.warm_batch != 16 else {})}),
+                     sort_keys=True)
     path = cache_dir() / f"{setup.env}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.msgpack"
     if path.is_file():
         params = serialization.from_bytes(base.params, path.read_bytes())
@@ -93,7 +96,8 @@ def warm_policy(setup: AgentRepro, seed: int = 0, agent: AgentConfig | None = No
         demos = demonstrations(base.cfg, base.tokenizer, spec.cls, spec.expert, setup.rows(setup.demos, seed + 500),
                                agent, noise=setup.demo_noise, seed=seed)
         params, _ = warm_start(base.params, base.cfg, base.tokenizer, demos,
-                               WarmStart(steps=setup.warm_steps, learning_rate=setup.warm_lr), seed=seed)
+                               WarmStart(steps=setup.warm_steps, batch_size=setup.warm_batch,
+                                         learning_rate=setup.warm_lr), seed=seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(serialization.to_bytes(params))

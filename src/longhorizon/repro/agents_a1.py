@@ -53,7 +53,7 @@ SETUP = MixedDomains(env="search", variants=tuple(DOMAINS.values()), agent=AGENT
                      warm_steps=60, steps=8, seeds=1, eval_tasks=32)
 TEACHER_STEPS, TEACHER_DEMOS = 200, 128
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=5, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 QUICK_TEACHER = (10, 8)
 ROUTED, SINGLE, NONE = "routed multi-teacher", "single teacher (2-hop)", "no distillation (GRPO)"
 

@@ -39,7 +39,7 @@ AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=8, max_a
 SETUP = common.AgentRepro(env="search", variants=((("hops", 1),), (("hops", 2),), (("hops", 3),)), agent=AGENT,
                           eval_tasks=48, shared_warm_start=True)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 
 
 def budgets(k: int) -> dict[str, int]:

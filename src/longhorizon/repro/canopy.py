@@ -43,7 +43,7 @@ SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           demos=128, warm_steps=200, steps=16, prompts_per_step=1, num_generations=16,
                           learning_rate=2e-4, seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=1,
-                            num_generations=4, seeds=1)
+                            num_generations=4, seeds=1, warm_batch=4)
 BETAS = (0.0, 0.05)
 CLAIMS = ("the KL anchor keeps the policy closer to its start (lower KL to pi_0, entropy preserved)",
           "the KL anchor loses no held-out success")

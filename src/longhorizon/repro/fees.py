@@ -39,7 +39,7 @@ SETUP = common.AgentRepro(env="fees", task_args=TASK_ARGS,
                                             max_context_tokens=1024, length_bucket=256),
                           demos=128, warm_steps=200, steps=16, seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=2, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 MODES = ("plain", "structured")
 CLAIM = "structured feedback speeds up learning at equal tokens"
 

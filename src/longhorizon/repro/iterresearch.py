@@ -41,7 +41,7 @@ AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=7, max_a
                     length_bucket=256)
 SETUP = common.AgentRepro(env="research", task_args=(("items", 4),), agent=AGENT, shared_warm_start=True)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 ITEMS = (2, 4, 8, 16)
 ARMS = {"full history": ("full", CreditConfig()),
         "workspace": ("workspace", CreditConfig()),

@@ -40,7 +40,7 @@ SETUP = common.AgentRepro(env="router", agent=AgentConfig(tool_format="tags", de
                                                           length_bucket=256),
                           demos=128, warm_steps=200, steps=16, seeds=1, eval_tasks=32)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 WEIGHTS = (0.0, 0.5, 1.5)
 THRESHOLDS = (0.0, 0.5, 0.7, 0.85, 0.9, 0.95, 0.97, 0.99)
 CLAIMS = ("raising the cost weight lowers the trained router's cost", "raising the cost weight lowers its accuracy")

@@ -39,7 +39,7 @@ SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                                             max_context_tokens=1536, length_bucket=256),
                           steps=12, seeds=1, eval_tasks=32)  # sized for ~20 minutes on a loaded 2-core machine
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 BRANCH = BranchConfig(branch_turn=1, branches=2)
 TEACHER = TreeOPSD(tau=1.0, clip=1.0)
 GRPO, TREE = "GRPO (trajectory credit)", "TreeOPSD (tree credit + bounded teacher)"

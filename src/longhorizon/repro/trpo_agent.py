@@ -33,7 +33,7 @@ SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                                             max_context_tokens=1536, length_bucket=256),
                           shared_warm_start=True)
 QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_tasks=2, steps=1, prompts_per_step=2,
-                            num_generations=2, seeds=1)
+                            num_generations=2, seeds=1, warm_batch=4)
 ARMS = {"trajectory (TRPO)": CreditConfig(credit="trajectory"),
         "per-turn (milestones + outcome)": CreditConfig(credit="turn", milestone_bonus=0.5)}
 
