@@ -89,7 +89,8 @@ def measure(setup: Setup, log=print) -> dict[str, Any]:
         train_seconds = time.perf_counter() - start
         row = {"seed": seed, "curve": trained["curve"], "train_seconds": train_seconds, "host_seconds": trained["seconds"]}
         for city, net in nets.items():
-            rl = score_days(net, setup.eval_days, {"graph RL": lambda n=net: ap.policy_fn(trained["agent"], trained["params"], n)})
+            policy = {"graph RL": lambda n=net: ap.policy_fn(trained["agent"], trained["params"], n)}
+            rl = score_days(net, setup.eval_days, policy)
             row[city] = {"profit": rl["graph RL"], "seconds_rebalance": rl["graph RL_seconds_rebalance"],
                          "seconds_forward": decision_seconds(trained["agent"], trained["params"], net)}
         seeds.append(row)
