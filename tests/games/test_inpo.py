@@ -139,6 +139,8 @@ def test_pair_losses_and_their_gradients_by_hand():
 def test_unknown_pairwise_loss_is_refused_before_anything_is_built():
     with pytest.raises(UsageError, match="unknown"):
         plm.PairwiseTrainer(None, None, None, None, loss="kto", oracle=plm.Oracle(), tau=0.1)
+    with pytest.raises(UsageError, match="inner_steps"):
+        plm.PairwiseTrainer(None, None, None, None, loss="inpo", oracle=plm.Oracle(), tau=0.1, inner_steps=0)
 
 
 def test_all_pairs_within_groups():
@@ -184,6 +186,8 @@ def test_one_pairwise_step_raises_the_winners_margin(quick_run):
 
 
 def test_quick_repro_writes_its_folder(quick_run):
+    from longhorizon.repro import inpo as repro
+
     out, summary = quick_run
     readme = (out / "README.md").read_text()
     assert "longhorizon repro inpo --quick" in readme and "## Verdict" in readme and "|---|" in readme
@@ -192,7 +196,7 @@ def test_quick_repro_writes_its_folder(quick_run):
     assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
     assert saved["claims"]["the full-expectation loss's minimiser is the OMD iterate (to 1e-5 in log space)"].startswith("holds")
     names = saved["policy_level"]["names"]
-    assert names[0] == "reference" and len(saved["policy_level"]["matrix"]) == len(names) == 6
+    assert names[0] == "reference" and len(saved["policy_level"]["matrix"]) == len(names) == 1 + len(repro.ARMS)
 
 
 def test_claim_rules_by_hand():

@@ -174,14 +174,17 @@ def all_pairs(group_size: int, groups: int) -> np.ndarray:
 class PairwiseTrainer(GRPOTrainer):
     """INPO (pairs from the current policy) or DPO/IPO (pairs from the reference), through the GRPO trainer's
     rollout; each step samples ``num_generations`` completions per prompt, labels every pair within a prompt by
-    one Bernoulli draw of the oracle, and takes one optimiser step on :func:`pair_loss`."""
+    one Bernoulli draw of the oracle, and takes ``inner_steps`` optimiser steps on :func:`pair_loss` over that
+    batch (pi_t stays the sampling policy, so more steps minimise the iteration's loss more fully)."""
 
     def __init__(self, model_cfg, params, tokenizer, cfg, *, loss: str, oracle: Oracle, tau: float, eta: float = 1.0,
-                 seed: int = 0):
+                 inner_steps: int = 1, seed: int = 0):
         if loss not in PAIR_LOSSES:
             raise UsageError(f"pairwise loss {loss!r} is unknown; use one of {PAIR_LOSSES}.")
+        if inner_steps < 1:
+            raise UsageError(f"inner_steps={inner_steps} must be at least 1; pass 1 for one optimiser step per batch.")
         super().__init__(model_cfg, params, tokenizer, cfg, seed=seed)
-        self.loss, self.oracle, self.tau, self.eta = loss, oracle, tau, eta
+        self.loss, self.oracle, self.tau, self.eta, self.inner_steps = loss, oracle, tau, eta, inner_steps
         self.rng = np.random.default_rng(seed + 17)
 
     def step(self, problems: Sequence[Problem], group_sizes=None) -> dict:
@@ -204,9 +207,11 @@ class PairwiseTrainer(GRPOTrainer):
         batch["loser"] = np.where(first_wins, pairs[:, 1], pairs[:, 0]).astype(np.int32)
         batch.update(which=np.eye(len(PAIR_LOSSES), dtype=np.float32)[PAIR_LOSSES.index(self.loss)],
                      tau=np.float32(self.tau), eta=np.float32(self.eta))
-        self.params, self.opt_state, m = pair_update(self.params, self.opt_state, {k: jnp.asarray(v) for k, v in batch.items()},
-                                                     model_cfg=self.model_cfg, optimizer=self.optimizer)
-        self.counters["optimizer_steps"] += 1
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+        for _ in range(self.inner_steps):
+            self.params, self.opt_state, m = pair_update(self.params, self.opt_state, batch, model_cfg=self.model_cfg,
+                                                         optimizer=self.optimizer)
+            self.counters["optimizer_steps"] += 1
         metrics = {k: float(v) for k, v in jax.device_get(m).items()}
         if not np.isfinite(metrics["loss"]):
             raise TrainingDiverged(f"the {self.loss} loss became {metrics['loss']}; lower the learning rate.")
