@@ -152,7 +152,9 @@ def plot(path: Path, summary: dict) -> None:
     left.set_xticks(np.arange(len(families)), families)
     left.set_ylabel("mean episode return")
     left.set_title("return per family (mean +- SE over seeds)")
-    left.legend(fontsize=7)
+    top = max(m + e for row in summary["returns"].values() for m, e in row.values())
+    left.set_ylim(0, 1.3 * top)  # room for the legend above the bars
+    left.legend(fontsize=7, ncol=3, loc="upper left")
     scaling = summary["solve_time_scaling"]
     right.plot([r["action_bits"] for r in scaling], [r["median_seconds"] for r in scaling], marker="o")
     right.set_yscale("log")
