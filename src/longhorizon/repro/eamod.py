@@ -180,12 +180,11 @@ def report(summary: dict, setup: Setup) -> list[str]:
              "Claim (\"Electric Autonomous Mobility-on-Demand via Graph RL\"): a graph-network policy proposing a desired",
              "vehicle distribution, made feasible by matching and rebalancing LPs, reaches up to 89% of the LP optimum,",
              "more than 100x faster than solving it, and transfers to another city.", "",
-             f"Scale: city A {a.regions} regions x {a.charge_levels} charge levels (ring, stations {a.stations}, fleet "
-             f"{a.fleet}, {a.steps}-step day); city B {b.regions} regions (ring + chord, stations {b.stations}, fleet "
-             f"{b.fleet}, another demand pattern). A2C {setup.config.updates} updates x {setup.config.episodes} days per "
-             f"seed, {setup.seeds} seeds, {setup.eval_days} held-out days. The paper uses real city data (NYC, Shenzhen "
-             "...), far larger graphs, travel times of several steps and SAC/A2C over thousands of episodes; here "
-             "every trip takes one step and demand is synthetic.", "",
+             f"Scale: city A {a.regions} regions x {a.charge_levels} charge levels ({len(a.edges)} road links, stations "
+             f"{a.stations}, fleet {a.fleet}, {a.steps}-step day); city B {b.regions} regions ({len(b.edges)} road links, "
+             f"stations {b.stations}, fleet {b.fleet}, another demand pattern). A2C {setup.config.updates} updates x {setup.config.episodes} days per "
+             f"seed, {setup.seeds} seeds, {setup.eval_days} held-out days. The paper's setting is larger (real trip data, "
+             "larger graphs, longer training); here every trip takes one step and demand is synthetic.", "",
              "| city | method | profit per day | % of optimum |", "|---|---|---|---|"]
     for city, per in summary["table"].items():
         for name, r in per.items():
