@@ -57,6 +57,7 @@ class Setup:
     arms: tuple[str, ...] = tuple(ARMS)
     groups: int = 4
     window: float = 0.2  # the last share of the steps that is averaged
+    rows_per_program: int = 10  # (seed, epsilon, b) rows vmapped in one compiled program
 
     def agent_config(self, arm: str) -> shared_dqn.Config:
         return shared_dqn.Config(**ARMS[arm], groups=self.groups, total_steps=self.total_steps)
@@ -72,11 +73,18 @@ def run_arm(env: NetworkedDilemma, setup: Setup, arm: str) -> dict:
     keys = jnp.stack([jax.random.PRNGKey(seed) for _, _, seed in grid])
     epsilons = jnp.array([eps for _, eps, _ in grid], jnp.float32)
     payoffs = jnp.stack([payoff_matrix(b, b) for b, _, _ in grid])
+    # one compiled program of ``rows_per_program`` rows, run chunk after chunk (the last chunk padded):
+    # on XLA:CPU a single program over all rows of the independent arm (rows x N networks) stalled
+    chunk = min(setup.rows_per_program, len(grid))
+    pad = -len(grid) % chunk
+    keys, epsilons, payoffs = (jnp.concatenate([a, jnp.repeat(a[-1:], pad, 0)]) for a in (keys, epsilons, payoffs))
     sweep = shared_dqn.make_sweep(env, setup.agent_config(arm))
     start = time.perf_counter()
-    compiled = sweep.lower(keys, epsilons, payoffs).compile()
+    compiled = sweep.lower(keys[:chunk], epsilons[:chunk], payoffs[:chunk]).compile()
     compile_s = time.perf_counter() - start
-    metrics = jax.block_until_ready(compiled(keys, epsilons, payoffs))
+    parts = [jax.block_until_ready(compiled(keys[i:i + chunk], epsilons[i:i + chunk], payoffs[i:i + chunk]))
+             for i in range(0, len(keys), chunk)]
+    metrics = jax.tree.map(lambda *leaves: np.concatenate(leaves)[:len(grid)], *parts)
     run_s = time.perf_counter() - start - compile_s
     last = max(1, int(setup.total_steps * setup.window))
     shape = (len(setup.harshness), len(setup.epsilons), setup.seeds)
@@ -149,7 +157,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
 
 
 def readme(setup: Setup, results: dict, claims: dict, verdict: str, quick: bool) -> list[str]:
-    n = setup.side ** 2
+    n, dqn = setup.side ** 2, setup.agent_config("shared")
     lines = ["# shared-policy-collapse: exploration vs cooperation under parameter sharing", "",
              "Claim (Lee & Weng 2026): shared-network DQN agents on a networked Prisoner's Dilemma lose cooperation as "
              "exploration rises; independent networks do not; grouped sharing and exploration-signal augmentation "
@@ -157,8 +165,9 @@ def readme(setup: Setup, results: dict, claims: dict, verdict: str, quick: bool)
              f"Scale: a {setup.side}x{setup.side} lattice torus ({n} agents, von Neumann neighbours), payoffs "
              f"R=1, P=0, T=1+b, S=-b (Dg = Dr = b) averaged over neighbours, {setup.total_steps} joint steps per run, "
              f"fixed epsilon in {list(setup.epsilons)}, b in {list(setup.harshness)}, {setup.seeds} seeds (vmapped); "
-             f"grouped = {setup.groups} networks over bands of rows; DQN: MLP (32, 32), gamma 0.9, Huber loss, "
-             "batch 32 per network per step, 500-step replay, hard target copy every 100 steps. Differences from the "
+             f"grouped = {setup.groups} networks over bands of rows; DQN: MLP {dqn.hidden}, gamma {dqn.gamma}, Huber "
+             f"loss, Adam {dqn.learning_rate:g}, batch {dqn.batch_size} per network per step, {dqn.buffer_steps}-step "
+             f"replay, hard target copy every {dqn.target_update_every} steps. Differences from the "
              "paper: a far smaller lattice and shorter training (CPU), fixed rather than decayed epsilon, and local "
              "observations (own last action, share of cooperating neighbours).", "",
              "Measured over the last "
