@@ -12,6 +12,7 @@ Per round: medians over the day's steps; the ratio horizon LP / (forward + rebal
 markdown table (median and min..max over rounds) and writes JSON to ``benchmarks/out/eamod_step_cost.json``.
 
     python benchmarks/eamod_step_cost.py --rounds 5
+    python benchmarks/eamod_step_cost.py --rounds 5 --regions 12   # a larger city: how the ratio grows
 """
 
 from __future__ import annotations
@@ -54,9 +55,23 @@ def one_round(net, agent, params, day: int) -> dict:
             "ratio": horizon["seconds"] / (forward_s + rebalance_s), "load": os.getloadavg()[0]}
 
 
+def larger_city(regions: int):
+    from longhorizon.repro.eamod import CITY_A
+    from longhorizon.structured import amod
+
+    edges = tuple((i, (i + 1) % regions) for i in range(regions)) + tuple((i, i + regions // 2) for i in range(regions // 2))
+    diameter = int(amod.hop_distances(regions, edges).max())
+    return amod.City(regions=regions, charge_levels=diameter + 3, edges=edges, stations=tuple(range(0, regions, 3)),
+                     fleet=CITY_A.fleet * regions // CITY_A.regions,
+                     demand_scale=CITY_A.demand_scale * CITY_A.regions / regions, steps=CITY_A.steps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--regions", type=int, default=0,
+                        help="0: city A; N: a ring of N regions with chords to the opposite region, the same "
+                             "vehicles and requests per region as city A")
     args = parser.parse_args()
 
     import jax
@@ -65,7 +80,7 @@ def main() -> None:
     from longhorizon.structured import amod
     from longhorizon.structured import amod_policy as ap
 
-    net = amod.Network(CITY_A)
+    net = amod.Network(CITY_A if not args.regions else larger_city(args.regions))
     agent = ap.Agent(net.C, Setup().config)
     t0 = time.perf_counter()
     params, _ = agent.init(jax.random.PRNGKey(0), net)
