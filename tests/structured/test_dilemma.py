@@ -146,6 +146,8 @@ def test_claim_rule_by_hand():
     flipped = collapse.decide_claims({"shared": arm(high, high), "independent": arm(high, low)}, "0.4")
     assert flipped[collapse.CLAIMS["collapse"]].startswith("contradicted")
     assert flipped[collapse.CLAIMS["independent"]].startswith("contradicted")
+    never = collapse.decide_claims({"independent": arm([0.0] * 5, [0.0] * 5)}, "0.4")  # no drop, but no cooperation
+    assert never[collapse.CLAIMS["independent"]].startswith("contradicted")
 
 
 def test_quick_reproduction_writes_files_and_claims_from_the_data(tmp_path):
