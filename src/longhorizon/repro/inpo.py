@@ -252,18 +252,26 @@ def policy_level(setup: LMSetup, log=print) -> dict:
         wins = [[win_rate(oracle, held, samples[a]["texts"], samples[b]["texts"], same=a == b) for b in names] for a in names]
         per_seed.append({"matrix": [[m for m, _ in row] for row in wins], "matrix_se": [[e for _, e in row] for row in wins],
                          "policies": {n: describe(oracle, held, samples[n]) for n in names}})
+    return {**aggregate(names, per_seed), "per_seed": per_seed, "curves": curves,
+            "costs": {arm: {"seconds": float(np.mean([c["seconds"] for c in cs])), "generations": cs[0]["generations"]}
+                      for arm, cs in costs.items()}}
+
+
+def aggregate(names: list[str], per_seed: list[dict]) -> dict:
+    """Means over seeds of the win-rate matrix (standard error over seeds, over prompts with one seed) and of each
+    policy's accuracy, KL, tag mix and tag exploitability (each seed's exploitability, then the mean: the
+    exploitability of the seeds' mean mix would hide seeds that sit at different points of a cycle)."""
     M = np.asarray([r["matrix"] for r in per_seed])
     se = M.std(0, ddof=1) / np.sqrt(len(M)) if len(M) > 1 else np.asarray(per_seed[0]["matrix_se"])
 
-    def mean_of(n, key):
-        return float(np.mean([r["policies"][n][key] for r in per_seed]))
+    def mean_of(n, value):
+        return float(np.mean([value(r["policies"][n]) for r in per_seed]))
 
-    policies = {n: {"accuracy": mean_of(n, "accuracy"), "kl_to_ref": mean_of(n, "kl_to_ref"),
-                    "tags": {str(k): float(np.mean([r["policies"][n]["tags"][str(k)] for r in per_seed])) for k in (*REF_TAGS, None)}}
+    policies = {n: {"accuracy": mean_of(n, lambda p: p["accuracy"]), "kl_to_ref": mean_of(n, lambda p: p["kl_to_ref"]),
+                    "exploitability": mean_of(n, lambda p: exploitability(p["tags"])),
+                    "tags": {str(k): mean_of(n, lambda p: p["tags"][str(k)]) for k in (*REF_TAGS, None)}}
                 for n in names}
-    return {"names": names, "matrix": M.mean(0).tolist(), "matrix_se": se.tolist(), "policies": policies,
-            "per_seed": per_seed, "curves": curves, "costs": {arm: {"seconds": float(np.mean([c["seconds"] for c in cs])),
-                                                   "generations": cs[0]["generations"]} for arm, cs in costs.items()}}
+    return {"names": names, "matrix": M.mean(0).tolist(), "matrix_se": se.tolist(), "policies": policies}
 
 
 def curve_point(evaluator, params, problems, setup: LMSetup) -> dict:
@@ -297,7 +305,7 @@ def policy_claims(lm: dict, seeds: int) -> dict:
         j = names.index(other)
         claims[f"INPO's policy beats {other}'s head to head"] = \
             f"{beats(M[i, j], S[i, j], crit)} (win rate {M[i, j]:.3f} ± {S[i, j]:.3f})"
-    own, start, more = (exploitability(lm["policies"][n]["tags"]) for n in ("inpo", "reference", "inpo_x4"))
+    own, start, more = (lm["policies"][n]["exploitability"] for n in ("inpo", "reference", "inpo_x4"))
     claims["INPO's tag mix is less exploitable than pi_ref's (it moves toward the cyclic part's Nash mix)"] = \
         (f"{'holds' if own < start else 'contradicted'} (tag exploitability {own:.3f} vs pi_ref's {start:.3f}; "
          f"{more:.3f} with 4 optimiser steps per iteration)")
@@ -431,13 +439,13 @@ def report(summary: dict, quick: bool) -> list[str]:
               "win rates average P over all sample pairs of a prompt, then prompts, then seeds (± one standard error over "
               "seeds; over prompts when there is one seed). Accuracy, tag mix and KL (Monte Carlo, E_pi log pi/pi_ref) "
               "are means over seeds; seconds are per seed, compilation and the training-curve evaluations included.", "",
-              "| policy | win rate vs reference | accuracy | tags r/p/s/none | tag exploitability | KL(pi \\|\\| pi_ref) | "
+              "| policy | win rate vs reference | accuracy | tags r/p/s/none | tag exploitability (mean of seeds) | KL(pi \\|\\| pi_ref) | "
               "samples drawn | seconds |", "|---|---|---|---|---|---|---|---|"]
     names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
     for i, name in enumerate(names):
         p, cost = lm["policies"][name], lm["costs"].get(name, {})
         tags = "/".join(f"{p['tags'][str(k)]:.2f}" for k in (*REF_TAGS, None))
-        lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {exploitability(p['tags']):.3f} | "
+        lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {p['exploitability']:.3f} | "
                   f"{p['kl_to_ref']:.3f} | "
                   f"{cost.get('generations', '-')} | {cost.get('seconds', 0):.0f} |"]
     nash = summary["nash_tags"]
