@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 
 from longhorizon.structured import shared_dqn
 from longhorizon.structured.dilemma import DilemmaConfig, NetworkedDilemma

@@ -121,7 +121,8 @@ def test_independent_networks_learn_only_from_their_own_agent():
     stored = np.asarray(state.buffer.data["r"][0])
     np.testing.assert_array_equal(batch["r"], np.repeat(stored[:, None], 4, 1))  # network m sees agent m only
     learn = jax.jit(train.learn)
-    changed = state.replace(buffer=state.buffer.replace(data={**state.buffer.data, "r": state.buffer.data["r"].at[:, 0].add(5.0)}))
+    new_rewards = state.buffer.data["r"].at[:, 0].add(5.0)  # agent 0's stored rewards only
+    changed = state.replace(buffer=state.buffer.replace(data={**state.buffer.data, "r": new_rewards}))
     base, moved = state, changed
     for _ in range(3):  # Adam's first step is sign-like; later steps carry the gradients' size
         base, moved = learn(base), learn(moved)
