@@ -147,6 +147,8 @@ def test_claim_rule_by_hand():
     flipped = collapse.decide_claims({"shared": arm(high, high), "independent": arm(high, low)}, "0.4")
     assert flipped[collapse.CLAIMS["collapse"]].startswith("contradicted")
     assert flipped[collapse.CLAIMS["independent"]].startswith("contradicted")
+    random_graph = collapse.Setup(side=4).environment("shared, random graph")  # the topology arm: 4-regular, 16 nodes
+    assert random_graph.num_agents == 16 and np.all(np.asarray(random_graph.degree) == 4)
     never = collapse.decide_claims({"independent": arm([0.0] * 5, [0.0] * 5)}, "0.4")  # no drop, but no cooperation
     assert never[collapse.CLAIMS["independent"]].startswith("contradicted")
 

@@ -41,6 +41,7 @@ ARMS = {
     "grouped": {"sharing": "grouped"},
     "independent": {"sharing": "independent"},
     "shared+exploration": {"sharing": "shared", "augment": "exploration"},
+    "shared, random graph": {"sharing": "shared", "graph": "random_regular"},  # topology: reported, no claim
 }
 CLAIMS = {
     "collapse": "under a shared network, cooperation collapses as epsilon rises",
@@ -63,7 +64,14 @@ class Setup:
     rows_per_program: int = 10  # (seed, epsilon, b) rows vmapped in one compiled program
 
     def agent_config(self, arm: str) -> shared_dqn.Config:
-        return shared_dqn.Config(**ARMS[arm], groups=self.groups, total_steps=self.total_steps)
+        fields = {k: v for k, v in ARMS[arm].items() if k != "graph"}
+        return shared_dqn.Config(**fields, groups=self.groups, total_steps=self.total_steps)
+
+    def environment(self, arm: str) -> NetworkedDilemma:
+        """The lattice torus, or for a random-graph arm a 4-regular random graph on as many agents."""
+        graph = ARMS[arm].get("graph", "lattice")
+        return NetworkedDilemma(DilemmaConfig(graph=graph, side=self.side, num_agents=self.side ** 2, degree=4,
+                                              max_steps=self.total_steps))
 
 
 QUICK = Setup(side=4, total_steps=300, seeds=2, epsilons=(0.05, 0.5), harshness=(0.3,), arms=("shared", "independent"),
@@ -138,10 +146,9 @@ def decide_claims(results: dict, harshest: str) -> dict:
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     setup = setup or (QUICK if quick else Setup())
     out = Path(out_dir)
-    env = NetworkedDilemma(DilemmaConfig(graph="lattice", side=setup.side, max_steps=setup.total_steps))
     results = {}
     for arm in setup.arms:
-        results[arm] = run_arm(env, setup, arm)
+        results[arm] = run_arm(setup.environment(arm), setup, arm)
         print(f"{arm}: compile {results[arm]['compile_s']:.1f} s, run {results[arm]['run_s']:.1f} s")
     return finish(out, setup, results, quick)
 
@@ -162,7 +169,7 @@ def finish(out: Path, setup: Setup, results: dict, quick: bool) -> dict:
             stats = [mean_se(v) for v in r["by_b"][b]["greedy_cooperation"]]
             curves[f"{arm}, b={b}"] = (list(setup.epsilons), [m for m, _ in stats], [s for _, s in stats])
     plot_curves(out / "cooperation.png", curves, "exploration epsilon (fixed)", "greedy cooperation rate",
-                f"{setup.side}x{setup.side} torus, {setup.seeds} seeds (mean +- SE)")
+                f"{setup.side ** 2} agents ({setup.side}x{setup.side} torus unless marked), {setup.seeds} seeds, mean +- SE")
     write(out, summary, readme(setup, results, claims, verdict, quick))
     return summary
 
@@ -176,7 +183,8 @@ def readme(setup: Setup, results: dict, claims: dict, verdict: str, quick: bool)
              f"Scale: a {setup.side}x{setup.side} lattice torus ({n} agents, von Neumann neighbours), payoffs "
              f"R=1, P=0, T=1+b, S=-b (Dg = Dr = b) averaged over neighbours, {setup.total_steps} joint steps per run, "
              f"fixed epsilon in {list(setup.epsilons)}, b in {list(setup.harshness)}, {setup.seeds} seeds (vmapped); "
-             f"grouped = {setup.groups} networks over bands of rows; DQN: MLP {dqn.hidden}, gamma {dqn.gamma}, Huber "
+             f"grouped = {setup.groups} networks over bands of rows; 'shared, random graph' = the shared arm on a "
+             f"random 4-regular graph of {n} nodes (graph seed 0; topology is reported, no claim); DQN: MLP {dqn.hidden}, gamma {dqn.gamma}, Huber "
              f"loss, Adam {dqn.learning_rate:g}, batch {dqn.batch_size} per network per step, {dqn.buffer_steps}-step "
              f"replay, hard target copy every {dqn.target_update_every} steps. Differences from the "
              "paper: a far smaller lattice and shorter training (CPU), fixed rather than decayed epsilon, and local "
