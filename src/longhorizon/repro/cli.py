@@ -58,6 +58,12 @@ REPROS = {
               "graph RL with LP layers reaches a large fraction of the full-information LP optimum, far faster"),
     "shared-policy-collapse": ("longhorizon.repro.shared_policy_collapse",
                                "under a shared policy, cooperation collapses as exploration rises; independent networks keep it"),
+    "ta-lpo": ("longhorizon.repro.ta_lpo",
+               "a drift objective that sees the training horizon (TA-LPO) generalises across lifetimes better than LPO"),
+    "es-finetune": ("longhorizon.repro.es_finetune",
+                    "antithetic evolution strategies fine-tune an LM policy with inference-only memory; vs GRPO at equal rollouts"),
+    "carl": ("longhorizon.repro.carl",
+             "PPO on a summed shaped reward degrades as the minibatch grows; on CaRL's route-completion reward it does not"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
