@@ -1,0 +1,95 @@
+"""Antithetic ES (longhorizon.evolution.es): gradient estimate, seeded noise, sigma schedule, fp32 master."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.evolution import es
+
+C = jnp.array([0.5, -1.0, 2.0, 0.25], jnp.float32)
+
+
+def quadratic_fitness(params):
+    """f(x) = -|x - c|^2, gradient -2 (x - c)."""
+    return -jnp.sum((params["x"] - C) ** 2)
+
+
+@functools.partial(jax.jit, static_argnames=("mask",))
+def population_fitness(master, seeds, scale, mask):
+    return jax.vmap(lambda s: quadratic_fitness(es.perturbed(master, s, scale, mask)))(seeds)
+
+
+def estimate(pairs: int, seed: int = 0):
+    cfg = es.ESConfig(pairs=pairs, sigma=0.1, sigma_final=0.1, fitness_shaping="none", seed=seed)
+    master = {"x": jnp.zeros(4, jnp.float32)}
+    mask = es.selected(master, ())
+    seeds = es.member_seeds(cfg, 0)
+    f_plus = np.asarray(population_fitness(master, jnp.asarray(seeds), cfg.sigma, mask))
+    f_minus = np.asarray(population_fitness(master, jnp.asarray(seeds), -cfg.sigma, mask))
+    return np.asarray(es.gradient_estimate(master, seeds, f_plus, f_minus, cfg.sigma, mask)["x"])
+
+
+def test_gradient_estimate_matches_analytic_gradient_and_error_falls_with_population():
+    analytic = 2 * np.asarray(C)  # -2 (x - c) at x = 0
+    errors = {n: np.mean([np.linalg.norm(estimate(n, seed) - analytic) for seed in range(3)]) for n in (4, 64, 1024)}
+    assert errors[1024] < errors[64] < errors[4]
+    assert errors[1024] < 0.15 * np.linalg.norm(analytic)
+
+
+def test_antithetic_pair_regenerates_the_same_noise_from_its_seed():
+    master = {"a": jnp.ones((3, 2)), "b": jnp.zeros(5)}
+    mask = es.selected(master, ())
+    plus, minus = es.perturbed(master, 7, 0.5, mask), es.perturbed(master, 7, -0.5, mask)
+    eps_again = es.noise(7, master, mask)
+    for k in master:
+        np.testing.assert_allclose((plus[k] - minus[k]) / 1.0, eps_again[k], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(es.noise(7, master, mask)[k], eps_again[k])
+    assert not np.allclose(es.noise(8, master, mask)["a"], eps_again["a"])
+
+
+def test_subset_moves_only_the_chosen_leaves():
+    master = {"block_0": jnp.zeros(3), "block_1": jnp.zeros(3)}
+    mask = es.selected(master, ("block_1",))
+    eps = es.noise(1, master, mask)
+    assert np.all(eps["block_0"] == 0) and np.any(eps["block_1"] != 0)
+    with pytest.raises(UsageError):
+        es.selected(master, ("nowhere",))
+
+
+def test_cosine_sigma_schedule_by_hand():
+    cfg = es.ESConfig(sigma=0.1, sigma_final=0.02, steps=10)
+    assert es.sigma_at(0, cfg) == pytest.approx(0.1)
+    assert es.sigma_at(5, cfg) == pytest.approx(0.06)  # half way: the mean of the two
+    assert es.sigma_at(10, cfg) == pytest.approx(0.02)
+    assert es.sigma_at(20, cfg) == pytest.approx(0.02)  # held after T
+    assert es.sigma_at(2, cfg) == pytest.approx(0.02 + 0.08 * (1 + math.cos(math.pi * 0.2)) / 2)
+
+
+def test_fp32_master_moves_where_a_bf16_copy_would_not():
+    # Adam's first step is lr * sign(g): every weight moves by ~1e-5.
+    cfg = es.ESConfig(pairs=2, sigma=1e-3, sigma_final=1e-3, learning_rate=1e-5, optimizer="adam",
+                      fitness_shaping="none")
+    params = {"w": jnp.ones(8, jnp.bfloat16)}
+    state = es.es_init(params, cfg)
+    assert state.master["w"].dtype == jnp.float32
+    mask = es.selected(state.master, ())
+    grad = es.gradient_estimate(state.master, es.member_seeds(cfg, 0), [1.0, 0.0], [0.0, 1.0], cfg.sigma, mask)
+    state, _ = es.es_update(state, [1.0, 0.0], [0.0, 1.0], cfg, mask)
+    step = np.asarray(state.master["w"]) - 1.0
+    np.testing.assert_allclose(step, 1e-5 * np.sign(np.asarray(grad["w"])), rtol=2e-2)
+    bf16 = (params["w"] + jnp.asarray(step).astype(jnp.bfloat16)).astype(jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(bf16, np.float32), np.ones(8))  # 1 + ~1e-5 rounds back to 1 in bf16
+
+
+def test_centered_ranks_and_config_validation():
+    np.testing.assert_allclose(es.centered_ranks([3.0, 1.0, 2.0]), [0.5, -0.5, 0.0])
+    np.testing.assert_allclose(es.centered_ranks([1.0, 1.0, 0.0]), [0.25, 0.25, -0.5])
+    for bad in (dict(pairs=0), dict(sigma=0.01, sigma_final=0.1), dict(optimizer="lbfgs"), dict(fitness_shaping="x"),
+                dict(learning_rate=0.0)):
+        with pytest.raises(UsageError):
+            es.ESConfig(**bad)
