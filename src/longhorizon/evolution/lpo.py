@@ -1,0 +1,92 @@
+r"""Learned policy optimisation (LPO, Lu et al. 2022) and its temporally-aware form (TA-LPO, Jackson et al. 2024).
+
+Mirror learning (Kuba et al. 2022) lets a policy update maximise any objective of the form
+
+.. math::
+    L(\theta) = \mathbb E\big[r A - f_\phi(r, A)\big], \qquad r = \pi_\theta(a|s) / \pi_{old}(a|s),
+
+where the *drift* ``f`` is non-negative, zero at ``r = 1`` and has zero gradient in ``r`` there. LPO
+meta-learns ``f_phi`` as a small MLP; TA-LPO adds the lifetime inputs ``n/N`` (progress through training)
+and ``log N`` (the training horizon), so the drift can change over the agent's lifetime.
+
+Construction (ours; it meets the three conditions exactly, by design rather than by training):
+
+.. math::
+    f_\phi(r, A, n, N) = (r - 1)^2\, \mathrm{softplus}\big(g_\phi(x)\big),\qquad
+    x = [r-1,\ \log r,\ A,\ (r-1)A,\ A \log r,\ (n/N,\ \log N)_{\text{TA only}}],
+
+with ``g_phi`` a tanh MLP. ``(r-1)^2`` vanishes with its derivative at ``r = 1``; ``softplus > 0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longhorizon.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftConfig:
+    hidden: int = 16
+    temporal: bool = False  # True: TA-LPO (lifetime inputs n/N, log N)
+    ratio_clip: float = 10.0  # features see r clipped to [1/c, c] so log r stays finite; the (r-1)^2 factor does not
+
+    def __post_init__(self):
+        if self.hidden < 1:
+            raise UsageError(f"drift hidden size must be >= 1 (got {self.hidden}); pass a positive width.")
+        if self.ratio_clip <= 1.0:
+            raise UsageError(f"ratio_clip must be > 1 (got {self.ratio_clip}); pass e.g. 10.")
+
+    @property
+    def num_features(self) -> int:
+        return 7 if self.temporal else 5
+
+
+def init_drift(config: DriftConfig, key: jax.Array) -> dict:
+    """Drift MLP parameters ``{w1: [F, H], b1: [H], w2: [H], b2: []}``; small output weights start f near
+    ``softplus(b2) (r-1)^2``, a quadratic trust region."""
+    k1, k2 = jax.random.split(key)
+    f, h = config.num_features, config.hidden
+    return {"w1": jax.random.normal(k1, (f, h)) / np.sqrt(f), "b1": jnp.zeros(h),
+            "w2": 0.1 * jax.random.normal(k2, (h,)) / np.sqrt(h), "b2": jnp.asarray(0.0)}
+
+
+def drift_features(config: DriftConfig, ratio, advantage, progress=None, horizon=None) -> jax.Array:
+    """Features ``x`` of the module docstring, shape ``[..., F]``; ``progress = n/N`` and ``horizon = N``
+    broadcast against ``ratio`` (TA-LPO only)."""
+    r = jnp.clip(ratio, 1.0 / config.ratio_clip, config.ratio_clip)
+    log_r = jnp.log(r)
+    feats = [r - 1.0, log_r, advantage, (r - 1.0) * advantage, log_r * advantage]
+    if config.temporal:
+        if progress is None or horizon is None:
+            raise UsageError("a temporally-aware drift needs progress n/N and horizon N; pass both.")
+        feats += [jnp.broadcast_to(progress, r.shape), jnp.broadcast_to(jnp.log(horizon), r.shape)]
+    return jnp.stack(jnp.broadcast_arrays(*feats), axis=-1)
+
+
+def drift(config: DriftConfig, params: dict, ratio, advantage, progress=None, horizon=None) -> jax.Array:
+    r"""``f_phi(r, A[, n/N, log N]) = (r-1)^2 softplus(g_phi(x)) >= 0``, same shape as ``ratio``."""
+    x = drift_features(config, ratio, advantage, progress, horizon)
+    g = jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
+    return jnp.square(ratio - 1.0) * jax.nn.softplus(g)
+
+
+def lpo_objective(config: DriftConfig, params: dict | None, log_prob, old_log_prob, advantage,
+                  progress=None, horizon=None) -> jax.Array:
+    r"""Mirror-learning objective to maximise, ``E[r A - f_phi(r, A)]`` over a batch ``[B]``.
+
+    ``params=None`` is the zero drift: PPO's unclipped surrogate ``E[r A]``.
+    """
+    ratio = jnp.exp(log_prob - old_log_prob)
+    surrogate = ratio * advantage
+    if params is None:
+        return jnp.mean(surrogate)
+    return jnp.mean(surrogate - drift(config, params, ratio, advantage, progress, horizon))
+
+
+def num_params(params: dict) -> int:
+    return int(sum(np.size(p) for p in jax.tree_util.tree_leaves(params)))

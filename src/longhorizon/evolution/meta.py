@@ -1,0 +1,200 @@
+r"""Meta-training a drift (LPO / TA-LPO) with antithetic OpenES over a population of inner PPO runs.
+
+Inner task (cheap, so a generation takes about a second): a ``K``-armed Gaussian bandit, arm means
+``mu ~ N(0, 1)``, rewards ``mu_a + N(0, noise^2)``. The inner agent is a softmax policy over logits
+``[K]``; each of its ``N`` updates (its *lifetime*) samples ``B`` pulls, takes one-step advantages
+``A = R - mean(R)`` (GAE with every step terminal, :func:`longhorizon.core.returns.gae`), normalises
+them, and takes ``epochs`` plain gradient steps on the mirror-learning objective
+``E[r A - f_phi(r, A)]`` (:mod:`longhorizon.evolution.lpo`). This is a compact inner PPO written here
+because the engine's PPO (``algos/ppo.py``) takes no custom objective.
+
+Fitness of a drift: the normalised final score of the inner policy, averaged over tasks,
+
+.. math::
+    S = \frac{\sum_a \pi(a)\mu_a - \bar\mu}{\max_a \mu_a - \bar\mu} \in (-\infty, 1].
+
+Outer loop, antithetic OpenES (Salimans et al. 2017): perturbations ``theta +- sigma eps_i``,
+
+.. math::
+    \hat g = \frac{1}{2\sigma P'} \sum_{i=1}^{P'} \big(F(\theta+\sigma\epsilon_i) - F(\theta-\sigma\epsilon_i)\big)\,\epsilon_i,
+
+with centred-rank fitness shaping in meta-training and Adam on ``theta``. The whole population's inner
+runs (members x tasks) are vmapped in one jitted program; lifetimes shorter than the scan length are
+masked, so several training horizons share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from longhorizon.core.losses import clipped_surrogate_loss
+from longhorizon.core.returns import gae
+from longhorizon.errors import UsageError
+from longhorizon.evolution import lpo
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditConfig:
+    arms: int = 10
+    noise: float = 1.0
+    batch: int = 16  # pulls per inner update
+    epochs: int = 4  # gradient steps per inner update
+    inner_lr: float = 1.0
+
+    def __post_init__(self):
+        if self.arms < 2 or self.batch < 2 or self.epochs < 1:
+            raise UsageError(f"bandit needs arms >= 2, batch >= 2, epochs >= 1 (got {self.arms}, {self.batch}, "
+                             f"{self.epochs}); pass larger values.")
+        if self.inner_lr <= 0 or self.noise < 0:
+            raise UsageError(f"inner_lr must be > 0 and noise >= 0 (got {self.inner_lr}, {self.noise}); fix them.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ESConfig:
+    population: int = 32  # even: antithetic pairs
+    sigma: float = 0.05
+    learning_rate: float = 0.03
+    tasks: int = 16  # bandits per member per generation (shared by all members: common random numbers)
+    train_lifetimes: tuple = (8, 64)
+
+    def __post_init__(self):
+        if self.population < 2 or self.population % 2:
+            raise UsageError(f"ES population must be even and >= 2 (got {self.population}); pass e.g. 32.")
+        if self.sigma <= 0 or self.learning_rate <= 0 or self.tasks < 1:
+            raise UsageError("ES sigma and learning_rate must be > 0 and tasks >= 1; fix the ES config.")
+        if not self.train_lifetimes or min(self.train_lifetimes) < 1:
+            raise UsageError(f"train_lifetimes must be positive update counts (got {self.train_lifetimes}).")
+
+
+# --- inner loop -------------------------------------------------------------------------------------------
+
+def bandit_advantages(rewards: jax.Array) -> jax.Array:
+    """One-step advantages ``[B]``: GAE with each pull terminal and the batch mean as the value, normalised."""
+    baseline = jnp.full_like(rewards, rewards.mean())
+    ones = jnp.ones_like(rewards)
+    adv, _ = gae(rewards, baseline, jnp.zeros_like(rewards), ones, ones, gamma=1.0, lam=1.0)
+    return adv / (adv.std() + 1e-8)
+
+
+def normalised_score(logits: jax.Array, means: jax.Array) -> jax.Array:
+    """``S`` of the module docstring for one bandit: 1 at the best arm, 0 at the uniform policy's value."""
+    value = jax.nn.softmax(logits) @ means
+    return (value - means.mean()) / (means.max() - means.mean())
+
+
+def inner_lifetime(objective: Callable, bandit: BanditConfig, key: jax.Array, lifetime, max_lifetime: int):
+    """Train one softmax policy for ``lifetime`` updates (a traced int <= static ``max_lifetime``).
+
+    ``objective(log_prob, old_log_prob, adv, progress, horizon) -> scalar`` is maximised. Returns the
+    final normalised score.
+    """
+    k_means, k_run = jax.random.split(key)
+    means = jax.random.normal(k_means, (bandit.arms,))
+    horizon = jnp.asarray(lifetime, jnp.float32)
+
+    def update(logits, n):
+        k_act, k_rew = jax.random.split(jax.random.fold_in(k_run, n))  # per-update keys, whatever the scan length
+        actions = jax.random.categorical(k_act, logits, shape=(bandit.batch,))
+        rewards = means[actions] + bandit.noise * jax.random.normal(k_rew, (bandit.batch,))
+        adv = bandit_advantages(rewards)
+        old_log_prob = jax.nn.log_softmax(logits)[actions]
+        progress = n.astype(jnp.float32) / horizon
+
+        def epoch(theta, _):
+            grad = jax.grad(lambda t: objective(jax.nn.log_softmax(t)[actions], old_log_prob, adv, progress, horizon))(theta)
+            return theta + bandit.inner_lr * grad, None
+
+        new_logits, _ = jax.lax.scan(epoch, logits, None, length=bandit.epochs)
+        return jnp.where(n < lifetime, new_logits, logits), None  # masked past the lifetime
+
+    final, _ = jax.lax.scan(update, jnp.zeros(bandit.arms), jnp.arange(max_lifetime))
+    return normalised_score(final, means)
+
+
+def drift_objective(drift: lpo.DriftConfig, params):
+    def objective(log_prob, old_log_prob, adv, progress, horizon):
+        return lpo.lpo_objective(drift, params, log_prob, old_log_prob, adv, progress, horizon)
+    return objective
+
+
+def ppo_clip_objective(clip_eps: float = 0.2):
+    def objective(log_prob, old_log_prob, adv, progress, horizon):
+        return -clipped_surrogate_loss(log_prob, old_log_prob, adv, clip_eps)[0]
+    return objective
+
+
+def evaluate(objective: Callable, bandit: BanditConfig, key: jax.Array, lifetime: int, tasks: int) -> jax.Array:
+    """Final scores ``[tasks]`` of ``tasks`` inner runs of ``lifetime`` updates."""
+    run = lambda k: inner_lifetime(objective, bandit, k, lifetime, lifetime)
+    return jax.vmap(run)(jax.random.split(key, tasks))
+
+
+# --- outer loop: antithetic OpenES ----------------------------------------------------------------------
+
+def antithetic_perturbations(key: jax.Array, theta: jax.Array, population: int, sigma: float):
+    """``eps [P/2, D]`` and the population ``[theta + sigma eps; theta - sigma eps]`` of shape ``[P, D]``."""
+    eps = jax.random.normal(key, (population // 2, theta.shape[0]))
+    return eps, jnp.concatenate([theta + sigma * eps, theta - sigma * eps])
+
+
+def antithetic_gradient(eps: jax.Array, fitness: jax.Array, sigma: float) -> jax.Array:
+    r"""``g_hat`` of the module docstring from ``eps [P/2, D]`` and ``fitness [P]`` (plus half, then minus half)."""
+    half = eps.shape[0]
+    return (fitness[:half] - fitness[half:]) @ eps / (2.0 * sigma * half)
+
+
+def centered_ranks(fitness: jax.Array) -> jax.Array:
+    """Fitness shaping: ranks mapped linearly to ``[-0.5, 0.5]`` (invariant to the fitness scale)."""
+    ranks = jnp.argsort(jnp.argsort(fitness)).astype(jnp.float32)
+    return ranks / (fitness.shape[0] - 1) - 0.5
+
+
+@dataclasses.dataclass
+class MetaTrainer:
+    """Meta-trains one drift; ``step`` is one jitted generation over the whole population."""
+    drift: lpo.DriftConfig
+    bandit: BanditConfig
+    es: ESConfig
+    seed: int = 0
+
+    def __post_init__(self):
+        params = lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed))
+        self.theta, self.unravel = ravel_pytree(params)
+        self.optimizer = optax.adam(self.es.learning_rate)
+        self.opt_state = self.optimizer.init(self.theta)
+        self.key = jax.random.PRNGKey(self.seed + 1)
+        self.step = jax.jit(self._generation)
+
+    def member_fitness(self, theta, task_keys, lifetimes):
+        objective = drift_objective(self.drift, self.unravel(theta))
+        run = lambda k, n: inner_lifetime(objective, self.bandit, k, n, max(self.es.train_lifetimes))
+        return jax.vmap(run)(task_keys, lifetimes).mean()
+
+    def _generation(self, theta, opt_state, key):
+        k_eps, k_tasks, k_life = jax.random.split(key, 3)
+        eps, members = antithetic_perturbations(k_eps, theta, self.es.population, self.es.sigma)
+        task_keys = jax.random.split(k_tasks, self.es.tasks)
+        lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.es.tasks,))
+        fitness = jax.vmap(self.member_fitness, in_axes=(0, None, None))(members, task_keys, lifetimes)
+        grad = antithetic_gradient(eps, centered_ranks(fitness), self.es.sigma)
+        updates, opt_state = self.optimizer.update(-grad, opt_state, theta)  # ascent
+        return optax.apply_updates(theta, updates), opt_state, fitness.mean()
+
+    def generation(self) -> float:
+        self.key, k = jax.random.split(self.key)
+        self.theta, self.opt_state, mean_fitness = self.step(self.theta, self.opt_state, k)
+        return float(mean_fitness)
+
+    def params(self) -> dict:
+        return self.unravel(self.theta)
+
+    def inner_steps_per_generation(self) -> int:
+        """Bandit pulls simulated per generation (masked updates past a lifetime counted as not run)."""
+        mean_life = sum(self.es.train_lifetimes) / len(self.es.train_lifetimes)
+        return int(self.es.population * self.es.tasks * mean_life * self.bandit.batch)

@@ -1,0 +1,94 @@
+"""LPO / TA-LPO drift constraints, the zero-drift objective, antithetic ES on a quadratic, inner loop, repro."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.evolution import lpo, meta
+
+RATIOS = jnp.concatenate([jnp.linspace(0.01, 5.0, 41), jnp.array([1.0, 20.0, 1e-4])])
+ADVS = jnp.linspace(-4.0, 4.0, 17)
+
+
+@pytest.mark.parametrize("temporal", [False, True])
+def test_drift_is_nonnegative_and_zero_with_zero_slope_at_ratio_one(temporal):
+    config = lpo.DriftConfig(temporal=temporal)
+    for seed in range(3):
+        params = lpo.init_drift(config, jax.random.PRNGKey(seed))
+        params = jax.tree_util.tree_map(lambda p: 5.0 * p, params)  # large weights: constraints hold by construction
+        r, a = jnp.meshgrid(RATIOS, ADVS)
+        extra = dict(progress=0.3, horizon=64.0) if temporal else {}
+        f = lpo.drift(config, params, r, a, **extra)
+        assert f.shape == r.shape and bool(jnp.all(f >= 0)) and bool(jnp.all(jnp.isfinite(f)))
+        at_one = lpo.drift(config, params, jnp.ones_like(ADVS), ADVS, **extra)
+        np.testing.assert_array_equal(np.asarray(at_one), 0.0)
+        slope = jax.vmap(jax.grad(lambda rr, aa: lpo.drift(config, params, rr, aa, **extra)), (None, 0))(1.0, ADVS)
+        np.testing.assert_array_equal(np.asarray(slope), 0.0)
+
+
+def test_temporal_drift_sees_the_lifetime_and_needs_it():
+    config = lpo.DriftConfig(temporal=True)
+    params = lpo.init_drift(config, jax.random.PRNGKey(0))
+    early = lpo.drift(config, params, 1.5, 1.0, progress=0.0, horizon=64.0)
+    late = lpo.drift(config, params, 1.5, 1.0, progress=1.0, horizon=64.0)
+    assert float(early) != float(late)
+    with pytest.raises(UsageError, match="progress"):
+        lpo.drift(config, params, 1.5, 1.0)
+    with pytest.raises(UsageError, match="hidden"):
+        lpo.DriftConfig(hidden=0)
+    with pytest.raises(UsageError, match="even"):
+        meta.ESConfig(population=7)
+    with pytest.raises(UsageError, match="bandit"):
+        meta.BanditConfig(arms=1)
+
+
+def test_zero_drift_objective_is_ppo_unclipped_surrogate():
+    key = jax.random.PRNGKey(0)
+    logp, old, adv = jax.random.normal(key, (3, 32)) * jnp.array([[0.3], [0.3], [1.0]])
+    by_hand = np.mean(np.exp(np.asarray(logp) - np.asarray(old)) * np.asarray(adv))
+    np.testing.assert_allclose(float(lpo.lpo_objective(lpo.DriftConfig(), None, logp, old, adv)), by_hand, rtol=1e-5)
+    # a drift only ever lowers the objective, and not at all where the ratio is one
+    params = lpo.init_drift(lpo.DriftConfig(), key)
+    assert float(lpo.lpo_objective(lpo.DriftConfig(), params, logp, old, adv)) <= by_hand + 1e-6
+    np.testing.assert_allclose(float(lpo.lpo_objective(lpo.DriftConfig(), params, old, old, adv)),
+                               float(jnp.mean(adv)), rtol=1e-5)
+
+
+def test_antithetic_es_gradient_on_a_quadratic_converges_with_population():
+    # F(x) = -1/2 (x-c)^T H (x-c): antithetic differences are exactly sigma eps.grad, so g_hat = mean(eps eps^T) grad
+    dim, sigma = 8, 0.1
+    rng = np.random.default_rng(0)
+    c, h = jnp.asarray(rng.normal(size=dim)), jnp.asarray(np.diag(rng.uniform(0.5, 2.0, dim)))
+    theta = jnp.zeros(dim)
+    fitness_fn = lambda x: -0.5 * (x - c) @ h @ (x - c)
+    analytic = h @ c
+    errors = {}
+    for population in (64, 4096, 65536):
+        eps, members = meta.antithetic_perturbations(jax.random.PRNGKey(1), theta, population, sigma)
+        estimate = meta.antithetic_gradient(eps, jax.vmap(fitness_fn)(members), sigma)
+        errors[population] = float(jnp.linalg.norm(estimate - analytic) / jnp.linalg.norm(analytic))
+        assert errors[population] < 4.0 * np.sqrt(2 * dim / population)  # Monte-Carlo rate, generous constant
+    assert errors[65536] < errors[64] and errors[65536] < 0.03
+
+
+def test_bandit_advantages_and_score_by_hand():
+    adv = meta.bandit_advantages(jnp.array([1.0, 3.0]))
+    np.testing.assert_allclose(np.asarray(adv), [-1.0, 1.0], rtol=1e-5)
+    means = jnp.array([0.0, 1.0, 2.0])
+    assert float(meta.normalised_score(jnp.array([0.0, 0.0, 50.0]), means)) == pytest.approx(1.0)
+    assert float(meta.normalised_score(jnp.zeros(3), means)) == pytest.approx(0.0, abs=1e-6)
+    # a lifetime of zero updates leaves the uniform policy; the masked long scan equals the short one
+    bandit = meta.BanditConfig(arms=4, batch=4, epochs=1)
+    objective = meta.drift_objective(lpo.DriftConfig(), None)
+    key = jax.random.PRNGKey(3)
+    assert float(meta.inner_lifetime(objective, bandit, key, 0, 3)) == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(float(meta.inner_lifetime(objective, bandit, key, 2, 5)),
+                               float(meta.inner_lifetime(objective, bandit, key, 2, 2)), rtol=1e-6)
+
+
+def test_centered_ranks():
+    np.testing.assert_allclose(np.asarray(meta.centered_ranks(jnp.array([3.0, -1.0, 10.0]))), [0.0, -0.5, 0.5])
