@@ -92,3 +92,30 @@ def test_bandit_advantages_and_score_by_hand():
 
 def test_centered_ranks():
     np.testing.assert_allclose(np.asarray(meta.centered_ranks(jnp.array([3.0, -1.0, 10.0]))), [0.0, -0.5, 0.5])
+
+
+def test_claim_rules_by_hand():
+    from longhorizon.repro import ta_lpo
+
+    lpo_scores = np.zeros((2, 4))
+    assert ta_lpo.generalisation_claim(lpo_scores, lpo_scores + np.array([0.1, 0.2, 0.1, 0.2])).startswith("holds")
+    assert ta_lpo.generalisation_claim(lpo_scores, lpo_scores - np.array([0.1, 0.2, 0.1, 0.2])).startswith("contradicted")
+    assert ta_lpo.generalisation_claim(lpo_scores, lpo_scores + np.array([0.1, -0.1, 0.2, -0.2])).startswith("inconclusive")
+    grid = np.ones((2, 5))
+    assert ta_lpo.lifetime_change_claim(grid, 1.5 * grid).startswith("holds")
+    assert ta_lpo.lifetime_change_claim(grid, 1.01 * grid).startswith("contradicted")
+
+
+def test_quick_repro_writes_files_and_claims_from_the_data(tmp_path):
+    from longhorizon.repro import ta_lpo
+
+    result = ta_lpo.run(str(tmp_path), quick=True)
+    for name in ("README.md", "summary.json", "ta_lpo.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["quick"] is True and summary["claims"] == result["claims"] and summary["verdict"].startswith("ta-lpo:")
+    grid = summary["drift_grid"]
+    claim = ta_lpo.lifetime_change_claim(np.array(grid["ta_early"]), np.array(grid["ta_late"]))
+    assert claim in summary["claims"].values()
+    assert all(r["inner_steps_per_s"] > 0 for r in summary["throughput"].values())
+    assert "longhorizon repro ta-lpo --quick" in (tmp_path / "README.md").read_text()

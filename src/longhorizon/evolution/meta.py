@@ -129,10 +129,12 @@ def ppo_clip_objective(clip_eps: float = 0.2):
     return objective
 
 
-def evaluate(objective: Callable, bandit: BanditConfig, key: jax.Array, lifetime: int, tasks: int) -> jax.Array:
-    """Final scores ``[tasks]`` of ``tasks`` inner runs of ``lifetime`` updates."""
-    run = lambda k: inner_lifetime(objective, bandit, k, lifetime, lifetime)
-    return jax.vmap(run)(jax.random.split(key, tasks))
+def evaluate(objective: Callable, bandit: BanditConfig, key: jax.Array, lifetimes: tuple, tasks: int) -> jax.Array:
+    """Final scores ``[len(lifetimes), tasks]``: the same ``tasks`` bandits trained for each lifetime (one
+    masked scan of ``max(lifetimes)`` updates, so one compiled program covers every lifetime)."""
+    run = lambda k, n: inner_lifetime(objective, bandit, k, n, max(lifetimes))
+    per_lifetime = lambda n: jax.vmap(run, in_axes=(0, None))(jax.random.split(key, tasks), n)
+    return jax.vmap(per_lifetime)(jnp.asarray(lifetimes))
 
 
 # --- outer loop: antithetic OpenES ----------------------------------------------------------------------
