@@ -93,3 +93,42 @@ def test_centered_ranks_and_config_validation():
                 dict(learning_rate=0.0)):
         with pytest.raises(UsageError):
             es.ESConfig(**bad)
+
+
+def test_es_finetune_claim_rule_by_hand():
+    from longhorizon.repro.es_finetune import MARGIN, decide
+
+    acc = {"base": {1: 0.5, 2: 0.1}, "es": {1: 0.6, 2: 0.1}, "grpo": {1: 0.9, 2: 0.2}}
+    memory = {"population_generate": 2e6, "es_update": 1e6, "grpo_update": 5e6}
+    claims = list(decide(acc, memory, (1,), (1, 2)).values())
+    assert claims[0].startswith("holds")  # +0.1 on h=1
+    assert claims[1].startswith("holds")  # 2 MB < 5 MB
+    assert claims[2].startswith("contradicted")  # ES 0.35 vs GRPO 0.55
+    acc["es"] = {1: 0.5 + MARGIN / 2, 2: 0.2}
+    claims = list(decide(acc, {**memory, "grpo_update": 1e6}, (1,), (1, 2)).values())
+    assert claims[0].startswith("contradicted") and claims[1].startswith("contradicted")
+
+
+def test_es_lm_config_refuses_bad_options():
+    from longhorizon.evolution.es_lm import ESLMConfig
+    from longhorizon.repro.es_finetune import Setup
+
+    for bad in (dict(problems_per_member=0), dict(member_dtype="int8"), dict(evaluation="threads")):
+        with pytest.raises(UsageError):
+            ESLMConfig(**bad)
+    with pytest.raises(UsageError):
+        Setup(pairs=3)  # 2 * 3 * 8 completions != 8 * 8
+
+
+def test_es_finetune_quick_writes_its_files(tmp_path):
+    import json
+
+    from longhorizon.repro import es_finetune
+
+    summary = es_finetune.run(str(tmp_path), quick=True)
+    for name in ("README.md", "summary.json", "es_vs_grpo.png"):
+        assert (tmp_path / name).exists()
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["quick"] is True and len(on_disk["claims"]) == 3 and "## Verdict" in (tmp_path / "README.md").read_text()
+    assert summary["rollouts_per_arm"] == 2 * 4 * 4
+    assert summary["memory_bytes"]["grpo_update"] > 0
