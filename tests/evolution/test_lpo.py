@@ -17,7 +17,7 @@ ADVS = jnp.linspace(-4.0, 4.0, 17)
 @pytest.mark.parametrize("temporal", [False, True])
 def test_drift_is_nonnegative_and_zero_with_zero_slope_at_ratio_one(temporal):
     config = lpo.DriftConfig(temporal=temporal)
-    for seed in range(3):
+    for seed in range(2):
         params = lpo.init_drift(config, jax.random.PRNGKey(seed))
         params = jax.tree_util.tree_map(lambda p: 5.0 * p, params)  # large weights: constraints hold by construction
         r, a = jnp.meshgrid(RATIOS, ADVS)
@@ -67,7 +67,7 @@ def test_antithetic_es_gradient_on_a_quadratic_converges_with_population():
     fitness_fn = lambda x: -0.5 * (x - c) @ h @ (x - c)
     analytic = h @ c
     errors = {}
-    for population in (64, 4096, 65536):
+    for population in (64, 65536):
         eps, members = meta.antithetic_perturbations(jax.random.PRNGKey(1), theta, population, sigma)
         estimate = meta.antithetic_gradient(eps, jax.vmap(fitness_fn)(members), sigma)
         errors[population] = float(jnp.linalg.norm(estimate - analytic) / jnp.linalg.norm(analytic))
@@ -85,9 +85,10 @@ def test_bandit_advantages_and_score_by_hand():
     bandit = meta.BanditConfig(arms=4, batch=4, epochs=1)
     objective = meta.drift_objective(lpo.DriftConfig(), None)
     key = jax.random.PRNGKey(3)
-    assert float(meta.inner_lifetime(objective, bandit, key, 0, 3)) == pytest.approx(0.0, abs=1e-6)
-    np.testing.assert_allclose(float(meta.inner_lifetime(objective, bandit, key, 2, 5)),
-                               float(meta.inner_lifetime(objective, bandit, key, 2, 2)), rtol=1e-6)
+    inner = jax.jit(meta.inner_lifetime, static_argnums=(0, 1, 4))
+    assert float(inner(objective, bandit, key, 0, 3)) == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(float(inner(objective, bandit, key, 2, 5)), float(inner(objective, bandit, key, 2, 2)),
+                               rtol=1e-6)
 
 
 def test_centered_ranks():
