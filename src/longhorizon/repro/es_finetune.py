@@ -39,6 +39,7 @@ class Setup:
     train_horizons: tuple[int, ...] = (1, 2, 3)
     eval_horizons: tuple[int, ...] = (1, 2, 3, 4, 5)
     eval_per_horizon: int = 64
+    eval_batch: int = 64  # = problems_per_member: evaluation reuses the ES members' compiled generation
     evaluation: str = "loop"  # es_lm.ESLMConfig.evaluation
     tiny_untrained_base: bool = False  # quick smoke test: a random 1-layer policy instead of the h1 base
 
@@ -50,7 +51,7 @@ class Setup:
                              "problems_per_member equal prompts_per_step * num_generations.")
 
 
-QUICK = Setup(steps=2, pairs=2, problems_per_member=4, prompts_per_step=4, num_generations=4, eval_per_horizon=4,
+QUICK = Setup(steps=2, pairs=2, problems_per_member=4, prompts_per_step=4, num_generations=4, eval_per_horizon=4, eval_batch=4,
               eval_horizons=(1, 2), train_horizons=(1,), tiny_untrained_base=True)
 
 
@@ -155,7 +156,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
 
     def accuracy(p):
         return evaluate(p, model_cfg, tok, held, max_prompt_length=lengths[0], max_new_tokens=lengths[1],
-                        batch_size=64)["by_horizon"]
+                        batch_size=setup.eval_batch)["by_horizon"]
 
     acc = {"base": accuracy(params)}
     es_params, es_curve, memory = run_es(params, model_cfg, tok, setup, lengths)
