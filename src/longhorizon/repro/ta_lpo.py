@@ -24,9 +24,10 @@ from longhorizon.repro.agent_common import mean_se, write
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    generations: int = 150
+    generations: int = 100
     es: meta.ESConfig = meta.ESConfig(population=32, tasks=16)
-    bandit: meta.BanditConfig = meta.BanditConfig()
+    # noisy pulls and large inner steps: unconstrained updates over-commit, so the drift has work to do
+    bandit: meta.BanditConfig = meta.BanditConfig(noise=2.0, inner_lr=4.0)
     held_out_lifetimes: tuple = (4, 16, 32, 128)
     eval_tasks: int = 256
 
