@@ -104,16 +104,17 @@ def perturbed(master, seed, scale, mask, dtype=jnp.float32):
     return jax.tree_util.tree_map(lambda p, e: (p + scale * e).astype(dtype), master, eps)
 
 
-def centered_ranks(fitness) -> np.ndarray:
-    """Ranks of ``fitness`` (any shape) mapped linearly onto ``[-1/2, 1/2]``; ties get their mean rank."""
-    x = np.asarray(fitness, np.float64).ravel()
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(x.size)
-    ranks[order] = np.arange(x.size, dtype=np.float64)
-    for v in np.unique(x):  # equal fitnesses carry no preference between them
-        tie = x == v
-        ranks[tie] = ranks[tie].mean()
-    return (ranks / max(x.size - 1, 1) - 0.5).reshape(np.shape(fitness))
+def centered_ranks(fitness):
+    """Ranks of ``fitness`` (any shape) mapped linearly onto ``[-1/2, 1/2]``; ties get their mean rank.
+
+    Written with array operators only, so it runs on numpy arrays (float64, on the host) and on JAX
+    arrays inside a jitted generation (:mod:`longhorizon.evolution.meta`) alike."""
+    fitness = fitness if hasattr(fitness, "ravel") else np.asarray(fitness, np.float64)
+    x = fitness.ravel()
+    below = (x[None, :] < x[:, None]).sum(axis=1)
+    equal = (x[None, :] == x[:, None]).sum(axis=1)  # equal fitnesses carry no preference between them
+    ranks = below + 0.5 * (equal - 1)
+    return (ranks / max(x.shape[0] - 1, 1) - 0.5).reshape(fitness.shape)
 
 
 def shaped(f_plus, f_minus, shaping: str) -> tuple[np.ndarray, np.ndarray]:

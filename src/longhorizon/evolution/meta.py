@@ -37,6 +37,7 @@ from longhorizon.core.losses import clipped_surrogate_loss
 from longhorizon.core.returns import gae
 from longhorizon.errors import UsageError
 from longhorizon.evolution import lpo
+from longhorizon.evolution.es import centered_ranks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,12 +150,6 @@ def antithetic_gradient(eps: jax.Array, fitness: jax.Array, sigma: float) -> jax
     r"""``g_hat`` of the module docstring from ``eps [P/2, D]`` and ``fitness [P]`` (plus half, then minus half)."""
     half = eps.shape[0]
     return (fitness[:half] - fitness[half:]) @ eps / (2.0 * sigma * half)
-
-
-def centered_ranks(fitness: jax.Array) -> jax.Array:
-    """Fitness shaping: ranks mapped linearly to ``[-0.5, 0.5]`` (invariant to the fitness scale)."""
-    ranks = jnp.argsort(jnp.argsort(fitness)).astype(jnp.float32)
-    return ranks / (fitness.shape[0] - 1) - 0.5
 
 
 @dataclasses.dataclass
