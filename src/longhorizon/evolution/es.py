@@ -114,7 +114,8 @@ def centered_ranks(fitness):
     below = (x[None, :] < x[:, None]).sum(axis=1)
     equal = (x[None, :] == x[:, None]).sum(axis=1)  # equal fitnesses carry no preference between them
     ranks = below + 0.5 * (equal - 1)
-    return (ranks / max(x.shape[0] - 1, 1) - 0.5).reshape(fitness.shape)
+    last = x.shape[0] - 1  # (2 rank - last) / (2 last): exact at the middle rank, also in float32
+    return ((2 * ranks - last) / (2 * max(last, 1))).reshape(fitness.shape)
 
 
 def shaped(f_plus, f_minus, shaping: str) -> tuple[np.ndarray, np.ndarray]:
