@@ -19,10 +19,9 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
+from longhorizon.repro.report import mean_se, plot_curves, write  # noqa: F401  (the agent reproductions use common.*)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,38 +140,3 @@ def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, see
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {"summary": summary, "rows": rows, "params": params}
-
-
-def mean_se(values) -> tuple[float, float]:
-    v = np.asarray(values, np.float64)
-    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
-
-
-def write(out: Path, summary: dict, lines: list[str]) -> None:
-    from longhorizon.runner.results import write_json_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "summary.json", summary)
-    (out / "README.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'README.md'}")
-
-
-def plot_curves(path: Path, curves: dict, xlabel: str, ylabel: str, title: str) -> None:
-    """``curves[label] = (xs, means, ses)`` as lines with shaded standard errors."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for label, (xs, ys, es) in curves.items():
-        ys, es = np.asarray(ys), np.asarray(es)
-        ax.plot(xs, ys, marker="o", ms=3, label=label)
-        ax.fill_between(xs, ys - es, ys + es, alpha=0.2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

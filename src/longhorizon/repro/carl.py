@@ -19,15 +19,15 @@ contradicted when the drop is significant and inconclusive otherwise.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import shutil
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from longhorizon.repro.report import mean_se, write
 
 LEARNED = 0.2  # route completion a policy must reach to count as having learned to drive at all
 CLAIM_SHAPED = "PPO on the summed shaped reward degrades as the minibatch grows (equal samples)"
@@ -73,11 +73,6 @@ class Setup:
 
 
 QUICK = Setup(minibatch_sizes=(256, 1024), num_envs=32, num_steps=64, updates=4, eval_episodes=16)
-
-
-def mean_se(values) -> tuple[float, float]:
-    values = np.asarray(values, float)
-    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
 
 
 def drop(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
@@ -194,7 +189,6 @@ def plot(path: Path, setup: Setup, table: dict) -> None:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-    from longhorizon.repro.agent_common import write
 
     setup = QUICK if quick else Setup()
     out = Path(out_dir)

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from longhorizon.repro.agent_common import mean_se, plot_curves, write
+from longhorizon.repro.report import mean_se, plot_curves, write
 from longhorizon.structured import amod
 from longhorizon.structured import amod_policy as ap
 

@@ -342,7 +342,7 @@ def verdict_of(claims: dict) -> str:
 
 
 def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, lm_setup: LMSetup | None = None) -> dict:
-    from longhorizon.repro.agent_common import write
+    from longhorizon.repro.report import write
 
     tabular = tabular or (QUICK_TABULAR if quick else TabularSetup())
     lm_setup = lm_setup or (QUICK_LM if quick else LMSetup())

@@ -25,7 +25,7 @@ import numpy as np
 
 from longhorizon.errors import UsageError
 from longhorizon.games import preference as pref
-from longhorizon.repro.agent_common import write
+from longhorizon.repro.report import write
 
 BASELINES = ("nash-md", "omd", "extragradient", "mwu")
 METHODS = ("nash-mp", "nash-mp-grid") + BASELINES  # nash-mp-grid: Nash-MP at its best grid step (beyond the theorem's)
@@ -196,7 +196,6 @@ def run(out_dir: str, quick: bool = False) -> dict:
     rows = measure(setup)
     cycle = mwu_cycle(pref.intransitive_3x3(), steps=1000 if quick else 3000)
     decided = claims(rows, cycle)
-    held = [c for c, v in decided.items() if v.startswith("holds")]
     summary = {"quick": quick, "setup": dataclasses.asdict(setup), "eta_grid": ETA_GRID, "target": TARGET,
                "claims": decided, "mwu_cycle": cycle, "table": table(rows), "seconds": time.perf_counter() - started,
                "verdict": verdict(decided),

@@ -21,6 +21,7 @@ import numpy as np
 
 from longhorizon.games import qarl
 from longhorizon.games.qarl_learners import CURRICULA, LearnerConfig, train
+from longhorizon.repro.report import mean_se
 from longhorizon.runner.results import write_json_atomic
 
 LABELS = {"rarl": "RARL (tau = tau_min from the start)", "linear": "linear schedule", "qarl": "QARL (self-paced Gamma)"}
@@ -60,11 +61,6 @@ def exact_part(setup: Setup) -> dict:
     return {"qre": rows, "random_wind_value": float(random_values[game.start]),
             "nominal_worst_case": float(qarl.worst_case_value(game, nominal, arrays)[0][game.start]),
             "robust_reference": rows[0]["worst_case_of_qre_protagonist"]}
-
-
-def mean_se(values) -> tuple[float, float]:
-    v = np.asarray(values, np.float64)
-    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
 
 
 def compare(better: list[float], worse: list[float]) -> str:

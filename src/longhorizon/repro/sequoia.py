@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.agent_common import mean_se
+from longhorizon.repro.report import mean_se
 from longhorizon.runner.results import write_json_atomic
 from longhorizon.structured import milp_q, sequoia
 from longhorizon.structured.restless import FAMILIES, RestlessBandit, RestlessConfig

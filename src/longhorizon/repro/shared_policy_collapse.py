@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.repro.agent_common import mean_se, plot_curves, write
+from longhorizon.repro.report import mean_se, plot_curves, write
 from longhorizon.structured import shared_dqn
 from longhorizon.structured.dilemma import DilemmaConfig, NetworkedDilemma, payoff_matrix
 

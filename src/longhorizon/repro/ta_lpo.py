@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.evolution import lpo, meta
-from longhorizon.repro.agent_common import mean_se, write
+from longhorizon.repro.report import mean_se, write
 
 
 @dataclasses.dataclass(frozen=True)
