@@ -106,5 +106,8 @@ def register(app: typer.Typer) -> None:
             print(json.dumps({"repro": name, "claim": claim, "module": module_name, "out": str(folder), "quick": quick},
                              indent=2))
             return
+        from longhorizon.cli import setup_compilation_cache
+
+        setup_compilation_cache()  # reruns (the quick mode, a second seed set) skip recompiling
         result = module.run(str(folder), quick=quick)
         print(result.get("verdict", result) if isinstance(result, dict) else result)
