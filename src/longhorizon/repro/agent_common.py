@@ -140,3 +140,23 @@ def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, see
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {"summary": summary, "rows": rows, "params": params}
+
+
+def run_arms(out: Path, setup: AgentRepro, arms: dict[str, tuple[str, CreditConfig, dict]], eval_every: int):
+    """Every arm from each seed's warm start: ``arms[label] = (folder slug, credit, spec_options)``.
+
+    Returns ``(warm, results, held)``: the warm start's held-out evaluations (once when the warm start is
+    shared: greedy decoding scores it the same every time), ``results[label]`` one :func:`train_arm`
+    result per seed, and the held-out rows."""
+    held = setup.rows(setup.eval_tasks, 10_000)
+    results = {label: [] for label in arms}
+    warm = []
+    for seed in range(setup.seeds):
+        policy = warm_policy(setup, seed)
+        if seed == 0 or not setup.shared_warm_start:
+            warm.append(evaluate(policy, policy.params, setup, held))
+        for label, (slug, credit, options) in arms.items():
+            results[label].append(train_arm(out / "runs" / f"{slug}-seed{seed}", policy, setup, credit, seed=seed,
+                                            held=held, eval_every=eval_every, spec_options=options))
+    return warm, results, held
+

@@ -61,18 +61,9 @@ ARMS = {GRPO: {}, TREE: {"rollout": TreeRollouts(), "token_advantages": TEACHER}
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
     setup = setup or (QUICK if quick else SETUP)
     out = Path(out_dir)
-    held = setup.rows(setup.eval_tasks, 10_000)
-    results = {arm: [] for arm in ARMS}
-    warm = []
-    eval_every = max(1, setup.steps // 4)
-    for seed in range(setup.seeds):
-        policy = common.warm_policy(setup, seed)
-        warm.append(common.evaluate(policy, policy.params, setup, held))
-        for arm, options in ARMS.items():
-            slug = "tree" if arm == TREE else "grpo"
-            results[arm].append(common.train_arm(out / "runs" / f"{slug}-seed{seed}", policy, setup,
-                                                 CreditConfig(credit="trajectory"), seed=seed, held=held,
-                                                 eval_every=eval_every, spec_options=options))
+    arms = {arm: ("tree" if arm == TREE else "grpo", CreditConfig(credit="trajectory"), options)
+            for arm, options in ARMS.items()}
+    warm, results, _ = common.run_arms(out, setup, arms, eval_every=max(1, setup.steps // 4))
     warm_success = float(np.mean([w["success"] for w in warm]))
     curves = {arm: [curve(r, warm_success) for r in rs] for arm, rs in results.items()}
     summary = summarise(setup, warm_success, curves, results)

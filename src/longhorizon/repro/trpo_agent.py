@@ -41,18 +41,9 @@ ARMS = {"trajectory (TRPO)": CreditConfig(credit="trajectory"),
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
     setup = setup or (QUICK if quick else SETUP)
     out = Path(out_dir)
-    held = setup.rows(setup.eval_tasks, 10_000)
-    results = {arm: [] for arm in ARMS}
-    warm = []
     eval_every = max(1, setup.steps // 5)
-    for seed in range(setup.seeds):
-        policy = common.warm_policy(setup, seed)
-        if seed == 0 or not setup.shared_warm_start:  # greedy: a shared warm start scores the same every time
-            warm.append(common.evaluate(policy, policy.params, setup, held))
-        for arm, credit in ARMS.items():
-            slug = "trajectory" if arm.startswith("trajectory") else "turn"
-            results[arm].append(common.train_arm(out / "runs" / f"{slug}-seed{seed}", policy, setup, credit, seed=seed,
-                                                 held=held, eval_every=eval_every))
+    arms = {arm: ("trajectory" if arm.startswith("trajectory") else "turn", credit, {}) for arm, credit in ARMS.items()}
+    warm, results, _ = common.run_arms(out, setup, arms, eval_every)
     summary = summarise(setup, warm, results, eval_every)
     plot(out / "trpo_agent.png", results, warm, eval_every)
     common.write(out, summary, report(setup, summary, quick))
