@@ -1,0 +1,150 @@
+"""Epigraph HJB-VI, grid solver, neighbour selection, CBF-QP and the mad-pinn reproduction (issue 21, section 3)."""
+
+import dataclasses
+import itertools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from longhorizon.control import epigraph
+from longhorizon.control.epigraph import GridConfig, Navigation, hjb_vi_residual, min_budget, solve_grid
+from longhorizon.control import mad_pinn
+from longhorizon.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class HalfLine:
+    """dx/dt = u, |u| <= 1, l = 0, phi(x) = x, g(x) = x: V(t, x, z) = max(x - (T - t) - z, x)."""
+
+    horizon: float = 1.0
+    state_dim: int = 1
+
+    def running_cost(self, x):
+        return jnp.zeros(x.shape[:-1], x.dtype)
+
+    def terminal_cost(self, x):
+        return x[..., 0]
+
+    def constraint(self, x):
+        return x[..., 0]
+
+    def hamiltonian(self, x, p, q):
+        return -jnp.abs(p[..., 0]) - q * self.running_cost(x)
+
+    def dynamics(self, u):
+        return u[..., 0, :]
+
+    def control_set(self, directions=0):
+        return np.array([[[-1.0]], [[0.0]], [[1.0]]])
+
+
+def exact_half_line(t, x, z, horizon=1.0):
+    return jnp.maximum(x[0] - (horizon - t) - z, x[0])
+
+
+def _points(seed=0, n=200):
+    rng = np.random.default_rng(seed)
+    t, x, z = rng.uniform(0, 1, n), rng.uniform(-2, 2, (n, 1)), rng.uniform(-2, 1, n)
+    keep = np.abs(z + (1 - t)) > 1e-2  # away from the kink of the max, where V is not differentiable
+    return jnp.asarray(t[keep]), jnp.asarray(x[keep]), jnp.asarray(z[keep])
+
+
+def test_hjb_vi_residual_vanishes_for_the_exact_value_and_not_for_wrong_ones():
+    problem, (t, x, z) = HalfLine(), _points()
+    assert float(jnp.max(jnp.abs(hjb_vi_residual(problem, exact_half_line, t, x, z)))) < 1e-6
+    ignores_constraint = lambda t, x, z: x[0] - (1.0 - t) - z
+    ignores_time = lambda t, x, z: jnp.maximum(x[0] - z, x[0])
+    for wrong in (ignores_constraint, ignores_time):
+        assert float(jnp.max(jnp.abs(hjb_vi_residual(problem, wrong, t, x, z)))) > 0.5
+
+
+def test_grid_solver_matches_the_analytic_value_in_one_dimension():
+    grid = GridConfig(lower=(-3.0,), upper=(2.0,), points=51, z_range=(-2.0, 1.0), z_points=31, dt=0.1)
+    value = solve_grid(HalfLine(), grid)
+    x, z = value.points()
+    exact = np.maximum(x[:, 0] - 1.0 - z, x[:, 0])
+    interior = x[:, 0] >= -2.0  # lookups from x < -2 leave the box within the horizon
+    np.testing.assert_allclose(value.values.ravel()[interior], exact[interior], atol=1e-9)
+
+
+def test_epigraph_identity_against_enumerated_control_sequences():
+    """V(x, z) <= 0 iff some safe control sequence costs <= z, and min_budget is that cheapest safe cost."""
+    problem = Navigation(agents=1, dim=1, speed=1.0, radius=0.25, horizon=1.5, obstacle=(0.5,))
+    dt, h = 0.25, 0.25  # moves land on nodes and budget shifts on z nodes: the DP is exact
+    grid = GridConfig(lower=(-3.0,), upper=(3.0,), points=25, z_range=(-1.0, 5.0), z_points=97, dt=dt)
+    value = solve_grid(problem, grid)
+    xs, zs = value.axes
+    starts = np.flatnonzero(np.abs(xs) <= 1.5)
+    steps = int(round(problem.horizon / dt))
+    for i in starts:
+        best_safe = np.inf
+        for moves in itertools.product((-h, 0.0, h), repeat=steps):
+            path = xs[i] + np.concatenate([[0.0], np.cumsum(moves)])
+            if np.max(0.25 - np.abs(path - 0.5)) <= 1e-9:
+                best_safe = min(best_safe, dt * np.abs(path[:-1]).sum())
+        feasible = value.values[i] <= 1e-5
+        np.testing.assert_array_equal(feasible, best_safe <= zs + 1e-5)
+        found = min_budget(zs, value.values[i][None] - 1e-5)[0]
+        assert found == pytest.approx(best_safe, abs=1e-4) if np.isfinite(best_safe) else np.isinf(found)
+
+
+def test_free_cost_is_the_grid_value_without_an_obstacle():
+    problem = Navigation(agents=1, dim=1, radius=0.25, horizon=1.0, obstacle=(50.0,))
+    grid = GridConfig(lower=(-3.0,), upper=(3.0,), points=61, z_range=(-1.0, 3.0), z_points=41, dt=0.1)
+    value = solve_grid(problem, grid)
+    free = np.asarray(epigraph.free_cost(problem, 0.0, jnp.asarray(value.axes[0][:, None])))
+    inside = np.abs(value.axes[0]) <= 2.0
+    # the grid's Euler sum is a left Riemann sum: O(dt) above the continuous cost
+    np.testing.assert_allclose(min_budget(value.axes[1], value.values)[inside], free[inside], atol=0.06)
+
+
+def test_pinn_value_has_the_terminal_condition_built_in():
+    problem = Navigation(agents=2, radius=0.3)
+    config = mad_pinn.PinnConfig(hidden=(8,), box=(2.0,) * 6)
+    params = mad_pinn.ValueNet(config.hidden, config.activation).init(jax.random.PRNGKey(0), jnp.zeros(8))
+    x = jnp.array([1.0, -0.5, 0.2, 0.3, 0.1, -0.2])
+    for z in (-1.0, 0.0, 2.0):
+        expected = max(-z, 0.3 - float(np.hypot(0.1, 0.2)))
+        assert float(mad_pinn.pinn_value(problem, config, params, problem.horizon, x, z)) == pytest.approx(expected, abs=1e-6)
+
+
+def test_neighbour_selection_keeps_reachable_neighbours_and_picks_the_most_critical():
+    positions = jnp.array([[0.0, 0.0], [0.5, 0.0], [3.0, 0.0], [0.0, 0.8], [10.0, 10.0]])
+    mask = mad_pinn.candidate_mask(positions, speed=1.0, radius=0.3, lookahead=0.5)  # reach: gap <= 1.3
+    assert mask[0].tolist() == [False, True, False, True, False]
+    assert not mask[4].any()
+    scores = jnp.zeros((5, 5)).at[0, 3].set(1.0).at[0, 2].set(5.0)  # agent 2 scores highest but is out of reach
+    neighbour, found = mad_pinn.select_neighbour(scores, mask)
+    assert int(neighbour[0]) == 3 and bool(found[0]) and not bool(found[4])
+    neighbour, _ = mad_pinn.select_neighbour(scores.at[0, 1].set(2.0), mask)
+    assert int(neighbour[0]) == 1
+
+
+def test_cbf_qp_satisfies_its_constraints_and_matches_scipy():
+    rng = np.random.default_rng(1)
+    positions = jnp.asarray(rng.uniform(-0.6, 0.6, (5, 2)))
+    mask = mad_pinn.candidate_mask(positions, 1.0, 0.2, 0.5)
+    a, b = mad_pinn.cbf_constraints(positions, mask, 1.0, 0.2, alpha=4.0)
+    nominal = mad_pinn.head_to_goal(positions, -positions, 1.0, 0.05)
+    u = np.asarray(jax.vmap(mad_pinn.hildreth_qp)(nominal, a, b))
+    for i in range(5):
+        ai, bi = np.asarray(a[i]), np.asarray(b[i])
+        assert np.all(ai @ u[i] <= bi + 1e-6)
+        plain = minimize(lambda v: np.sum((v - np.asarray(nominal[i])) ** 2), np.zeros(2), method="SLSQP",
+                         constraints=[{"type": "ineq", "fun": lambda v: bi - ai @ v}], options={"ftol": 1e-12})
+        np.testing.assert_allclose(u[i], plain.x, atol=1e-4)
+
+
+def test_bad_configurations_are_refused_with_one_sentence():
+    for make in (lambda: Navigation(agents=3), lambda: Navigation(dim=3), lambda: mad_pinn.PinnConfig(curriculum=2.0),
+                 lambda: mad_pinn.DeployConfig(agents=1), lambda: GridConfig(lower=(1.0,), upper=(0.0,))):
+        with pytest.raises(UsageError):
+            make()
+    with pytest.raises(UsageError, match="state axes"):
+        solve_grid(Navigation(agents=1), GridConfig(lower=(0.0,), upper=(1.0,)))
+    with pytest.raises(UsageError, match="box"):
+        mad_pinn.train_pinn(Navigation(agents=1), mad_pinn.PinnConfig(box=(1.0,)))
