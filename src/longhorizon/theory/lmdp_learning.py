@@ -51,12 +51,15 @@ class Config:
     seeds: int = 5
     max_horizon: int = 40  # arrays are sized by it; every H <= max_horizon shares one compilation
     chunk: int = 250  # episodes per jitted scan (Python regains control between chunks)
+    bonus_scale: float = 1.0  # multiplies either bonus; 1 is the form above (a sensitivity knob, not tuned)
 
     def __post_init__(self):
         if self.bonus not in BONUSES:
             raise UsageError(f"bonus {self.bonus!r} is unknown; pass one of {', '.join(BONUSES)}.")
         if min(self.episodes, self.seeds, self.grid, self.max_horizon, self.chunk) < 1:
             raise UsageError("episodes, seeds, grid, max_horizon and chunk must each be at least 1; pass positive values.")
+        if self.bonus_scale < 0:
+            raise UsageError(f"bonus_scale is {self.bonus_scale}; pass a non-negative scale.")
         if not 0 < self.delta < 1:
             raise UsageError(f"delta is {self.delta}; pass a confidence level in (0, 1).")
 
@@ -103,14 +106,15 @@ def rollout(key, transitions, weights, plan_: lm.BeliefPlan, horizon, counts, co
     return counts, context_counts.at[context].add(1)
 
 
-def episode(carry, key, *, transitions, rewards, weights, horizon, iota, use_bernstein, grid, max_horizon):
+def episode(carry, key, *, transitions, rewards, weights, horizon, iota, scale, use_bernstein, grid, max_horizon):
     """Steps 1-3 of the module docstring for one learner; returns the new counts and V^{pi_k}."""
     counts, context_counts = carry
     P_hat, w_hat = empirical_model(counts, context_counts)
     visits = counts.sum(-1)
 
     def optimism(variance):
-        return jnp.where(use_bernstein, bernstein_bonus(visits, variance, iota), hoeffding_bonus(visits, variance, iota))
+        return scale * jnp.where(use_bernstein, bernstein_bonus(visits, variance, iota),
+                                 hoeffding_bonus(visits, variance, iota))
 
     controller = lm.plan(P_hat, rewards, w_hat, horizon, grid, max_horizon, optimism)
     value = lm.controller_value(transitions, rewards, controller, horizon) @ weights
@@ -118,12 +122,12 @@ def episode(carry, key, *, transitions, rewards, weights, horizon, iota, use_ber
 
 
 @functools.partial(jax.jit, static_argnames=("grid", "max_horizon"))
-def _chunk(carry, keys, use_bernstein, transitions, rewards, weights, horizon, iota, grid, max_horizon):
+def _chunk(carry, keys, use_bernstein, transitions, rewards, weights, horizon, iota, scale, grid, max_horizon):
     """Episodes along ``keys`` [L, chunk, 2] for L learners at once: (carry, values [L, chunk])."""
 
     def one(carry, keys, use_bernstein):
         body = functools.partial(episode, transitions=transitions, rewards=rewards, weights=weights, horizon=horizon,
-                                 iota=iota, use_bernstein=use_bernstein, grid=grid, max_horizon=max_horizon)
+                                 iota=iota, scale=scale, use_bernstein=use_bernstein, grid=grid, max_horizon=max_horizon)
         return jax.lax.scan(body, carry, keys)
 
     return jax.vmap(one)(carry, keys, use_bernstein)
@@ -160,7 +164,7 @@ def learn(lmdp: lm.LMDP, config: Config, kinds: Sequence[str] | None = None, see
         values = []
         for c in range(chunks):
             carry, chunk_values = _chunk(carry, keys[c], use_bernstein, lmdp.transitions, lmdp.rewards, lmdp.weights,
-                                         lmdp.horizon, iota, config.grid, config.max_horizon)
+                                         lmdp.horizon, iota, config.bonus_scale, config.grid, config.max_horizon)
             values.append(np.asarray(chunk_values))
     values = np.concatenate(values, 1)[:, :K].reshape(len(kinds), config.seeds, K)
     out = {"reference": reference, "iota": iota}

@@ -1,0 +1,148 @@
+"""Latent MDPs (issue 20, part 2): the Bayes update, the belief-grid planner against exact enumeration,
+the bonuses, regret accounting, the reproduction's claim rules and its --quick run."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from longhorizon.errors import UsageError
+from longhorizon.theory import latent_mdp as lm
+from longhorizon.theory import lmdp_learning as ll
+
+
+def test_bayes_update_by_hand():
+    with jax.enable_x64(True):
+        # b = (0.6, 0.4), P_0(s') = 0.5, P_1(s') = 0.25: b' = 0.3 / (0.3 + 0.1) = 0.75
+        np.testing.assert_allclose(lm.bayes_update(np.array([0.6, 0.4]), np.array([0.5, 0.25])), [0.75, 0.25])
+        # a transition only context 1 allows reveals it; one no context allows keeps the belief
+        np.testing.assert_allclose(lm.bayes_update(np.array([0.6, 0.4]), np.array([0.0, 0.3])), [0.0, 1.0])
+        np.testing.assert_allclose(lm.bayes_update(np.array([0.6, 0.4]), np.array([0.0, 0.0])), [0.6, 0.4])
+        # on the grid G = 4, from b = 0.5: s' = 0 gives b' = 0.45 / 0.7 = 0.64 -> 0.75, s' = 1 gives 0.05 / 0.3 = 0.17 -> 0.25
+        P = np.zeros((2, 1, 1, 2))
+        P[0, 0, 0], P[1, 0, 0] = (0.9, 0.1), (0.5, 0.5)
+        index = np.asarray(lm.belief_transitions(P, 4))
+        assert index[0, 0, 0, 2] == 3
+        assert index[0, 0, 1, 2] == 1
+        assert index[0, 0, 0, 4] == 4 and index[0, 0, 1, 0] == 0  # certain beliefs stay certain
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_belief_grid_planner_against_enumeration(seed):
+    lmdp = lm.random_lmdp(states=2, actions=2, horizon=4, seed=seed)
+    optimum = lm.optimal_value_by_enumeration(lmdp)  # over every history-dependent policy
+    for grid in (8, 64):
+        result, value = lm.plan_true(lmdp, grid)
+        # the documented grid error: |V_grid - V*| <= H / (2G)
+        assert abs(float(result.start_value()) - optimum) <= lmdp.horizon / (2 * grid) + 1e-12
+        # the controller's forward-pass value is its exact value as a history-dependent policy ...
+        by_histories = lm.history_policy_value(lmdp, lm.controller_as_history_policy(result)) @ lmdp.weights
+        assert value == pytest.approx(by_histories, abs=1e-12)
+        # ... which no policy beats, and which is near the optimum
+        assert value <= optimum + 1e-12
+        assert value >= optimum - lmdp.horizon / grid
+
+
+def test_enumeration_beats_every_memoryless_policy_when_the_context_matters():
+    # context 0 pays action 0, context 1 pays action 1 at step 2; step 1's transition reveals the context
+    P = np.zeros((2, 3, 2, 3))
+    P[0, 0, :, 1], P[1, 0, :, 2] = 1.0, 1.0
+    P[:, 1:, :, 0] = 1.0
+    R = np.zeros((2, 3, 2))
+    R[0, 1:, 0], R[1, 1:, 1] = 0.5, 0.5
+    lmdp = lm.LMDP(P, R, np.array([0.5, 0.5]), horizon=2)
+    assert lm.optimal_value_by_enumeration(lmdp) == pytest.approx(0.5)
+    result, value = lm.plan_true(lmdp, grid=2)
+    assert value == pytest.approx(0.5)
+    # the policy that ignores the history (always action 0) earns half of it
+    assert lm.history_policy_value(lmdp, lambda history: 0) @ lmdp.weights == pytest.approx(0.25)
+
+
+def test_bonus_monotone_in_counts_and_variance():
+    with jax.enable_x64(True):
+        counts = np.array([[0.0, 1.0, 4.0, 100.0]])  # [S=1, A=4]
+        variance = np.full((1, 4, 1), 0.05)
+        for bonus in (ll.bernstein_bonus, ll.hoeffding_bonus):
+            b = np.asarray(bonus(counts, variance, 10.0))[0, :, 0]
+            assert b[0] == b[1] and np.all(np.diff(b[1:]) < 0)  # N = max(count, 1)
+        low = np.asarray(ll.bernstein_bonus(counts, variance, 10.0))
+        high = np.asarray(ll.bernstein_bonus(counts, 4 * variance, 10.0))
+        assert np.all(high > low)
+        # zero variance leaves iota / N: 10, 10, 2.5, 0.1
+        np.testing.assert_allclose(np.asarray(ll.bernstein_bonus(counts, 0 * variance, 10.0))[0, :, 0],
+                                   [10, 10, 2.5, 0.1])
+        np.testing.assert_allclose(np.asarray(ll.hoeffding_bonus(counts, variance, 8.0))[0, 2, 0], 1.0)
+
+
+def test_regret_accounting_by_hand():
+    np.testing.assert_allclose(ll.cumulative_regret(0.5, [0.2, 0.5, 0.4]), [0.3, 0.3, 0.4])
+    # a one-step LMDP: context 0 pays action 0, context 1 action 1, w = (0.6, 0.4): V(a=0) = 0.6, V(a=1) = 0.4
+    from longhorizon.repro import latent_mdp as repro
+
+    S, A = repro.QUICK.states, repro.QUICK.actions
+    R = np.zeros((2, S, A))
+    R[0, :, 0], R[1, :, 1] = 1.0, 1.0
+    P = np.broadcast_to(np.eye(S)[None, None, :1], (2, S, A, S)).copy()
+    lmdp = lm.LMDP(P, R, np.array([0.6, 0.4]), horizon=1)
+    out = ll.learn(lmdp, repro.QUICK.learner(), kinds=ll.BONUSES)
+    assert out["reference"] == pytest.approx(0.6)
+    for kind in ll.BONUSES:
+        values = out[kind]["values"]
+        assert np.all(np.isclose(values, 0.6) | np.isclose(values, 0.4))
+        np.testing.assert_allclose(out[kind]["regret"], np.cumsum(0.6 - values, -1))
+
+
+def test_bad_input_is_a_usage_error():
+    lmdp = lm.random_lmdp(2, 2, 3, seed=0)
+    with pytest.raises(UsageError, match="bonus"):
+        ll.Config(bonus="ucb")
+    with pytest.raises(UsageError, match="delta"):
+        ll.Config(delta=1.5)
+    with pytest.raises(UsageError, match="1/H"):
+        lm.LMDP(lmdp.transitions, lmdp.rewards * 3, lmdp.weights, lmdp.horizon)
+    with pytest.raises(UsageError, match="probability"):
+        lm.LMDP(lmdp.transitions * 2, lmdp.rewards, lmdp.weights, lmdp.horizon)
+    with pytest.raises(UsageError, match="two contexts"):
+        lm.plan(np.ones((3, 2, 2, 2)) / 2, np.zeros((3, 2, 2)), np.ones(3) / 3, 2, 4, 2)
+    with pytest.raises(UsageError, match="max_horizon"):
+        ll.learn(lm.random_lmdp(2, 2, 50, seed=0), ll.Config(max_horizon=40))
+
+
+def test_claim_rules_by_hand():
+    from longhorizon.repro import latent_mdp as repro
+
+    def fit(lo, hi):
+        return {"slope": (lo + hi) / 2, "lo": lo, "hi": hi}
+
+    assert repro.below_rule(fit(-0.1, 0.2), 0.25) == "holds"
+    assert repro.below_rule(fit(0.3, 0.6), 0.25) == "contradicted"
+    assert repro.below_rule(fit(0.1, 0.4), 0.25) == "inconclusive"
+    assert repro.all_below_rule([fit(0.0, 0.1), fit(0.1, 0.2)], 0.25) == "holds"
+    assert repro.all_below_rule([fit(0.0, 0.1), fit(0.1, 0.4)], 0.25) == "inconclusive"
+    assert repro.all_below_rule([fit(0.1, 0.4), fit(0.5, 0.9)], 0.25) == "contradicted"
+    assert repro.steeper_rule(fit(0.5, 0.7), fit(0.0, 0.2)) == "holds"
+    assert repro.steeper_rule(fit(0.5, 0.7), fit(0.6, 0.9)) == "inconclusive"
+    assert repro.steeper_rule(fit(-0.5, -0.2), fit(0.0, 0.2)) == "contradicted"
+    assert repro.ratio_rule([0.1, 0.25]) == "holds"
+    assert repro.ratio_rule([0.1, 0.5]) == "inconclusive"
+    assert repro.ratio_rule([0.1, 1.2]) == "contradicted"
+    # the fits themselves: y = 3 x^0.5 exactly has slope 0.5 and a zero-width interval
+    exact = repro.fit_slope([1, 2, 4, 8], [3, 3 * 2**0.5, 6, 3 * 8**0.5])
+    assert exact["slope"] == pytest.approx(0.5) and exact["hi"] - exact["lo"] == pytest.approx(0, abs=1e-9)
+    regret = np.cumsum(np.ones((3, 100)), -1)  # Regret(k) = k: slope 1 for every seed
+    assert repro.rate_slopes(regret)["slope"] == pytest.approx(1.0)
+
+
+def test_quick_repro_writes_its_files(tmp_path):
+    from longhorizon.repro import latent_mdp as repro
+
+    summary = repro.run(str(tmp_path), quick=True, log=lambda *_: None)
+    assert {p.name for p in tmp_path.iterdir()} >= {"README.md", "summary.json", "latent_mdp.png"}
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
+    assert len(saved["claims"]) == 5
+    for status in saved["claims"].values():
+        assert status.split(" ", 1)[0] in {"holds", "contradicted", "inconclusive"}
+    readme = (tmp_path / "README.md").read_text()
+    assert "## Verdict" in readme and "longhorizon repro latent-mdp --quick" in readme and "latent_mdp.png" in readme
