@@ -1,0 +1,260 @@
+"""`longhorizon repro adversarial-linear`: log-barrier FTRL vs Hedge in adversarial linear-Q MDPs.
+
+Paper: Dai, Luo, Wei, Zimmert, "Refined Regret for Adversarial MDPs with Linear Function Approximation"
+(ICML 2023). With a simulator, per-state FTRL with the log-barrier regulariser and the unbiased linear-Q
+estimator Qhat = phi^T Sigma^{-1} phi(s_h, a_h) L_h has regret O~(sqrt K); the refined analysis lets Qhat be
+arbitrarily negative, which exponential weights (Hedge) cannot afford.
+
+Measured (:mod:`longhorizon.theory.ftrl`, float64, seeds and the four (learner, adversary) arms in one
+vmapped program): the regret Regret_K against the best fixed policy in hindsight at K from 1e3 to 1e5,
+its log-log slope with a bootstrap (over seeds) confidence interval, the smallest estimate, the smallest
+probability and the updates Hedge could not form (its covariance singular).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from longhorizon.runner.results import write_json_atomic
+
+SLOPE_LIMIT = 0.65  # sqrt(K) up to logs over two decades: a fitted slope whose CI stays below this "holds"
+HEDGE_RATIO = 1.5  # Hedge "unstable": regret at the largest K at least this multiple of FTRL's, beyond 2 SE
+ARMS = (("log_barrier", "switching"), ("hedge", "switching"), ("log_barrier", "adaptive"), ("hedge", "adaptive"))
+LABELS = {"log_barrier": "log-barrier FTRL", "hedge": "Hedge"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    seeds: int
+    chunk: int  # episodes between recorded checkpoints
+    chunks: int
+    fit_from: int  # smallest K in the slope fit
+    eta0: float = 5.0  # eta_k = eta0 / sqrt(k), the same for both learners (pilot: eta0 in {1, 5, 20} at K = 2e4)
+    period: int = 100
+    amplitude: float = 0.5
+    bootstrap: int = 2000
+
+    @property
+    def episodes(self) -> int:
+        return self.chunk * self.chunks
+
+
+FULL = Scale(seeds=8, chunk=1000, chunks=100, fit_from=1000)
+QUICK = Scale(seeds=3, chunk=100, chunks=20, fit_from=200)
+
+
+def fit_slope(ks: np.ndarray, regret: np.ndarray, bootstrap: int, seed: int = 0) -> tuple[float, float, float]:
+    """OLS slope of log(mean_seeds regret) on log K; 95% CI by resampling seeds. regret [seeds, len(ks)].
+
+    Returns (slope, lo, hi), NaNs where a mean regret is not positive (no log-log rate to fit).
+    """
+    def slope(curve):
+        return np.polyfit(np.log(ks), np.log(curve), 1)[0] if np.all(curve > 0) else np.nan
+
+    rng = np.random.default_rng(seed)
+    boots = np.array([slope(regret[rng.integers(0, len(regret), len(regret))].mean(0)) for _ in range(bootstrap)])
+    if np.isnan(slope(regret.mean(0))) or np.isnan(boots).any():
+        return float("nan"), float("nan"), float("nan")
+    return float(slope(regret.mean(0))), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def rate_claim(slope: float, lo: float, hi: float) -> str:
+    """O~(sqrt K): holds when the slope's CI lies below SLOPE_LIMIT, contradicted when it lies above."""
+    text = f"slope {slope:.2f} [{lo:.2f}, {hi:.2f}], limit {SLOPE_LIMIT}"
+    if np.isnan(slope):
+        return "inconclusive (a mean regret is not positive, no log-log slope)"
+    if hi <= SLOPE_LIMIT:
+        return f"holds ({text})"
+    if lo > SLOPE_LIMIT:
+        return f"contradicted ({text})"
+    return f"inconclusive ({text})"
+
+
+def negative_claim(min_q_hat: float, layers: int, ftrl_min_prob: float, ftrl_skipped: int) -> str:
+    """Estimates far below the true Q's range [0, H], and FTRL still well defined (p > 0, every update formed)."""
+    text = f"min Qhat {min_q_hat:.3g} vs true Q in [0, {layers}], FTRL min p {ftrl_min_prob:.2g}, skipped {ftrl_skipped}"
+    if ftrl_skipped > 0 or not ftrl_min_prob > 0:
+        return f"contradicted ({text})"
+    if min_q_hat < -layers:
+        return f"holds ({text})"
+    if min_q_hat >= 0:
+        return f"contradicted ({text})"
+    return f"inconclusive ({text})"
+
+
+def hedge_claim(pairs: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    """pairs: per adversary (FTRL regret, Hedge regret) at the largest K, [seeds] each.
+
+    Holds when on every adversary Hedge's mean regret is >= HEDGE_RATIO x FTRL's and above it by > 2 SE of
+    the difference; contradicted when on every adversary Hedge's mean regret is at most FTRL's.
+    """
+    ratios, separated = [], []
+    for ftrl_r, hedge_r in pairs:
+        diff = hedge_r - ftrl_r
+        se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else np.inf
+        ratios.append(hedge_r.mean() / ftrl_r.mean())
+        separated.append(diff.mean() > 2 * se)
+    text = "Hedge/FTRL regret " + ", ".join(f"{r:.2f}" for r in ratios)
+    if all(r >= HEDGE_RATIO and s for r, s in zip(ratios, separated)):
+        return f"holds ({text})"
+    if all(r <= 1 for r in ratios):
+        return f"contradicted ({text})"
+    return f"inconclusive ({text})"
+
+
+def measure(scale: Scale, log=print) -> dict:
+    import jax
+
+    from longhorizon.theory import adversarial_mdp as amdp
+    from longhorizon.theory import ftrl
+
+    mdp_config = amdp.LinearMDPConfig()
+    with jax.enable_x64(True):
+        mdp = amdp.make_linear_mdp(mdp_config)
+        tables = amdp.switching_tables(amdp.AdversaryConfig(), mdp_config.layers, mdp_config.dim)
+        arms = ftrl.stack_arms([ftrl.make_arm(ftrl.LearnerConfig(alg, scale.eta0),
+                                              amdp.AdversaryConfig(kind, scale.period, scale.amplitude))
+                                for alg, kind in ARMS for _ in range(scale.seeds)])
+        keys = jax.random.split(jax.random.PRNGKey(0), len(ARMS) * scale.seeds)
+        run = ftrl.make_run(mdp, tables, scale.chunks, scale.chunk)
+        start = time.time()
+        compiled = run.lower(arms, keys).compile()
+        compile_s = time.time() - start
+        log(f"adversarial-linear: compiled in {compile_s:.1f} s; {len(ARMS)} arms x {scale.seeds} seeds x "
+            f"{scale.episodes} episodes")
+        start = time.time()
+        history = jax.block_until_ready(compiled(arms, keys))
+        run_s = time.time() - start
+        regret = np.asarray(ftrl.regret_curve(mdp, history)).reshape(len(ARMS), scale.seeds, scale.chunks)
+
+    def per_arm(field):
+        return np.asarray(getattr(history, field))[:, -1].reshape(len(ARMS), scale.seeds)
+
+    ks = scale.chunk * np.arange(1, scale.chunks + 1)
+    fit = ks >= scale.fit_from
+    min_q, min_p, skipped = per_arm("min_q_hat"), per_arm("min_prob"), per_arm("skipped")
+    rows = []
+    for i, (alg, kind) in enumerate(ARMS):
+        slope, lo, hi = fit_slope(ks[fit], regret[i][:, fit], scale.bootstrap)
+        rows.append({"learner": alg, "adversary": kind, "slope": slope, "slope_ci": [lo, hi],
+                     "regret_final": regret[i][:, -1].tolist(), "min_q_hat": float(min_q[i].min()),
+                     "min_prob": float(min_p[i].min()), "skipped_updates": int(skipped[i].sum()),
+                     "skipped_share": float(skipped[i].sum() / (scale.seeds * scale.episodes))})
+    return {"ks": ks.tolist(), "regret": regret, "rows": rows, "compile_s": compile_s, "run_s": run_s,
+            "layers": mdp_config.layers, "mdp": dataclasses.asdict(mdp_config)}
+
+
+def claims(m: dict) -> dict:
+    rows = {(r["learner"], r["adversary"]): r for r in m["rows"]}
+    found = {}
+    for kind in ("switching", "adaptive"):
+        r = rows["log_barrier", kind]
+        found[f"log-barrier FTRL's regret grows at most as sqrt(K) against the {kind} adversary"] = rate_claim(
+            r["slope"], *r["slope_ci"])
+    ftrl_rows = [rows["log_barrier", kind] for kind in ("switching", "adaptive")]
+    found["the linear-Q estimates are arbitrarily negative and log-barrier FTRL tolerates them"] = negative_claim(
+        min(r["min_q_hat"] for r in ftrl_rows), m["layers"], min(r["min_prob"] for r in ftrl_rows),
+        sum(r["skipped_updates"] for r in ftrl_rows))
+    found["Hedge with the same estimator and step size is unstable (much larger regret)"] = hedge_claim(
+        [(np.asarray(rows["log_barrier", kind]["regret_final"]), np.asarray(rows["hedge", kind]["regret_final"]))
+         for kind in ("switching", "adaptive")])
+    return found
+
+
+def plot(path: Path, m: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = np.asarray(m["ks"])
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, r in enumerate(m["rows"]):
+        curve = m["regret"][i]
+        mean, se = curve.mean(0), curve.std(0, ddof=1) / np.sqrt(len(curve)) if len(curve) > 1 else 0 * curve[0]
+        style = "-" if r["learner"] == "log_barrier" else "--"
+        label = f"{LABELS[r['learner']]}, {r['adversary']} (slope {r['slope']:.2f})"
+        line, = ax.plot(ks, np.maximum(mean, 1e-3), style, label=label)
+        ax.fill_between(ks, np.maximum(mean - se, 1e-3), np.maximum(mean + se, 1e-3), color=line.get_color(), alpha=0.2)
+    ref = m["regret"][0].mean(0)[-1] * np.sqrt(ks / ks[-1])
+    ax.plot(ks, ref, ":", color="gray", label="sqrt(K) reference")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("episodes K")
+    ax.set_ylabel("regret vs best fixed policy")
+    ax.set_title("adversarial linear-Q MDP: regret (mean, +-1 SE over seeds)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def readme(summary: dict, scale: Scale) -> str:
+    ks = summary["ks"]
+    targets = np.geomspace(scale.fit_from, ks[-1], 5)  # five log-spaced columns over the fitted range
+    shown = sorted({int(np.argmin(np.abs(np.log(ks) - np.log(t)))) for t in targets})
+    lines = [
+        "# Adversarial MDPs with linear Q: log-barrier FTRL vs Hedge",
+        "",
+        "Claim (Dai, Luo, Wei, Zimmert 2023, *Refined Regret for Adversarial MDPs with Linear Function Approximation*): "
+        "with a simulator, per-state FTRL with the log-barrier regulariser and the unbiased linear-Q estimator "
+        "Qhat_h(s,a) = phi_h(s,a)^T Sigma_h^-1 phi_h(s_h,a_h) L_h has regret O~(sqrt K), although Qhat can be "
+        "arbitrarily negative; Hedge with the same estimator is not stable.",
+        "",
+        f"Scale: a random linear MDP (H={summary['mdp']['layers']} layers, S={summary['mdp']['states']} states per layer, "
+        f"A={summary['mdp']['actions']} actions, d={summary['mdp']['dim']} Dirichlet({summary['mdp']['concentration']}) "
+        f"simplex features, P = phi^T mu, losses phi^T theta_k in [0, 1]), {scale.episodes} episodes, "
+        f"{scale.seeds} seeds, float64. Adversaries: switching between two random loss tables every {scale.period} "
+        f"episodes; adaptive, theta_k,h = clip(1/2 + {scale.amplitude} d (E_pi_k[phi_h] - 1/d), 0, 1). "
+        f"Step size eta_k = {scale.eta0} / sqrt(k) for both learners (eta0 picked from {{1, 5, 20}} on a "
+        "2e4-episode pilot, before any claim was scored).",
+        "",
+        "Differences from the paper: the covariance Sigma_h of the current policy is computed exactly from the known "
+        "transitions (the paper estimates it from simulator rollouts); one anytime run with eta_k ~ 1/sqrt(k) gives "
+        "the regret at every K instead of one run per K with eta tuned to K; regret uses the exact values "
+        "V^pi_k(theta_k) (pseudo-regret) against the best fixed policy in hindsight (a min-DP on sum_k theta_k). "
+        "When Hedge's probabilities underflow to exactly 0 the covariance is singular and that episode's update is "
+        "skipped (counted below).",
+        "",
+        "| learner | adversary | " + " | ".join(f"regret K={ks[i]}" for i in shown)
+        + " | slope [95% CI] | min Qhat | min p | skipped updates |",
+        "|---|---|" + "---|" * (len(shown) + 4),
+    ]
+    for i, r in enumerate(summary["rows"]):
+        curve = np.asarray(summary["regret_mean"][i])
+        lines.append(f"| {LABELS[r['learner']]} | {r['adversary']} | " + " | ".join(f"{curve[j]:.1f}" for j in shown)
+                     + f" | {r['slope']:.2f} [{r['slope_ci'][0]:.2f}, {r['slope_ci'][1]:.2f}] | {r['min_q_hat']:.3g} | "
+                     f"{r['min_prob']:.2g} | {r['skipped_updates']} ({r['skipped_share']:.1%}) |")
+    lines += ["", f"Slopes: OLS of log mean regret on log K for K >= {scale.fit_from}; CI: 2.5-97.5 percentiles over "
+              f"{scale.bootstrap} resamplings of the seeds.", "", "![regret vs K](adversarial_linear.png)", "",
+              "## Verdict", ""]
+    lines += [f"- {claim}: **{value}**" for claim, value in summary["claims"].items()]
+    lines += ["", summary["verdict"], "",
+              f"Compile {summary['compile_s']:.1f} s, run {summary['run_s']:.1f} s (all arms and seeds in one program).",
+              "", "```bash", "longhorizon repro adversarial-linear" + (" --quick" if summary["quick"] else ""), "```"]
+    return "\n".join(lines)
+
+
+def run(out_dir: str, quick: bool = False, log=print) -> dict:
+    """Measure every arm, write README.md, summary.json and adversarial_linear.png into ``out_dir``."""
+    scale = QUICK if quick else FULL
+    out = Path(out_dir)
+    m = measure(scale, log)
+    found = claims(m)
+    statuses = [value.split(" ", 1)[0] for value in found.values()]
+    verdict = (f"adversarial-linear: log-barrier FTRL's regret at most sqrt(K): {statuses[0]} (switching), "
+               f"{statuses[1]} (adaptive); negative estimates tolerated: {statuses[2]}; Hedge unstable at equal "
+               f"step size: {statuses[3]}.")
+    summary = {"claims": found, "verdict": verdict, "quick": quick, "scale": dataclasses.asdict(scale),
+               "ks": m["ks"], "regret_mean": m["regret"].mean(1).tolist(), "rows": m["rows"], "mdp": m["mdp"],
+               "compile_s": m["compile_s"], "run_s": m["run_s"]}
+    out.mkdir(parents=True, exist_ok=True)
+    plot(out / "adversarial_linear.png", m)
+    write_json_atomic(out / "summary.json", summary)
+    (out / "README.md").write_text(readme(summary, scale) + "\n")
+    log(f"wrote {out / 'README.md'}")
+    return summary
