@@ -34,14 +34,15 @@ def test_belief_grid_planner_against_enumeration(seed):
     optimum = lm.optimal_value_by_enumeration(lmdp)  # over every history-dependent policy
     for grid in (8, 64):
         result, value = lm.plan_true(lmdp, grid)
-        # the documented grid error: |V_grid - V*| <= H / (2G)
-        assert abs(float(result.start_value()) - optimum) <= lmdp.horizon / (2 * grid) + 1e-12
-        # the controller's forward-pass value is its exact value as a history-dependent policy ...
-        by_histories = lm.history_policy_value(lmdp, lm.controller_as_history_policy(result)) @ lmdp.weights
-        assert value == pytest.approx(by_histories, abs=1e-12)
-        # ... which no policy beats, and which is near the optimum
-        assert value <= optimum + 1e-12
-        assert value >= optimum - lmdp.horizon / grid
+        # the controller's alpha vectors are its exact value as a history-dependent policy ...
+        by_histories = lm.history_policy_value(lmdp, lm.controller_as_history_policy(result))
+        np.testing.assert_allclose(result.alpha[0, :, 0, result.start], by_histories, atol=1e-12)
+        with jax.enable_x64(True):
+            fixed = lm.controller_value(lmdp.transitions, lmdp.rewards, result, lmdp.horizon)
+        np.testing.assert_allclose(fixed, by_histories, atol=1e-12)
+        # ... which no policy beats, and which is within the documented grid error H / G of the optimum
+        assert value == pytest.approx(by_histories @ lmdp.weights, abs=1e-12)
+        assert optimum - lmdp.horizon / grid <= value <= optimum + 1e-12
 
 
 def test_enumeration_beats_every_memoryless_policy_when_the_context_matters():

@@ -10,18 +10,21 @@ is a function of the state-action history, through the posterior over contexts (
 
     b_{h+1}(m) = b_h(m) P_m(s' | s, a) / sum_n b_h(n) P_n(s' | s, a)                     (Bayes)
 
-**Belief-grid planner (M = 2).** The belief is one number b = P(m = 0) in [0, 1], kept on the grid
-b_g = g / G, g = 0..G (resolution 1/G). Backward DP over (h, s, g) with the next belief snapped to the
-nearest grid point,
+**Belief-grid planner (M = 2), over alpha vectors.** The belief is one number b = P(m = 0) in [0, 1],
+kept on the grid b_g = g / G, g = 0..G (resolution 1/G); after each transition it is Bayes-updated and
+snapped to the nearest grid point, g' = snap(b'(g, s, a, s')). The agent is then a finite-state
+controller over (s, g), and the DP keeps its alpha vectors, alpha_{h,m}(s, g) = the controller's
+expected remaining return in context m (Zhou et al.'s alpha vectors, here on the grid):
 
-    Q_h(s, g, a) = sum_m b_g(m) [R_m(s, a) + sum_s' P_m(s' | s, a) V_{h+1}(s', snap(b'(g, s, a, s')))],
-    V_h(s, g) = max_a Q_h(s, g, a),  V_{H+1} = 0,
+    Q_h(s, g, a) = sum_m b_g(m) [R_m(s, a) + sum_s' P_m(s' | s, a) alpha_{h+1,m}(s', g')],
+    a_h(s, g) = argmax_a Q_h(s, g, a),  alpha_{h,m}(s, g) = R_m(s, a_h) + P_m alpha_{h+1,m}(s', g'),
 
-is within H / (2G) of the optimal value over all history-dependent policies: V*_h(s, .) is a maximum of
-functions linear in b with slopes in [-1, 1] (returns lie in [0, 1]), so each snap costs at most
-1 / (2G) and H of them (the start belief included) add up. Acting with the DP's greedy actions while
-tracking the snapped belief is a finite-state controller over (s, g); its exact value is a forward
-pass over (s, g) per context (:func:`controller_value`). :func:`optimal_value_by_enumeration` and
+alpha_{H+1} = 0. An optional optimism bonus is added per context and each alpha is truncated at 1.
+Grid error: V*_h(s, .) is a maximum of functions linear in b with slopes in [-1, 1] (returns lie in
+[0, 1]), so acting at g instead of the true posterior costs at most 1/(2G) per snap, twice per step
+(once in the alpha of the next step, once in V*'s Lipschitz bound); by induction the controller's exact
+value lies in [V* - H/G, V*]. Its exact value in any true LMDP is the same backward pass with its
+actions fixed (:func:`controller_value`). :func:`optimal_value_by_enumeration` and
 :func:`history_policy_value` enumerate every history on tiny instances, to test both.
 
 The planner and the controller's value are jittable JAX (float64 under ``jax.enable_x64(True)``);
@@ -128,30 +131,39 @@ def belief_transitions(transitions, grid: int) -> jnp.ndarray:
 
 
 class BeliefPlan(NamedTuple):
-    """The DP's result (a pytree, so it vmaps). ``value`` [H_max+1, S, G+1], ``actions`` [H_max, S, G+1]
-    (greedy; rows h >= H unused), ``next_index`` [S, A, S', G+1] (the controller's belief transition),
-    ``start`` [] (the start belief's grid index)."""
+    """The DP's result (a pytree, so it vmaps). ``alpha`` [H_max+1, 2, S, G+1] (per-context alpha
+    vectors under the planning model), ``actions`` [H_max, S, G+1] (greedy; rows h >= H unused),
+    ``next_index`` [S, A, S', G+1] (the controller's belief transition), ``start`` [] (the start
+    belief's grid index)."""
 
-    value: jnp.ndarray
+    alpha: jnp.ndarray
     actions: jnp.ndarray
     next_index: jnp.ndarray
     start: jnp.ndarray
 
-    def start_value(self) -> jnp.ndarray:
-        """V_1(s = 0, start belief)."""
-        return self.value[0, 0, self.start]
+    def start_value(self, weights) -> jnp.ndarray:
+        """sum_m w_m alpha_{1,m}(s = 0, start): the value under the planning model with context weights ``weights``."""
+        return jnp.asarray(weights) @ self.alpha[0, :, 0, self.start]
 
 
-Bonus = Callable[[jnp.ndarray], jnp.ndarray]  # variance of the next value [2, S, A, G+1] -> bonus [2, S, A, G+1]
+Bonus = Callable[[jnp.ndarray], jnp.ndarray]  # variance of the next alpha [2, S, A, G+1] -> bonus [2, S, A, G+1]
+
+
+def _next_alpha(alpha_next, next_index):
+    """u[m, s, a, s', g] = alpha_{h+1,m}(s', g'(s, a, s', g)) from ``alpha_next`` [M, S, G+1]."""
+    M, S, G1 = alpha_next.shape
+    flat = (jnp.arange(S)[None, None, :, None] * G1 + next_index).reshape(-1)
+    return alpha_next.reshape(M, -1)[:, flat].reshape((M,) + next_index.shape)
 
 
 def plan(transitions, rewards, weights, horizon, grid: int, max_horizon: int, bonus: Bonus | None = None) -> BeliefPlan:
     """Backward DP over (h, s, belief grid) for two contexts (module docstring); jittable, ``horizon``
     may be traced (arrays are sized by the static ``max_horizon``).
 
-    ``transitions`` [2, S, A, S], ``rewards`` [2, S, A], ``weights`` [2]. ``bonus``, given the
-    per-context variance of the next value under ``transitions``, returns an optimism bonus added per
-    context; Q is then clipped at 1 (no return exceeds 1). Without it this is the plain planner."""
+    ``transitions`` [2, S, A, S], ``rewards`` [2, S, A], ``weights`` [2] (the start belief). ``bonus``,
+    given the per-context variance of the next alpha under ``transitions``, returns an optimism bonus
+    added per context; each alpha is then truncated at 1 (no return exceeds 1). Without it this is the
+    plain planner."""
     P = jnp.asarray(transitions)
     if P.ndim != 4 or P.shape[0] != 2:
         raise UsageError(f"the belief-grid planner takes two contexts (transitions [2, S, A, S]), got shape "
@@ -159,62 +171,57 @@ def plan(transitions, rewards, weights, horizon, grid: int, max_horizon: int, bo
     _, S, A, _ = P.shape
     beliefs = grid_beliefs(grid).astype(P.dtype)
     next_index = belief_transitions(P, grid)
-    flat = (jnp.arange(S)[None, None, :, None] * (grid + 1) + next_index).reshape(-1)
 
     def backward(i, carry):
-        value, actions = carry
+        alpha, actions = carry
         h = horizon - 1 - i
-        u = value[h + 1].reshape(-1)[flat].reshape(S, A, S, grid + 1)  # u[s, a, s', g] = V_{h+1}(s', g')
-        mean = jnp.einsum("msat,satg->msag", P, u)
-        per_context = rewards[..., None] + mean
+        u = _next_alpha(alpha[h + 1], next_index)  # [2, S, A, S', G+1]
+        mean = jnp.einsum("msat,msatg->msag", P, u)
+        per_context = rewards[..., None] + mean  # [2, S, A, G+1]
         if bonus is not None:
-            variance = jnp.maximum(jnp.einsum("msat,satg->msag", P, u * u) - mean * mean, 0.0)
-            per_context = per_context + bonus(variance)
-        q = jnp.einsum("gm,msag->sga", beliefs, per_context)
-        if bonus is not None:
-            q = jnp.minimum(q, 1.0)
-        return value.at[h].set(q.max(-1)), actions.at[h].set(q.argmax(-1).astype(jnp.int32))
+            variance = jnp.maximum(jnp.einsum("msat,msatg->msag", P, u * u) - mean * mean, 0.0)
+            per_context = jnp.minimum(per_context + bonus(variance), 1.0)
+        best = jnp.einsum("gm,msag->sga", beliefs, per_context).argmax(-1)  # [S, G+1]
+        chosen = jnp.take_along_axis(per_context, best[None, :, None, :], 2)[:, :, 0]  # [2, S, G+1]
+        return alpha.at[h].set(chosen), actions.at[h].set(best.astype(jnp.int32))
 
-    init = (jnp.zeros((max_horizon + 1, S, grid + 1), P.dtype), jnp.zeros((max_horizon, S, grid + 1), jnp.int32))
-    value, actions = jax.lax.fori_loop(0, horizon, backward, init)
-    return BeliefPlan(value, actions, next_index, snap(jnp.asarray(weights)[0], grid))
+    init = (jnp.zeros((max_horizon + 1, 2, S, grid + 1), P.dtype), jnp.zeros((max_horizon, S, grid + 1), jnp.int32))
+    alpha, actions = jax.lax.fori_loop(0, horizon, backward, init)
+    return BeliefPlan(alpha, actions, next_index, snap(jnp.asarray(weights)[0], grid))
 
 
 def controller_value(transitions, rewards, plan_: BeliefPlan, horizon) -> jnp.ndarray:
     """[M]: the exact expected return, per true context, of acting by ``plan_`` (its greedy actions at
-    the tracked, snapped belief) in the MDPs ``transitions`` [M, S, A, S], ``rewards`` [M, S, A].
-    A forward pass over the distribution of (s, g) per context; jittable."""
-    M, S = transitions.shape[:2]
-    G1 = plan_.value.shape[-1]
-    states, grid_points = jnp.arange(S)[:, None], jnp.arange(G1)[None, :]
+    the tracked, snapped belief) in the MDPs ``transitions`` [M, S, A, S], ``rewards`` [M, S, A]:
+    the alpha-vector recursion with the actions fixed; jittable."""
+    S = transitions.shape[1]
+    states = jnp.arange(S)[:, None]
+    plan_ = jax.tree.map(jnp.asarray, plan_)
+    transitions, rewards = jnp.asarray(transitions), jnp.asarray(rewards)
 
-    def forward(h, carry):
-        dist, total = carry  # dist [M, S, G+1]
-        a = plan_.actions[h]  # [S, G+1]
-        total = total + (dist * rewards[:, states, a]).sum((1, 2))
-        step = transitions[:, states, a]  # [M, S, G+1, S']
-        nxt = plan_.next_index[states[..., None], a[..., None], jnp.arange(S), grid_points[..., None]]
-        target = jnp.arange(S) * G1 + nxt  # [S, G+1, S']: flat (s', g')
-        dist = jnp.zeros((M, S * G1), dist.dtype).at[:, target].add(dist[..., None] * step).reshape(M, S, G1)
-        return dist, total
+    def backward(i, alpha):
+        a = plan_.actions[horizon - 1 - i]  # [S, G+1]
+        u = _next_alpha(alpha, plan_.next_index)  # [M, S, A, S', G+1]
+        u = jnp.take_along_axis(u, a[None, :, None, None, :], 2)[:, :, 0]  # [M, S, S', G+1] at a(s, g)
+        step = jnp.moveaxis(transitions[:, states, a], -1, -2)  # [M, S, S', G+1]
+        return rewards[:, states, a] + (step * u).sum(2)
 
-    dist = jnp.zeros((M, S, G1), transitions.dtype).at[:, 0, plan_.start].set(1.0)
-    return jax.lax.fori_loop(0, horizon, forward, (dist, jnp.zeros(M, transitions.dtype)))[1]
+    alpha = jnp.zeros(transitions.shape[:2] + plan_.alpha.shape[-1:], transitions.dtype)
+    return jax.lax.fori_loop(0, horizon, backward, alpha)[:, 0, plan_.start]
 
 
 @functools.partial(jax.jit, static_argnames=("grid", "max_horizon"))
-def _plan_and_value(transitions, rewards, weights, horizon, grid: int, max_horizon: int):
-    result = plan(transitions, rewards, weights, horizon, grid, max_horizon)
-    return result, controller_value(transitions, rewards, result, horizon) @ weights
+def _plan(transitions, rewards, weights, horizon, grid: int, max_horizon: int):
+    return plan(transitions, rewards, weights, horizon, grid, max_horizon)
 
 
 def plan_true(lmdp: LMDP, grid: int, max_horizon: int | None = None) -> tuple[BeliefPlan, float]:
-    """The plain planner on the true model (float64) and its controller's exact value sum_m w_m V_m:
-    a real history-dependent policy's value, within H / G of the optimum on the instances tested."""
+    """The plain planner on the true model (float64) and its controller's exact value sum_m w_m
+    alpha_{1,m}(0, start): a real history-dependent policy's value, in [V* - H/G, V*]."""
     with jax.enable_x64(True):
-        result, value = _plan_and_value(lmdp.transitions, lmdp.rewards, lmdp.weights, lmdp.horizon, grid,
-                                        max_horizon or lmdp.horizon)
-        return jax.tree.map(np.asarray, result), float(value)
+        result = jax.tree.map(np.asarray, _plan(lmdp.transitions, lmdp.rewards, lmdp.weights, lmdp.horizon, grid,
+                                                max_horizon or lmdp.horizon))
+    return result, float(lmdp.weights @ result.alpha[0, :, 0, result.start])
 
 
 # ---- exact enumeration of histories (tiny instances: (S A)^H histories) ----

@@ -6,10 +6,10 @@ value-optimistic instance of their framework. Episode k:
 1. Empirical model from per-context counts (the context is revealed at each episode's end):
    P_hat_m(s' | s, a) = N_m(s, a, s') / N_m(s, a) (uniform where N_m(s, a) = 0), w_hat_m = (n_m + 1) / (k + M).
 2. Plan optimistically with the belief-grid planner (:func:`longhorizon.theory.latent_mdp.plan`):
-   per context the next value's empirical mean gets a bonus and Q is clipped at 1,
-       bernstein (the paper's, variance-aware):  beta = sqrt(2 Var_{P_hat_m}(V') iota / N) + iota / N,
+   per context the next alpha vector's empirical mean gets a bonus and each alpha is truncated at 1,
+       bernstein (the paper's, variance-aware):  beta = sqrt(2 Var_{P_hat_m}(alpha') iota / N) + iota / N,
        hoeffding (baseline, range only):         beta = sqrt(iota / (2 N)),
-   with iota = 2 ln(2 M S A H K / delta) and N = max(N_m(s, a), 1). Var_{P_hat_m}(V') is the variance of
+   with iota = 2 ln(2 M S A H K / delta) and N = max(N_m(s, a), 1). Var_{P_hat_m}(alpha') is the variance of
    the next alpha vector's values under P_hat_m, so on a deterministic (zero-variance) LMDP the Bernstein
    bonus is iota / N and regret grows only logarithmically; summed over an episode the variances are
    bounded by the return's (<= 1), which removes the polynomial H that the Hoeffding bonus pays.
