@@ -82,7 +82,7 @@ def test_optimal_value_matches_brute_force_over_deterministic_policies():
         best, greedy = amdp.optimal_value(mdp, theta)
         choices = jnp.asarray(list(itertools.product(range(2), repeat=4))).reshape(16, 2, 2)
         policies = jax.nn.one_hot(choices, 2, dtype=jnp.float64)  # all 16 deterministic policies
-        values = np.asarray(jax.vmap(lambda policy: amdp.evaluate_policy(mdp, policy, theta)[2])(policies))
+        values = np.asarray(jax.jit(jax.vmap(lambda policy: amdp.evaluate_policy(mdp, policy, theta)[2]))(policies))
         assert float(best) == pytest.approx(min(values), abs=1e-12)
         assert float(amdp.evaluate_policy(mdp, greedy, theta)[2]) == pytest.approx(min(values), abs=1e-12)
 

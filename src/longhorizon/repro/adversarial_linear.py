@@ -44,7 +44,7 @@ class Scale:
 
 
 FULL = Scale(seeds=8, chunk=1000, chunks=100, fit_from=1000)
-QUICK = Scale(seeds=3, chunk=100, chunks=20, fit_from=200)
+QUICK = Scale(seeds=3, chunk=100, chunks=20, fit_from=200, bootstrap=500)
 
 
 def fit_slope(ks: np.ndarray, regret: np.ndarray, bootstrap: int, seed: int = 0) -> tuple[float, float, float]:
@@ -127,9 +127,9 @@ def measure(scale: Scale, log=print) -> dict:
         log(f"adversarial-linear: compiled in {compile_s:.1f} s; {len(ARMS)} arms x {scale.seeds} seeds x "
             f"{scale.episodes} episodes")
         start = time.time()
-        history = jax.block_until_ready(compiled(arms, keys))
+        history, regret = jax.block_until_ready(compiled(arms, keys))
         run_s = time.time() - start
-        regret = np.asarray(ftrl.regret_curve(mdp, history)).reshape(len(ARMS), scale.seeds, scale.chunks)
+        regret = np.asarray(regret).reshape(len(ARMS), scale.seeds, scale.chunks)
 
     def per_arm(field):
         return np.asarray(getattr(history, field))[:, -1].reshape(len(ARMS), scale.seeds)

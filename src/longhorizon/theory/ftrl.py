@@ -18,8 +18,8 @@ Each episode k = 1..K (simulator setting: the learner may compute its own occupa
 
 Step size eta_k = eta0 / sqrt(k) (FTRL with a decreasing rate, so one run gives the regret at every K).
 Regret_K = sum_{k<=K} V^{pi_k}(theta_k) - min_pi sum_{k<=K} V^pi(theta_k), exact (pseudo-)values in float64.
-One jitted program: an outer scan over chunks (recording the running sums at each chunk end), an inner
-scan over episodes, vmapped over seeds.
+One jitted program: an outer scan over chunks (recording the running sums and the regret at each chunk
+end), an inner scan over episodes, vmapped over (learner, adversary, seed) rows.
 """
 
 from __future__ import annotations
@@ -148,8 +148,9 @@ def episode_step(mdp: amdp.LinearMDP, tables: jax.Array, arm: Arm, carry: Carry,
 
 
 def make_run(mdp: amdp.LinearMDP, tables: jax.Array, chunks: int, chunk: int):
-    """A jitted ``run(arms, keys) -> Carry``: arms stacked [n] (:func:`stack_arms`), keys [n, 2] (one per
-    (arm, seed) row); arrays [n, chunks, ...], the carry at every chunk end (episodes chunk, 2 chunk, ...).
+    """A jitted ``run(arms, keys) -> (history, regret)``: arms stacked [n] (:func:`stack_arms`), keys [n, 2] (one
+    per (arm, seed) row). ``history`` is the :class:`Carry` at every chunk end (episodes chunk, 2 chunk, ...),
+    arrays [n, chunks, ...]; ``regret`` [n, chunks] = learner_loss - min_pi V^pi(cum_theta) there.
 
     Call it (and build ``mdp``) under ``jax.enable_x64(True)`` for float64.
     """
@@ -158,15 +159,9 @@ def make_run(mdp: amdp.LinearMDP, tables: jax.Array, chunks: int, chunk: int):
         def run_chunk(carry, chunk_key):
             carry, _ = jax.lax.scan(lambda c, k: (episode_step(mdp, tables, arm, c, k), None),
                                     carry, jax.random.split(chunk_key, chunk))
-            return carry, carry
+            return carry, (carry, carry.learner_loss - amdp.optimal_value(mdp, carry.cum_theta)[0])
 
-        _, history = jax.lax.scan(run_chunk, init_carry(mdp), jax.random.split(key, chunks))
-        return history
+        _, (history, regret) = jax.lax.scan(run_chunk, init_carry(mdp), jax.random.split(key, chunks))
+        return history, regret
 
     return jax.jit(jax.vmap(one_row))
-
-
-def regret_curve(mdp: amdp.LinearMDP, history: Carry) -> jax.Array:
-    """Regret at every chunk end: learner_loss - min_pi V^pi(cum_theta); history arrays [n, chunks, ...]."""
-    best = jax.vmap(jax.vmap(lambda theta: amdp.optimal_value(mdp, theta)[0]))(history.cum_theta)
-    return history.learner_loss - best
