@@ -176,12 +176,12 @@ def plan(transitions, rewards, weights, horizon, grid: int, max_horizon: int, bo
         alpha, actions = carry
         h = horizon - 1 - i
         u = _next_alpha(alpha[h + 1], next_index)  # [2, S, A, S', G+1]
-        mean = jnp.einsum("msat,msatg->msag", P, u)
-        per_context = rewards[..., None] + mean  # [2, S, A, G+1]
+        mean = (P[..., None] * u).sum(3)  # [2, S, A, G+1]
+        per_context = rewards[..., None] + mean
         if bonus is not None:
-            variance = jnp.maximum(jnp.einsum("msat,msatg->msag", P, u * u) - mean * mean, 0.0)
+            variance = jnp.maximum((P[..., None] * u * u).sum(3) - mean * mean, 0.0)
             per_context = jnp.minimum(per_context + bonus(variance), 1.0)
-        best = jnp.einsum("gm,msag->sga", beliefs, per_context).argmax(-1)  # [S, G+1]
+        best = (beliefs.T[:, None, None, :] * per_context).sum(0).argmax(1)  # [S, G+1]
         chosen = jnp.take_along_axis(per_context, best[None, :, None, :], 2)[:, :, 0]  # [2, S, G+1]
         return alpha.at[h].set(chosen), actions.at[h].set(best.astype(jnp.int32))
 
