@@ -58,7 +58,7 @@ def test_hard_instance_reaches_the_rewarding_state_with_delta_plus_mu_dot_a():
 
 def test_weighted_ridge_matches_the_normal_equations_and_the_incremental_update():
     rng = np.random.default_rng(0)
-    x, y, w = rng.normal(size=(40, 3)), rng.normal(size=40), rng.uniform(0.2, 3.0, size=40)
+    x, y, w = rng.normal(size=(12, 3)), rng.normal(size=12), rng.uniform(0.2, 3.0, size=12)
     theta, inverse = rf.ridge_regression(x, y, w, ridge=0.5)
     # closed form as least squares on the sqrt-weighted rows augmented with sqrt(lambda) I
     design = np.vstack([x * np.sqrt(w)[:, None], np.sqrt(0.5) * np.eye(3)])
@@ -86,8 +86,8 @@ def test_bonus_shrinks_as_data_grows_along_a_direction_and_not_across_it():
 def test_exploration_learns_theta_and_the_weighted_ellipsoid_is_tighter():
     # the quick reproduction's shapes (d = 4, K = 120, max H = 16, 2 seeds), so one compiled program serves both
     mdp = lm.hard_instance(4, 16, seed=0)
-    runs = {a: rf.explore(mdp, 16, rf.Config(a, episodes=120, beta_scale=0.1), seeds=[0, 1], max_horizon=16)
-            for a in rf.ALGORITHMS}
+    configs = [rf.Config(a, episodes=120, beta_scale=0.1) for a in rf.ALGORITHMS]
+    runs = dict(zip(rf.ALGORITHMS, rf.explore_all(mdp, 16, configs, seeds=[0, 1], max_horizon=16)))
     for run in runs.values():
         assert run.theta.shape == (2, 120, 4) and run.inverse.shape == (2, 120, 4, 4)
         assert abs(run.theta[:, -1, 0] - 1.0).max() < 0.05  # the well-sampled mass direction
@@ -103,28 +103,46 @@ def test_optimistic_planning_without_uncertainty_is_exact_planning():
     assert rf.suboptimality(mdp, reward[None], policy[None])[0, 0] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_batched_suboptimality_matches_per_policy_evaluation():
+    mdp = lm.random_mixture(3, 2, 2, seed=5)
+    rewards = lm.evaluation_rewards(mdp, 4, 2)
+    policies = np.random.default_rng(1).integers(2, size=(2, 3, 4, 3))
+    gaps = rf.suboptimality(mdp, rewards, policies)
+    for i, reward in enumerate(rewards):
+        best = lm.plan(mdp.transition(), reward, 4)[0][0, 0]
+        for b in range(3):
+            assert gaps[i, b] == pytest.approx(best - lm.evaluate(mdp.transition(), reward, policies[i, b])[0, 0], abs=1e-12)
+    assert gaps.min() >= -1e-12
+
+
 @pytest.mark.parametrize("build", [lambda: rf.Config("ucrl"), lambda: rf.Config(episodes=0), lambda: rf.Config(ridge=0.0),
                                    lambda: lm.hard_instance(dim=1), lambda: lm.LinearMixtureMDP(np.ones((1, 1, 1, 2)), np.ones(2)),
-                                   lambda: lm.plan(np.ones((1, 1, 1)), np.ones((2, 1, 1)), 3)])
+                                   lambda: lm.plan(np.ones((1, 1, 1)), np.ones((2, 1, 1)), 3),
+                                   lambda: rf.explore_all(lm.hard_instance(), 8, [rf.Config(), rf.Config(episodes=5)], [0])])
 def test_bad_input_is_one_usage_error(build):
     with pytest.raises(UsageError):
         build()
 
 
 def test_claim_rule_on_constructed_numbers():
-    from longhorizon.repro.horizon_free_rfe import decide, fit_slope
+    from longhorizon.repro.horizon_free_rfe import decide, episodes_to_eps, fit_slope
+
+    # K(eps): the first checkpoint from which the gap stays <= eps (an early dip does not count); never -> censored
+    gaps = np.array([[0.5, 0.05, 0.2, 0.05, 0.0], [0.5, 0.5, 0.5, 0.5, 0.2], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    k, censored = episodes_to_eps(gaps, np.array([1, 2, 4, 8, 16]), eps=0.1)
+    assert k.tolist() == [8, 16, 1] and censored.tolist() == [False, True, False]
 
     horizons = np.array([8, 32, 128, 512])
     flat = np.log(np.array([[300, 310, 290, 305], [280, 300, 320, 300], [310, 290, 300, 295]]))
     grows = np.log(np.array([[100, 400, 1600, 6400], [120, 380, 1700, 6000], [90, 420, 1500, 7000]]))
     rng = np.random.default_rng(0)
-    slope, low, high = fit_slope(horizons, grows, rng)
+    slope, low, high = fit_slope(horizons, grows, rng, 300)
     assert slope == pytest.approx(1.0, abs=0.05) and low < slope < high
-    assert decide("flat", *fit_slope(horizons, flat, rng)[1:], censored=False).startswith("holds")
+    assert decide("flat", *fit_slope(horizons, flat, rng, 300)[1:], censored=False).startswith("holds")
     assert decide("flat", low, high, censored=False).startswith("contradicted")
-    assert decide("flat", *fit_slope(horizons, flat, rng)[1:], censored=True).startswith("inconclusive")
+    assert decide("flat", *fit_slope(horizons, flat, rng, 300)[1:], censored=True).startswith("inconclusive")
     assert decide("grows", low, high, censored=True).startswith("holds")
-    assert decide("grows", *fit_slope(horizons, flat, rng)[1:], censored=False).startswith("contradicted")
+    assert decide("grows", *fit_slope(horizons, flat, rng, 300)[1:], censored=False).startswith("contradicted")
     assert decide("grows", -0.5, 0.9, censored=False).startswith("inconclusive")
 
 

@@ -139,13 +139,8 @@ def _weights(x, theta, inverses, beta, alpha, gamma, weighted):
     return jnp.where(weighted, jnp.maximum(jnp.maximum(alpha ** 2, total), gamma ** 2 * norms), 1.0)
 
 
-@functools.partial(jax.jit, static_argnames=("max_horizon", "stacks"))
-def _explore(keys, phi, transition, initial, betas, horizon, weighted, ridge, alpha, gamma, *, max_horizon, stacks):
-    """Exploration for every seed key [n]; returns theta_0 [n, K, d] and Sigma_0^{-1} [n, K, d, d] after each episode.
-
-    The horizon and the algorithm are traced (one compiled program serves every H <= max_horizon and both
-    algorithms); UCRL-RFE runs the same stacks with unit weights and uses only m = 0.
-    """
+def _explore_seeds(keys, phi, transition, initial, betas, horizon, weighted, ridge, alpha, gamma, *, max_horizon, stacks):
+    """Exploration for every seed key [n]; returns theta_0 [n, K, d] and Sigma_0^{-1} [n, K, d, d] after each episode."""
     dim = phi.shape[-1]
     powers = 2.0 ** jnp.arange(stacks)
     vertices = (jnp.arange(2 ** phi.shape[0])[:, None] >> jnp.arange(phi.shape[0])) & 1  # [2^S, S]
@@ -178,6 +173,19 @@ def _explore(keys, phi, transition, initial, betas, horizon, weighted, ridge, al
     return jax.vmap(one_seed)(keys)
 
 
+@functools.partial(jax.jit, static_argnames=("max_horizon", "stacks"))
+def _explore(keys, phi, transition, initial, betas, horizon, weighted, ridge, alpha, gamma, *, max_horizon, stacks):
+    """:func:`_explore_seeds` vmapped over algorithms (betas [C, K], weighted [C], alpha [C]).
+
+    The horizon and the algorithm are traced, so one compiled program serves every H <= max_horizon and both
+    algorithms side by side (one loop, twice the batch); UCRL-RFE runs the same stacks with unit weights and
+    uses only m = 0.
+    """
+    run = functools.partial(_explore_seeds, max_horizon=max_horizon, stacks=stacks)
+    axes = (None, None, None, None, 0, None, 0, None, 0, None)
+    return jax.vmap(run, in_axes=axes)(keys, phi, transition, initial, betas, horizon, weighted, ridge, alpha, gamma)
+
+
 @dataclasses.dataclass(frozen=True)
 class Exploration:
     """What the planning phase needs after each episode: theta_0 [n_seeds, K, d], Sigma_0^{-1} [n_seeds, K, d, d],
@@ -192,6 +200,12 @@ class Exploration:
 def explore(mdp: LinearMixtureMDP, horizon: int, config: Config, seeds, max_horizon: int | None = None) -> Exploration:
     """Run the exploration phase of ``config.algorithm`` for ``config.episodes`` episodes, once per seed.
     ``max_horizon`` (>= horizon) pads the arrays, so runs at several H share one compiled program."""
+    return explore_all(mdp, horizon, [config], seeds, max_horizon)[0]
+
+
+def explore_all(mdp: LinearMixtureMDP, horizon: int, configs, seeds, max_horizon: int | None = None) -> list[Exploration]:
+    """:func:`explore` for several configs (algorithms) in one jitted call; they must share episodes, moments,
+    ridge and gamma. ``seconds`` is the call's time, shared."""
     import time
 
     max_horizon = max_horizon or horizon
@@ -201,17 +215,23 @@ def explore(mdp: LinearMixtureMDP, horizon: int, config: Config, seeds, max_hori
     if mdp.num_states > 12:
         raise UsageError(f"the exploration reward enumerates 2^S value vertices and S = {mdp.num_states} is too many; "
                          "use at most 12 states.")
-    betas = confidence_radius(config, mdp.dim, horizon, np.arange(config.episodes))
+    first = configs[0]
+    if any((c.episodes, c.moments, c.ridge, c.gamma(mdp.dim)) != (first.episodes, first.moments, first.ridge,
+                                                                   first.gamma(mdp.dim)) for c in configs):
+        raise UsageError("configs explored together must share episodes, moments, ridge and uncertainty_gamma; "
+                         "explore them separately.")
+    betas = np.stack([confidence_radius(c, mdp.dim, horizon, np.arange(c.episodes)) for c in configs])
     start = time.perf_counter()
     with jax.enable_x64(True):
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
         theta, inverse = _explore(keys, jnp.asarray(mdp.phi), jnp.asarray(mdp.transition()), jnp.asarray(mdp.initial),
-                                  jnp.asarray(betas), jnp.asarray(horizon), jnp.asarray(config.weighted),
-                                  jnp.asarray(config.ridge), jnp.asarray(config.alpha(horizon)),
-                                  jnp.asarray(config.gamma(mdp.dim)), max_horizon=max_horizon, stacks=config.moments + 1)
+                                  jnp.asarray(betas), jnp.asarray(horizon), jnp.asarray([c.weighted for c in configs]),
+                                  jnp.asarray(first.ridge), jnp.asarray([c.alpha(horizon) for c in configs]),
+                                  jnp.asarray(first.gamma(mdp.dim)), max_horizon=max_horizon, stacks=first.moments + 1)
         theta, inverse = np.asarray(theta), np.asarray(inverse)
-    return Exploration(theta, inverse, confidence_radius(config, mdp.dim, horizon, np.arange(1, config.episodes + 1)),
-                       time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return [Exploration(theta[i], inverse[i], confidence_radius(c, mdp.dim, horizon, np.arange(1, c.episodes + 1)), seconds)
+            for i, c in enumerate(configs)]
 
 
 def plan_optimistic(mdp: LinearMixtureMDP, reward: np.ndarray, theta: np.ndarray, inverse: np.ndarray,
@@ -230,12 +250,16 @@ def plan_optimistic(mdp: LinearMixtureMDP, reward: np.ndarray, theta: np.ndarray
 
 def suboptimality(mdp: LinearMixtureMDP, rewards: np.ndarray, policies: np.ndarray) -> np.ndarray:
     """V*_1(s_1; r) - V^pi_1(s_1; r), exact by DP in the true MDP, for rewards [R, S, A] and policies [R, B, H, S]
-    -> [R, B]."""
+    -> [R, B] (the policies' values by the backward recursion of :func:`evaluate`, batched over B)."""
     transition = mdp.transition()
-    horizon = policies.shape[-2]
+    horizon, states = policies.shape[-2:]
     gaps = np.zeros(policies.shape[:2])
+    rows = np.arange(states)
     for i, reward in enumerate(rewards):
         best = plan(transition, reward, horizon)[0][0, mdp.initial]
-        for b, policy in enumerate(policies[i]):
-            gaps[i, b] = best - evaluate(transition, reward, policy)[0, mdp.initial]
+        values = np.zeros((policies.shape[1], states))
+        for h in range(horizon - 1, -1, -1):
+            acts = policies[i, :, h]  # [B, S]
+            values = reward[rows, acts] + np.einsum("bxs,bs->bx", transition[rows, acts], values)
+        gaps[i] = best - values[:, mdp.initial]
     return gaps
