@@ -7,14 +7,16 @@ Exploration, episode k (both algorithms):
 
 1. ``theta_m = Sigma_m^{-1} b_m`` (ridge estimates, one regression stack per moment m).
 2. Plan the exploration MDP whose reward is the uncertainty itself, backwards from ``V_{H+1} = 0``:
-   ``u_h(s,a) = min(1/H, beta ||psi_{V_{h+1}}(s,a)||_{Sigma_0^{-1}})``,
-   ``Q_h = clip(u_h + <theta_0, psi_{V_{h+1}}>, 0, 1)``, ``V_h = max_a Q_h``, ``pi_h = argmax_a Q_h``.
-   The pseudo-reward is capped at 1/H so the exploration MDP obeys the same total-reward <= 1 normalisation.
+   ``u(s,a) = min(1, beta max_{V in {0,1}^S} ||psi_V(s,a)||_{Sigma_0^{-1}})``,
+   ``Q_h = clip(u + <theta_0, psi_{V_{h+1}}>, 0, 1)``, ``V_h = max_a Q_h``, ``pi_h = argmax_a Q_h``.
+   Documented choice: the uncertainty is that of the worst value function in [0, 1]^S (the norm is convex in
+   V, so the maximum is at one of the 2^S vertices, enumerated), because the uncertainty of the exploration
+   value itself, ``||psi_{V_{h+1}}||``, is zero at V = 0 and leaves V = 0 a fixed point of the recursion.
 3. Run ``pi`` in the true MDP; each step (s_h, a_h, s_{h+1}) adds value-targeted regression samples
    ``x_m = psi_{V^(2^m)_{h+1}}(s_h, a_h)``, ``y_m = V_{h+1}(s_{h+1})^(2^m)`` with weight ``1 / sigma_m^2``:
    ``Sigma_m += x_m x_m^T / sigma_m^2``, ``b_m += x_m y_m / sigma_m^2`` (Sherman-Morrison on Sigma_m^{-1}).
 
-UCRL-RFE (Hoeffding): one stack (m = 0), ``sigma = 1`` (the range of V), so ``beta`` must cover the range.
+UCRL-RFE (Hoeffding): unit weights, ``sigma = 1`` (the range of V), and only the m = 0 stack is used.
 HF-UCRL-RFE++ (variance-aware): stacks m = 0..M (the high-order moment estimator); for m < M
 
     sigma_m^2 = max(alpha^2, Var_m + E_m, gamma^2 ||x_m||_{Sigma_m^{-1}}),
@@ -31,8 +33,8 @@ Confidence radius (the self-normalised bound, Abbasi-Yadkori et al. 2011, noise 
 Planning (any reward r, after K episodes): ``Q_h = clip(r_h + <theta_0, psi_{V_{h+1}}> + beta ||psi_{V_{h+1}}||_{Sigma_0^{-1}}, 0, 1)``,
 greedy. Documented approximation: the paper plans optimistically over the intersection of the confidence sets
 of every episode and moment (an optimisation oracle); we use the last episode's m = 0 ellipsoid, whose maximum
-over theta is the closed form above. The exploration loop is jitted (``lax.scan`` over episodes and steps,
-``vmap`` over seeds) in float64 under ``jax.enable_x64``.
+over theta is the closed form above. The exploration loop is jitted (``lax.scan`` over episodes, ``fori_loop``
+over the steps of a traced horizon, ``vmap`` over seeds and algorithms) in float64 under ``jax.enable_x64``.
 """
 
 from __future__ import annotations
