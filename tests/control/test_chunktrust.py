@@ -15,11 +15,12 @@ import pytest
 from longhorizon.control import chunk_policy, chunktrust, push_place
 from longhorizon.errors import UsageError
 from longhorizon.offline import flows
+from longhorizon.repro import chunktrust as repro
 
+# the --quick reproduction's settings, so its compiled programs are shared with these tests (compile cache)
 ENV = push_place.PushPlaceConfig()
 TRUST = chunktrust.ChunkTrustConfig()
-TINY = chunk_policy.ChunkPolicyConfig(chunk=4, flow=flows.FlowConfig(hidden=(32, 32), num_steps=4, batch_size=64,
-                                                                     num_updates=150, learning_rate=3e-3))
+TINY = repro.QUICK.policy()
 
 
 def _state(effector, block, target=(0.5, 0.85), **kw):
@@ -79,7 +80,7 @@ def test_config_rejects_bad_values():
 
 @pytest.fixture(scope="module")
 def demos():
-    return push_place.demonstrations(jax.random.PRNGKey(0), ENV, 16, TINY.chunk)
+    return push_place.demonstrations(jax.random.PRNGKey(0), ENV, repro.QUICK.demos, TINY.chunk)
 
 
 def test_demonstrator_succeeds_and_chunks_are_the_next_executed_actions(demos):
@@ -95,7 +96,8 @@ def test_demonstrator_succeeds_and_chunks_are_the_next_executed_actions(demos):
 @pytest.fixture(scope="module")
 def trained(demos):
     init, train = chunk_policy.make_train(TINY, 6)
-    params, losses = flows.train_seeds(init, train, jax.random.PRNGKey(1)[None], demos)
+    data = {"observations": demos["observations"], "actions": demos["actions"]}
+    params, losses = flows.train_seeds(init, train, jax.random.split(jax.random.PRNGKey(1), repro.QUICK.seeds), data)
     return jax.tree.map(lambda x: x[0], params), np.asarray(losses[0])
 
 
@@ -106,7 +108,7 @@ def test_flow_bc_loss_decreases_on_a_tiny_dataset(trained):
 
 def test_sample_trace_matches_the_plain_euler_sampler(trained):
     params, _ = trained
-    obs = jnp.tile(jnp.array([[0.5, 0.6, 0.0, -2.0, 0.0, 0.45]]), (3, 1))
+    obs = jnp.tile(jnp.array([[0.5, 0.6, 0.0, -2.0, 0.0, 0.45]]), (3, 1))  # start-like observations
     noise = jax.random.normal(jax.random.PRNGKey(2), (3, TINY.flat_dim))
     trace = chunk_policy.sample_trace(TINY, params, obs, noise)
     plain = flows.euler_sample(chunk_policy.velocity(TINY, params), obs, noise, TINY.flow.num_steps)
@@ -188,26 +190,43 @@ def test_choose_takes_the_longest_trusted_horizon():
 # ----------------------------------------------------------------------------- execution
 def test_fixed_horizons_replan_every_h_steps_and_the_selector_picks_candidates(trained):
     params, _ = trained
-    config = dataclasses.replace(TRUST, horizons=(1, 2, 4))
-    run = chunktrust.make_rollout(TINY, ENV, config)
+    run = chunktrust.make_rollout(TINY, ENV, TRUST)
     for h in (1, 3):
-        r = run(params, jax.random.PRNGKey(3), 4, h)
+        r = run(params, jax.random.PRNGKey(3), repro.QUICK.episodes, h)
         active = np.asarray(r.active).sum(1)
         np.testing.assert_array_equal(np.asarray(r.replans), -(-active // h))  # ceil(active steps / h)
         np.testing.assert_array_equal(np.asarray(r.horizon), h)
-    r = run(params, jax.random.PRNGKey(3), 4, 0)
-    assert set(np.unique(np.asarray(r.horizon))) <= {1, 2, 4}
+    r = run(params, jax.random.PRNGKey(3), repro.QUICK.episodes, 0)
+    assert set(np.unique(np.asarray(r.horizon))) <= set(TRUST.horizons)
     with pytest.raises(UsageError, match="fixed horizon"):
-        run(params, jax.random.PRNGKey(3), 4, 9)
+        run(params, jax.random.PRNGKey(3), 4, 13)
 
 
 # ----------------------------------------------------------------------------- reproduction
 def test_quick_repro_writes_its_files(tmp_path):
-    from longhorizon.repro import chunktrust as repro
-
     summary = repro.run(str(tmp_path), quick=True)
     assert (tmp_path / "README.md").is_file() and (tmp_path / "horizons.png").is_file()
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["quick"] is True and saved["claims"] and summary["verdict"]
     assert all(v.split()[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
     assert "longhorizon repro chunktrust --quick" in (tmp_path / "README.md").read_text()
+
+
+def _arm(success, replans, reach=None, rereach=None):
+    return {"success": success, "replans": replans, "horizon_by_phase": {"reach": reach, "re-reach": rereach}}
+
+
+def test_claim_rules_by_hand():
+    fixed = {"fixed h=1": [_arm(0.9, 60), _arm(0.9, 60)], "fixed h=4": [_arm(0.8, 15), _arm(0.8, 15)]}
+    better = {**fixed, "ChunkTrust (adaptive)": [_arm(0.96, 20, 8.0, 2.0), _arm(0.94, 22, 6.0, 1.5)]}
+    assert repro.success_claim(better).startswith("holds")  # +0.05 +- 0.01 beats the 0.02 tie margin
+    assert repro.replan_claim(better).startswith("holds")  # 21 < 60 (h=4 is not as successful)
+    assert repro.phase_claim(better).startswith("holds")
+    tie = {**fixed, "ChunkTrust (adaptive)": [_arm(0.91, 70, 1.0, 2.0), _arm(0.90, 70, 3.0, 2.0)]}
+    assert repro.success_claim(tie).startswith("inconclusive")
+    assert repro.replan_claim(tie).startswith("contradicted")  # 70 > 60 at equal success
+    assert repro.phase_claim(tie).startswith("inconclusive")  # one seed each way
+    worse = {**fixed, "ChunkTrust (adaptive)": [_arm(0.5, 10, 1.0, 2.0), _arm(0.6, 10, 1.0, 2.0)]}
+    assert repro.success_claim(worse).startswith("contradicted")
+    assert repro.replan_claim(worse).startswith("inconclusive")  # less successful than h=1: not comparable
+    assert repro.phase_claim(worse).startswith("contradicted")

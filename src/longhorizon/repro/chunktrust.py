@@ -1,0 +1,249 @@
+"""`longhorizon repro chunktrust`: adaptive execution horizons for an action-chunk policy (ChunkTrust).
+
+The paper's claim: choosing how many actions of each predicted chunk to execute from the policy's own
+evidence (the spectral stability of its denoising trace, the continuity with the executed history, a
+phase-aware Beta posterior with kernel forgetting) raises success over fixed execution horizons
+(RoboTwin2.0 pi0.5 29.6 -> 39.1, RoboCasa 47.8 -> 57.5), with short horizons around unstable contacts
+and long ones in smooth motion.
+
+Here: the 2-D reach-push-place task of :mod:`longhorizon.control.push_place` (go around the block on a
+side the demonstrator picks at random, push it to the target; the block is nudged sideways mid-push), a
+flow-matching chunk policy (K = 12) trained by behaviour cloning on noisy scripted demonstrations
+(:mod:`longhorizon.control.chunk_policy`), and on the same held-out episodes the fixed horizons
+{1, 2, 4, 8, 12} against the selector (:mod:`longhorizon.control.chunktrust`), per training seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from longhorizon.control import chunk_policy, chunktrust, push_place
+from longhorizon.offline import flows
+from longhorizon.runner.results import write_json_atomic
+
+TOLERANCE = 0.02  # success-rate differences below max(2 SE, this) are ties (one episode in 50)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    demos: int = 300
+    updates: int = 4000
+    hidden: tuple[int, ...] = (256, 256)
+    seeds: int = 3
+    episodes: int = 200  # held-out episodes per arm and seed
+    fixed: tuple[int, ...] = (1, 2, 4, 8, 12)
+
+    def policy(self) -> chunk_policy.ChunkPolicyConfig:
+        return chunk_policy.ChunkPolicyConfig(flow=dataclasses.replace(
+            chunk_policy.ChunkPolicyConfig().flow, hidden=self.hidden, num_updates=self.updates))
+
+
+QUICK = Setup(demos=24, updates=200, hidden=(64, 64), seeds=1, episodes=32)
+
+
+def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
+    setup = setup or (QUICK if quick else Setup())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = measure(setup)
+    summary = summarise(results, setup, quick)
+    plot(out / "horizons.png", results)
+    write_json_atomic(out / "summary.json", summary)
+    (out / "README.md").write_text(readme(summary, setup, quick))
+    print(f"wrote {out / 'README.md'}")
+    return summary
+
+
+def measure(setup: Setup) -> dict[str, Any]:
+    """Demonstrations (seed 0), one policy per training seed (vmapped), every arm on the same held-out episodes."""
+    env, trust, policy = push_place.PushPlaceConfig(), chunktrust.ChunkTrustConfig(), setup.policy()
+    start = time.time()
+    data = push_place.demonstrations(jax.random.PRNGKey(0), env, setup.demos, policy.chunk)
+    demo_success = float(np.mean(data["success"]))
+    data = {"observations": data["observations"], "actions": data["actions"]}
+    init, train = chunk_policy.make_train(policy, obs_dim=6)
+    params, losses = flows.train_seeds(init, train, jax.random.split(jax.random.PRNGKey(1), setup.seeds), data)
+    flows.check_finite(losses, "chunk policy")
+    train_s = time.time() - start
+    rollout = chunktrust.make_rollout(policy, env, trust)
+    arms = {f"fixed h={h}": h for h in setup.fixed} | {"ChunkTrust (adaptive)": 0}
+    per_arm = {name: [] for name in arms}
+    trace = None
+    for seed in range(setup.seeds):
+        seed_params = jax.tree.map(lambda x: x[seed], params)
+        for name, h in arms.items():
+            r = jax.device_get(rollout(seed_params, jax.random.PRNGKey(1000 + seed), setup.episodes, h))
+            per_arm[name].append(arm_metrics(r))
+            if h == 0 and seed == 0:
+                trace = {"horizon": r.horizon[:40].tolist(), "phase": r.phase[:40].tolist(),
+                         "active": r.active[:40].tolist()}
+    losses = np.asarray(losses)
+    return {"per_arm": per_arm, "trace": trace, "demo_success": demo_success, "train_samples": int(len(data["actions"])),
+            "loss_first": float(losses[:, :50].mean()), "loss_last": float(losses[:, -200:].mean()),
+            "train_seconds": train_s, "total_seconds": time.time() - start}
+
+
+def arm_metrics(r: chunktrust.Rollouts) -> dict[str, Any]:
+    """Success rate, replans per episode and the mean executed horizon per phase (active steps only)."""
+    active = np.asarray(r.active, bool)
+    horizon, phase = np.asarray(r.horizon)[active], np.asarray(r.phase)[active]
+    return {"success": float(np.mean(r.success)), "replans": float(np.mean(r.replans)),
+            "steps": float(active.sum(1).mean()),
+            "horizon_by_phase": {p: (float(horizon[phase == i].mean()) if (phase == i).any() else None)
+                                 for i, p in enumerate(push_place.PHASES)}}
+
+
+def mean_se(values) -> tuple[float, float]:
+    values = np.asarray(values, float)
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
+# ----------------------------------------------------------------------------- claims
+def success_claim(per_arm: dict) -> str:
+    """Adaptive minus the best fixed arm's success, per seed: holds above max(2 SE, tolerance), contradicted
+    below minus that, else a tie (inconclusive)."""
+    adaptive = np.array([m["success"] for m in per_arm["ChunkTrust (adaptive)"]])
+    fixed = {k: np.array([m["success"] for m in v]) for k, v in per_arm.items() if k.startswith("fixed")}
+    best = max(fixed, key=lambda k: fixed[k].mean())
+    diff, se = mean_se(adaptive - fixed[best])
+    margin = max(2 * se, TOLERANCE)
+    text = f"adaptive {adaptive.mean():.3f} vs best fixed ({best}) {fixed[best].mean():.3f}, diff {diff:+.3f} +- {se:.3f}"
+    return ("holds" if diff > margin else "contradicted" if diff < -margin else "inconclusive") + f" ({text})"
+
+
+def replan_claim(per_arm: dict) -> str:
+    """If the adaptive arm is as successful as the best fixed arm (within the tie margin), does it replan less
+    than every fixed arm that is as successful (than the best fixed arm if it beats them all)? Less successful than the best fixed arm, or an adaptive
+    success under 0.5 (replans of failing episodes say little): inconclusive."""
+    adaptive = per_arm["ChunkTrust (adaptive)"]
+    success = np.mean([m["success"] for m in adaptive])
+    replans = np.mean([m["replans"] for m in adaptive])
+    fixed = {k: (np.mean([m["success"] for m in v]), np.mean([m["replans"] for m in v]))
+             for k, v in per_arm.items() if k.startswith("fixed")}
+    best = max(s for s, _ in fixed.values())
+    if success < 0.5 or success < best - TOLERANCE:
+        return f"inconclusive (adaptive success {success:.3f} is under 0.5 or under the best fixed {best:.3f})"
+    matching = {k: r for k, (s, r) in fixed.items() if s >= success - TOLERANCE}
+    matching = matching or {k: r for k, (s, r) in fixed.items() if s == best}  # more successful than all: vs the best
+    fewest = min(matching, key=matching.get)
+    text = f"adaptive {replans:.1f} replans/episode vs {fewest} {matching[fewest]:.1f} (fewest among equally successful fixed)"
+    return ("holds" if replans < matching[fewest] else "contradicted") + f" ({text})"
+
+
+def phase_claim(per_arm: dict) -> str:
+    """Mean chosen horizon in free reaching against right after the nudge (re-reach), per seed: holds if
+    longer in reach for every seed, contradicted if not longer for any."""
+    pairs = [(m["horizon_by_phase"]["reach"], m["horizon_by_phase"]["re-reach"]) for m in per_arm["ChunkTrust (adaptive)"]]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    if not pairs:
+        return "inconclusive (no re-reach steps observed)"
+    longer = [a > b for a, b in pairs]
+    text = ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in pairs)
+    return ("holds" if all(longer) else "contradicted" if not any(longer) else "inconclusive") + \
+        f" (mean horizon reach vs re-reach per seed: {text})"
+
+
+CLAIMS = {
+    "the adaptive horizon succeeds more often than every fixed horizon": success_claim,
+    "the adaptive horizon replans less than every fixed horizon that is as successful": replan_claim,
+    "the chosen horizon is long in free motion and short right after a perturbation": phase_claim,
+}
+
+
+def summarise(results: dict, setup: Setup, quick: bool) -> dict[str, Any]:
+    claims = {claim: rule(results["per_arm"]) for claim, rule in CLAIMS.items()}
+    first = [v.split()[0] for v in claims.values()]
+    verdict = ("chunktrust at this scale: success " + first[0] + ", replans " + first[1] + ", phase-dependent horizon "
+               + first[2] + ".")
+    table = {name: {"success": mean_se([m["success"] for m in ms]), "replans": mean_se([m["replans"] for m in ms]),
+                    "horizon_by_phase": {p: mean_or_none([m["horizon_by_phase"][p] for m in ms]) for p in push_place.PHASES}}
+             for name, ms in results["per_arm"].items()}
+    return {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
+            "selector": dataclasses.asdict(chunktrust.ChunkTrustConfig()),
+            "task": dataclasses.asdict(push_place.PushPlaceConfig()), "table": table, **results}
+
+
+def mean_or_none(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+# ----------------------------------------------------------------------------- report
+def plot(path: Path, results: dict) -> None:
+    """Left: success against replans per episode per arm. Right: the adaptive arm's executed horizon over the
+    steps of 40 held-out episodes (seed 0), coloured by phase, with its per-step mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, ms in results["per_arm"].items():
+        ax0.errorbar(mean_se([m["replans"] for m in ms])[0], mean_se([m["success"] for m in ms])[0],
+                     yerr=mean_se([m["success"] for m in ms])[1], marker="*" if "adaptive" in name else "o",
+                     ms=12 if "adaptive" in name else 7, label=name, ls="none")
+    ax0.set_xlabel("replans per episode")
+    ax0.set_ylabel("success rate (held out)")
+    ax0.set_title("fixed horizons vs ChunkTrust")
+    ax0.legend(fontsize=8)
+    trace = results["trace"]
+    horizon, phase, active = (np.asarray(trace[k]) for k in ("horizon", "phase", "active"))
+    steps = np.broadcast_to(np.arange(horizon.shape[1]), horizon.shape)
+    jitter = np.random.default_rng(0).uniform(-0.25, 0.25, horizon.shape)
+    for i, name in enumerate(push_place.PHASES):
+        sel = active & (phase == i)
+        ax1.scatter(steps[sel], horizon[sel] + jitter[sel], s=4, alpha=0.4, label=name)
+    counts = np.maximum(active.sum(0), 1)
+    ax1.plot(np.arange(horizon.shape[1]), (horizon * active).sum(0) / counts, color="k", lw=1.5, label="mean")
+    ax1.set_xlabel("time step")
+    ax1.set_ylabel("executed horizon")
+    ax1.set_title("ChunkTrust's horizon over the task's phases")
+    ax1.legend(fontsize=8, markerscale=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def readme(summary: dict, setup: Setup, quick: bool) -> str:
+    fmt = lambda ms: f"{ms[0]:.3f} +- {ms[1]:.3f}"  # noqa: E731
+    rows = ["| arm | success | replans / episode | " + " | ".join(f"horizon in {p}" for p in push_place.PHASES) + " |",
+            "|---|---|---|" + "---|" * len(push_place.PHASES)]
+    for name, t in summary["table"].items():
+        hz = " | ".join("-" if t["horizon_by_phase"][p] is None else f"{t['horizon_by_phase'][p]:.2f}"
+                        for p in push_place.PHASES)
+        rows.append(f"| {name} | {fmt(t['success'])} | {t['replans'][0]:.1f} | {hz} |")
+    claims = [f"- **{c}**: {v}" for c, v in summary["claims"].items()]
+    command = "longhorizon repro chunktrust" + (" --quick" if quick else "")
+    lines = [
+        "# ChunkTrust: adaptive execution horizons for an action-chunk policy", "",
+        "Claim (paper): a training-free selector that decides how many actions of each predicted chunk to execute, "
+        "from the spectral stability of the denoising trace, the continuity with the executed history and a Beta "
+        "posterior over horizons with kernel forgetting, beats fixed execution horizons (short horizons near "
+        "unstable contact, long ones in smooth motion).", "",
+        f"Scale{' (--quick: a smoke test, not a result)' if quick else ''}: a 2-D reach-push-place task in JAX "
+        "(go around the block on a side the demonstrator picks at random, push it into the target disc; the block is "
+        "nudged sideways by 0.1 at a random step in 16..22; 60 steps), "
+        f"{setup.demos} noisy scripted demonstrations (demonstrator success {summary['demo_success']:.2f}, "
+        f"{summary['train_samples']} chunk samples), a flow-matching chunk policy (K = 12 actions, MLP "
+        f"{setup.hidden}, 10 Euler steps) trained {setup.updates} updates per seed, {setup.seeds} training seed(s), "
+        f"{setup.episodes} held-out episodes per arm and seed (the same episodes for every arm). The paper uses "
+        "pretrained VLA policies (pi0.5, GR00T) on RoboTwin2.0/RoboCasa and real robots; the selector's formulas "
+        "here are this library's reading of the paper's description (see `longhorizon.control.chunktrust`); the "
+        "learned prior (QHA) is not built.", "",
+        *rows, "",
+        "Mean +- standard error over training seeds; horizons are the executed horizon averaged over the steps of "
+        f"each phase. Flow BC loss {summary['loss_first']:.3f} (first 50 updates) -> {summary['loss_last']:.3f} "
+        f"(last 200). Wall time {summary['total_seconds']:.0f} s (training {summary['train_seconds']:.0f} s) on a "
+        "shared 2-core CPU.", "",
+        "![success vs replans; horizon over phases](horizons.png)", "",
+        "## Verdict", "", summary["verdict"], "", *claims, "",
+        "Claims are decided by the rules in `longhorizon.repro.chunktrust` (success differences below max(2 SE, 0.02) "
+        "are ties).", "",
+        "Produced by:", "", "```bash", command, "```", ""]
+    return "\n".join(lines)
