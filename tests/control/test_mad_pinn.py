@@ -104,12 +104,13 @@ def test_free_cost_is_the_grid_value_without_an_obstacle():
 
 def test_pinn_value_has_the_terminal_condition_built_in():
     problem = Navigation(agents=2, radius=0.3)
-    config = mad_pinn.PinnConfig(hidden=(8,), box=(2.0,) * 6)
-    params = mad_pinn.ValueNet(config.hidden, config.activation).init(jax.random.PRNGKey(0), jnp.zeros(8))
     x = jnp.array([1.0, -0.5, 0.2, 0.3, 0.1, -0.2])
-    for z in (-1.0, 0.0, 2.0):
-        expected = max(-z, 0.3 - float(np.hypot(0.1, 0.2)))
-        assert float(mad_pinn.pinn_value(problem, config, params, problem.horizon, x, z)) == pytest.approx(expected, abs=1e-6)
+    for base in ("terminal", "free-cost"):
+        config = mad_pinn.PinnConfig(hidden=(8,), box=(2.0,) * 6, base=base)
+        params = mad_pinn.ValueNet(config.hidden, config.activation).init(jax.random.PRNGKey(0), jnp.zeros(8))
+        for z in (-1.0, 0.0, 2.0):
+            expected = max(-z, 0.3 - float(np.hypot(0.1, 0.2)))
+            assert float(mad_pinn.pinn_value(problem, config, params, problem.horizon, x, z)) == pytest.approx(expected, abs=1e-6)
 
 
 def test_neighbour_selection_keeps_reachable_neighbours_and_picks_the_most_critical():
@@ -140,7 +141,7 @@ def test_cbf_qp_satisfies_its_constraints_and_matches_scipy():
 
 
 def test_bad_configurations_are_refused_with_one_sentence():
-    for make in (lambda: Navigation(agents=3), lambda: Navigation(dim=3), lambda: mad_pinn.PinnConfig(curriculum=2.0),
+    for make in (lambda: Navigation(agents=3), lambda: Navigation(dim=3), lambda: mad_pinn.PinnConfig(curriculum=2.0), lambda: mad_pinn.PinnConfig(base="zero"),
                  lambda: mad_pinn.DeployConfig(agents=1), lambda: GridConfig(lower=(1.0,), upper=(0.0,))):
         with pytest.raises(UsageError):
             make()
@@ -148,3 +149,33 @@ def test_bad_configurations_are_refused_with_one_sentence():
         solve_grid(Navigation(agents=1), GridConfig(lower=(0.0,), upper=(1.0,)))
     with pytest.raises(UsageError, match="box"):
         mad_pinn.train_pinn(Navigation(agents=1), mad_pinn.PinnConfig(box=(1.0,)))
+
+
+def test_claim_rules_decide_from_the_measured_values():
+    from longhorizon.repro.mad_pinn import CLAIMS, decide
+
+    def table(pinn_collisions, cbf_collisions, pinn_time, cbf_time):
+        return {n: {"MAD-PINN": {"collision_rate": [pc], "time_to_goal": [pinn_time]},
+                    "CBF-QP": {"collision_rate": [cc], "time_to_goal": [cbf_time]}}
+                for n, pc, cc in zip((8, 16), pinn_collisions, cbf_collisions)}
+
+    good = {"safe_set_agreement": 0.95, "value_mae": 0.05, "value_range": 2.0}
+    claims = decide(good, table((0.0, 0.0), (0.1, 0.2), 5.0, 8.0))
+    assert all(v.startswith("holds") for v in claims.values())
+    claims = decide({**good, "safe_set_agreement": 0.7}, table((0.3, 0.5), (0.0, 0.0), 9.0, 8.0))
+    assert all(claims[CLAIMS[k]].startswith("contradicted") for k in ("pinn", "safety", "cost", "scaling"))
+    claims = decide({**good, "safe_set_agreement": 0.85}, table((0.0, 0.08), (0.0, 0.0), 8.0, 8.0))
+    assert all(v.startswith("inconclusive") for v in claims.values())
+
+
+def test_quick_reproduction_writes_its_files(tmp_path):
+    from longhorizon.repro import mad_pinn as repro
+
+    summary = repro.run(str(tmp_path), quick=True)
+    assert {p.name for p in tmp_path.iterdir()} >= {"README.md", "summary.json", "mad_pinn.png"}
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
+    assert set(saved["claims"]) == set(repro.CLAIMS.values())
+    assert all(v.split(" (")[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
+    readme = (tmp_path / "README.md").read_text()
+    assert "## Verdict" in readme and "longhorizon repro mad-pinn --quick" in readme and "mad_pinn.png" in readme
