@@ -162,3 +162,36 @@ def test_discrete_actions_are_refused():
 
     with pytest.raises(UsageError, match="continuous action space"):
         mbdpo.make(make("CartPole-v1"), mbdpo.Config())
+
+
+def test_claim_rules_by_hand():
+    from longhorizon.repro import mbdpo as repro
+
+    word, d, se = repro.compare([10.0, 12.0, 14.0], [0.0, 1.0, 2.0])
+    assert word == "holds" and d == pytest.approx(11.0) and se == pytest.approx(np.sqrt(4 / 3 + 1 / 3))
+    assert repro.compare([0.0, 1.0, 2.0], [10.0, 12.0, 14.0])[0] == "contradicted"
+    assert repro.compare([0.0, 5.0, 10.0], [1.0, 6.0, 11.0])[0] == "inconclusive"
+    rising = [[0.0, 1.0, 2.0], [5.0, 6.0, 7.0], [10.0, 11.0, 12.0]]
+    assert repro.scaling_claim(rising).startswith("holds")
+    assert repro.scaling_claim([rising[0], rising[2], rising[1]]).startswith("inconclusive")  # not monotone
+    assert repro.scaling_claim(rising[::-1]).startswith("contradicted")
+    assert repro.scaling_claim(rising[:1]).startswith("inconclusive")
+
+
+@pytest.mark.slow  # three compiled training programs (about 30 s of CPU each on 2 cores)
+def test_quick_repro_writes_its_files(tmp_path):
+    import json
+
+    from longhorizon.repro import mbdpo as repro
+
+    summary = repro.run(str(tmp_path), quick=True)
+    for name in ("README.md", "summary.json", "mbdpo.png"):
+        assert (tmp_path / name).is_file()
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["quick"] is True and saved["claims"] == summary["claims"] and len(saved["claims"]) == 3
+    assert all(v.split(" ")[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
+    readme = (tmp_path / "README.md").read_text()
+    assert "## Verdict" in readme and "longhorizon repro mbdpo --quick" in readme and "mbdpo.png" in readme
+    arms = saved["runs"]["Pendulum-v1"]
+    assert set(arms) == {"mbdpo-16", "mppi", "ppo"}
+    assert all(np.isfinite(arm["final"]).all() for arm in arms.values())

@@ -62,28 +62,28 @@ METHODS = ("mbdpo", "mppi")
 @dataclasses.dataclass(frozen=True)
 class Config:
     method: str = "mbdpo"  # mbdpo (flow policy) | mppi (planner on the same world model)
-    num_envs: int = 2
-    total_steps: int = 6_000  # environment steps per seed
+    num_envs: int = 4
+    total_steps: int = 8_000  # environment steps per seed
     learning_starts: int = 1_000  # uniformly random actions before the first update
-    chunks: int = 6  # points on the learning curve
+    chunks: int = 7  # points on the learning curve
     updates_per_step: int = 1  # gradient updates per vector-environment step
     batch_size: int = 128
     horizon: int = 5  # H: length of the planned action sequences
     reward_scale: float = 0.1
     exploration_std: float = 0.3
-    world_model: wm.WorldModelConfig = wm.WorldModelConfig()
+    world_model: wm.WorldModelConfig = wm.WorldModelConfig(hidden=(64, 64))
     # flow policy
     policy_hidden: tuple[int, ...] = (128, 128)
-    flow_steps: int = 6
-    policy_batch: int = 64  # states per policy update
+    flow_steps: int = 4
+    policy_batch: int = 32  # states per policy update
     num_candidates: int = 16  # N sequences scored per state
     temperature: float = 0.5  # tau on standardised returns
-    behaviour_coef: float = 0.5  # beta
+    behaviour_coef: float = 0.2  # beta
     policy_lr: float = 3e-4
     # MPPI
-    mppi_samples: int = 128
-    mppi_elites: int = 16
-    mppi_iterations: int = 4
+    mppi_samples: int = 64
+    mppi_elites: int = 8
+    mppi_iterations: int = 3
     mppi_temperature: float = 0.5  # kappa
     min_std: float = 0.05
     max_std: float = 2.0
