@@ -199,8 +199,10 @@ def plot(path: Path, results: dict) -> None:
     for i, name in enumerate(push_place.PHASES):
         sel = active & (phase == i)
         ax1.scatter(steps[sel], horizon[sel] + jitter[sel], s=4, alpha=0.4, label=name)
-    counts = np.maximum(active.sum(0), 1)
-    ax1.plot(np.arange(horizon.shape[1]), (horizon * active).sum(0) / counts, color="k", lw=1.5, label="mean")
+    counts = active.sum(0)
+    live = counts > 0  # steps where some episode is still running
+    ax1.plot(np.arange(horizon.shape[1])[live], (horizon * active).sum(0)[live] / counts[live], color="k", lw=1.5,
+             label="mean")
     ax1.set_xlabel("time step")
     ax1.set_ylabel("executed horizon")
     ax1.set_title("ChunkTrust's horizon over the task's phases")
