@@ -144,7 +144,7 @@ def measure(scale: Scale, log=print) -> dict:
                      "regret_final": regret[i][:, -1].tolist(), "min_q_hat": float(min_q[i].min()),
                      "min_prob": float(min_p[i].min()), "skipped_updates": int(skipped[i].sum()),
                      "skipped_share": float(skipped[i].sum() / (scale.seeds * scale.episodes))})
-    return {"ks": ks.tolist(), "regret": regret, "rows": rows, "compile_s": compile_s, "run_s": run_s,
+    return {"ks": ks.tolist(), "regret": regret, "rows": rows, "fit_from": scale.fit_from, "compile_s": compile_s, "run_s": run_s,
             "layers": mdp_config.layers, "mdp": dataclasses.asdict(mdp_config)}
 
 
@@ -177,16 +177,21 @@ def plot(path: Path, m: dict) -> None:
         curve = m["regret"][i]
         mean, se = curve.mean(0), curve.std(0, ddof=1) / np.sqrt(len(curve)) if len(curve) > 1 else 0 * curve[0]
         style = "-" if r["learner"] == "log_barrier" else "--"
-        label = f"{LABELS[r['learner']]}, {r['adversary']} (slope {r['slope']:.2f})"
+        label = (f"{LABELS[r['learner']]}, {r['adversary']} "
+                 f"(slope {r['slope']:.2f} [{r['slope_ci'][0]:.2f}, {r['slope_ci'][1]:.2f}])")
         line, = ax.plot(ks, np.maximum(mean, 1e-3), style, label=label)
         ax.fill_between(ks, np.maximum(mean - se, 1e-3), np.maximum(mean + se, 1e-3), color=line.get_color(), alpha=0.2)
+        fit = ks >= m["fit_from"]
+        if np.isfinite(r["slope"]):  # the fitted power law through the fitted range's geometric-mean point
+            anchor_k, anchor_r = np.exp(np.log(ks[fit]).mean()), np.exp(np.log(mean[fit]).mean())
+            ax.plot(ks[fit], anchor_r * (ks[fit] / anchor_k) ** r["slope"], color="black", lw=0.6, alpha=0.6)
     ref = m["regret"][0].mean(0)[-1] * np.sqrt(ks / ks[-1])
     ax.plot(ks, ref, ":", color="gray", label="sqrt(K) reference")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("episodes K")
     ax.set_ylabel("regret vs best fixed policy")
-    ax.set_title("adversarial linear-Q MDP: regret (mean, +-1 SE over seeds)")
+    ax.set_title("adversarial linear-Q MDP: regret (mean, +-1 SE; thin: fitted slopes)", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
