@@ -191,15 +191,18 @@ def test_choose_takes_the_longest_trusted_horizon():
 def test_fixed_horizons_replan_every_h_steps_and_the_selector_picks_candidates(trained):
     params, _ = trained
     run = chunktrust.make_rollout(TINY, ENV, TRUST)
-    for h in (1, 3):
-        r = run(params, jax.random.PRNGKey(3), repro.QUICK.episodes, h)
+    for h, latency in ((1, 0), (3, 0), (1, 1), (3, 2)):
+        r = run(params, jax.random.PRNGKey(3), repro.QUICK.episodes, h, latency)
         active = np.asarray(r.active).sum(1)
-        np.testing.assert_array_equal(np.asarray(r.replans), -(-active // h))  # ceil(active steps / h)
+        # a replan every h + latency steps (h executed, latency waited): ceil(active steps / (h + latency))
+        np.testing.assert_array_equal(np.asarray(r.replans), -(-active // (h + latency)))
         np.testing.assert_array_equal(np.asarray(r.horizon), h)
     r = run(params, jax.random.PRNGKey(3), repro.QUICK.episodes, 0)
     assert set(np.unique(np.asarray(r.horizon))) <= set(TRUST.horizons)
     with pytest.raises(UsageError, match="fixed horizon"):
         run(params, jax.random.PRNGKey(3), 4, 13)
+    with pytest.raises(UsageError, match="latency"):
+        run(params, jax.random.PRNGKey(3), 4, 1, -1)
 
 
 # ----------------------------------------------------------------------------- reproduction

@@ -161,10 +161,12 @@ class Rollouts(NamedTuple):
 
 
 def make_rollout(policy: chunk_policy.ChunkPolicyConfig, env: push_place.PushPlaceConfig, config: ChunkTrustConfig):
-    """``rollout(params, key, episodes, fixed_horizon) -> Rollouts``, jitted once for every horizon rule:
-    ``fixed_horizon = h > 0`` executes h actions per chunk, ``0`` lets the selector choose. The policy is
-    queried every step and its chunk kept only at replans (one program for all rules; the cost is the
-    same as replanning every step)."""
+    """``rollout(params, key, episodes, fixed_horizon, latency=0) -> Rollouts``, jitted once for every
+    horizon rule and latency: ``fixed_horizon = h > 0`` executes h actions per chunk, ``0`` lets the selector
+    choose. ``latency`` steps of inference delay follow every replan: the effector holds still while the
+    chunk (computed from the observation at the replan) is made, then executes it, as on a robot that waits
+    for its policy. The policy is queried every step and its chunk kept only at replans (one program for all
+    rules; the cost is the same as replanning every step)."""
     config.check_chunk(policy.chunk)
     m = config.continuity_window
 
@@ -173,15 +175,16 @@ def make_rollout(policy: chunk_policy.ChunkPolicyConfig, env: push_place.PushPla
         chunk: jax.Array  # [K, d]
         position: jax.Array  # next action's index in chunk
         left: jax.Array  # actions still to execute from chunk
+        wait: jax.Array  # inference-latency steps still to wait before executing chunk
         horizon: jax.Array
         posterior: BetaPosterior
-        executed: jax.Array  # [m, d] the last m executed actions, oldest first
+        executed: jax.Array  # [m, d] the last m executed actions, oldest first (waits not counted)
 
-    def episode(params, key, fixed_horizon):
+    def episode(params, key, fixed_horizon, latency):
         k_reset, k_steps = jax.random.split(key)
         _, state = push_place.reset(k_reset, env)
         zero = jnp.int32(0)
-        carry = Carry(state, jnp.zeros((policy.chunk, policy.action_dim)), zero, zero, zero, prior(config),
+        carry = Carry(state, jnp.zeros((policy.chunk, policy.action_dim)), zero, zero, zero, zero, prior(config),
                       jnp.zeros((m, policy.action_dim)))
 
         def act(c: Carry, key):
@@ -189,32 +192,38 @@ def make_rollout(policy: chunk_policy.ChunkPolicyConfig, env: push_place.PushPla
             trace = chunk_policy.sample_trace(policy, params, obs, jax.random.normal(key, (1, policy.flat_dim)))
             kappa = jnp.where(c.state.step > 0, continuity(c.executed, trace.chunk[0], config), 1.0)
             stability = spectral_stability(trace.velocities[:, 0], config)
-            posterior = update(c.posterior, evidence(stability, kappa, config), c.horizon.astype(jnp.float32), config)
+            elapsed = (c.horizon + latency).astype(jnp.float32) * (c.state.step > 0)
+            posterior = update(c.posterior, evidence(stability, kappa, config), elapsed, config)
             horizon = jnp.where(fixed_horizon > 0, fixed_horizon, choose(posterior, config))
-            replan = c.left == 0
+            replan = (c.left == 0) & (c.wait == 0)
             pick = lambda new, old: jnp.where(replan, new, old)  # noqa: E731
-            chunk, position = pick(trace.chunk[0], c.chunk), pick(0, c.position)
+            chunk, position, wait = pick(trace.chunk[0], c.chunk), pick(0, c.position), pick(latency, c.wait)
             left, horizon = pick(horizon, c.left), pick(horizon, c.horizon)
             posterior = jax.tree.map(pick, posterior, c.posterior)
-            action = chunk[position]
+            waiting = wait > 0
+            action = jnp.where(waiting, 0.0, chunk[position])
             active = ~c.state.success
             _, state, _, phase = push_place.step(c.state, action, env)
-            executed = jnp.concatenate([c.executed[1:], action[None]])
-            return (Carry(state, chunk, position + 1, left - 1, horizon, posterior, executed),
+            executed = jnp.where(waiting, c.executed, jnp.concatenate([c.executed[1:], action[None]]))
+            moving = (~waiting).astype(jnp.int32)
+            return (Carry(state, chunk, position + moving, left - moving, wait - (1 - moving), horizon, posterior,
+                          executed),
                     (horizon, replan & active, phase, active))
 
         last, (horizon, replan, phase, active) = jax.lax.scan(act, carry, jax.random.split(k_steps, env.max_steps))
         return last.state.success, replan.sum(), horizon, replan, phase, active
 
     @jax.jit
-    def rollout(params, key, episodes_key_count, fixed_horizon):
+    def rollout(params, key, episodes_key_count, fixed_horizon, latency):
         keys = jax.random.split(key, episodes_key_count.shape[0])
-        return Rollouts(*jax.vmap(episode, in_axes=(None, 0, None))(params, keys, fixed_horizon))
+        return Rollouts(*jax.vmap(episode, in_axes=(None, 0, None, None))(params, keys, fixed_horizon, latency))
 
-    def run(params, key, episodes: int, fixed_horizon: int = 0) -> Rollouts:
+    def run(params, key, episodes: int, fixed_horizon: int = 0, latency: int = 0) -> Rollouts:
         if fixed_horizon < 0 or fixed_horizon > policy.chunk:
             raise UsageError(f"fixed horizon {fixed_horizon} must lie in 1..{policy.chunk} (the chunk length), "
                              "or be 0 for the adaptive selector.")
-        return rollout(params, key, jnp.zeros((episodes,)), jnp.int32(fixed_horizon))
+        if latency < 0:
+            raise UsageError(f"replan latency must be a non-negative number of steps, got {latency}.")
+        return rollout(params, key, jnp.zeros((episodes,)), jnp.int32(fixed_horizon), jnp.int32(latency))
 
     return run

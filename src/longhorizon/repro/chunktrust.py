@@ -10,7 +10,9 @@ Here: the 2-D reach-push-place task of :mod:`longhorizon.control.push_place` (go
 side the demonstrator picks at random, push it to the target; the block is nudged sideways mid-push), a
 flow-matching chunk policy (K = 12) trained by behaviour cloning on noisy scripted demonstrations
 (:mod:`longhorizon.control.chunk_policy`), and on the same held-out episodes the fixed horizons
-{1, 2, 4, 8, 12} against the selector (:mod:`longhorizon.control.chunktrust`), per training seed.
+{1, 2, 4, 8, 12} against the selector (:mod:`longhorizon.control.chunktrust`), per training seed, in two
+settings: free replanning, and one step of inference latency per replan (the effector waits while the
+chunk is made), where committing to longer chunks saves time.
 """
 
 from __future__ import annotations
@@ -38,13 +40,21 @@ class Setup:
     seeds: int = 3
     episodes: int = 200  # held-out episodes per arm and seed
     fixed: tuple[int, ...] = (1, 2, 4, 8, 12)
+    # (replan latency in steps, step limit): without latency replanning is free, so short horizons never hurt;
+    # with one step of inference delay per replan (the limit raised to 1.5x so a replan every 2 steps still
+    # fits the demonstrator's pace) committing longer saves time in free motion, as on the paper's robots
+    settings: tuple[tuple[int, int], ...] = ((0, 60), (1, 90))
 
     def policy(self) -> chunk_policy.ChunkPolicyConfig:
         return chunk_policy.ChunkPolicyConfig(flow=dataclasses.replace(
             chunk_policy.ChunkPolicyConfig().flow, hidden=self.hidden, num_updates=self.updates))
 
 
-QUICK = Setup(demos=24, updates=200, hidden=(64, 64), seeds=1, episodes=32)
+QUICK = Setup(demos=24, updates=200, hidden=(64, 64), seeds=1, episodes=32, settings=((0, 60),))
+
+
+def setting_label(latency: int, max_steps: int) -> str:
+    return f"replan latency {latency}, {max_steps} steps"
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
@@ -71,20 +81,24 @@ def measure(setup: Setup) -> dict[str, Any]:
     params, losses = flows.train_seeds(init, train, jax.random.split(jax.random.PRNGKey(1), setup.seeds), data)
     flows.check_finite(losses, "chunk policy")
     train_s = time.time() - start
-    rollout = chunktrust.make_rollout(policy, env, trust)
     arms = {f"fixed h={h}": h for h in setup.fixed} | {"ChunkTrust (adaptive)": 0}
-    per_arm = {name: [] for name in arms}
-    trace = None
-    for seed in range(setup.seeds):
-        seed_params = jax.tree.map(lambda x: x[seed], params)
-        for name, h in arms.items():
-            r = jax.device_get(rollout(seed_params, jax.random.PRNGKey(1000 + seed), setup.episodes, h))
-            per_arm[name].append(arm_metrics(r))
-            if h == 0 and seed == 0:
-                trace = {"horizon": r.horizon[:40].tolist(), "phase": r.phase[:40].tolist(),
-                         "active": r.active[:40].tolist()}
+    settings = {}
+    for latency, max_steps in setup.settings:
+        rollout = chunktrust.make_rollout(policy, dataclasses.replace(env, max_steps=max_steps), trust)
+        per_arm = {name: [] for name in arms}
+        trace = None
+        for seed in range(setup.seeds):
+            seed_params = jax.tree.map(lambda x: x[seed], params)
+            for name, h in arms.items():
+                r = jax.device_get(rollout(seed_params, jax.random.PRNGKey(1000 + seed), setup.episodes, h, latency))
+                per_arm[name].append(arm_metrics(r))
+                if h == 0 and seed == 0:
+                    trace = {"horizon": r.horizon[:40].tolist(), "phase": r.phase[:40].tolist(),
+                             "active": r.active[:40].tolist()}
+        settings[setting_label(latency, max_steps)] = {"latency": latency, "max_steps": max_steps, "per_arm": per_arm,
+                                                       "trace": trace}
     losses = np.asarray(losses)
-    return {"per_arm": per_arm, "trace": trace, "demo_success": demo_success, "train_samples": int(len(data["actions"])),
+    return {"settings": settings, "demo_success": demo_success, "train_samples": int(len(data["actions"])),
             "loss_first": float(losses[:, :50].mean()), "loss_last": float(losses[:, -200:].mean()),
             "train_seconds": train_s, "total_seconds": time.time() - start}
 
@@ -157,16 +171,20 @@ CLAIMS = {
 
 
 def summarise(results: dict, setup: Setup, quick: bool) -> dict[str, Any]:
-    claims = {claim: rule(results["per_arm"]) for claim, rule in CLAIMS.items()}
-    first = [v.split()[0] for v in claims.values()]
-    verdict = ("chunktrust at this scale: success " + first[0] + ", replans " + first[1] + ", phase-dependent horizon "
-               + first[2] + ".")
-    table = {name: {"success": mean_se([m["success"] for m in ms]), "replans": mean_se([m["replans"] for m in ms]),
-                    "horizon_by_phase": {p: mean_or_none([m["horizon_by_phase"][p] for m in ms]) for p in push_place.PHASES}}
-             for name, ms in results["per_arm"].items()}
-    return {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
-            "selector": dataclasses.asdict(chunktrust.ChunkTrustConfig()),
-            "task": dataclasses.asdict(push_place.PushPlaceConfig()), "table": table, **results}
+    claims, verdicts, tables = {}, [], {}
+    for label, setting in results["settings"].items():
+        found = {claim: rule(setting["per_arm"]) for claim, rule in CLAIMS.items()}
+        claims |= {f"{claim} [{label}]": v for claim, v in found.items()}
+        first = [v.split()[0] for v in found.values()]
+        verdicts.append(f"{label}: success {first[0]}, replans {first[1]}, phase-dependent horizon {first[2]}")
+        tables[label] = {name: {"success": mean_se([m["success"] for m in ms]),
+                                "replans": mean_se([m["replans"] for m in ms]),
+                                "horizon_by_phase": {p: mean_or_none([m["horizon_by_phase"][p] for m in ms])
+                                                     for p in push_place.PHASES}}
+                         for name, ms in setting["per_arm"].items()}
+    return {"claims": claims, "verdict": "chunktrust at this scale: " + "; ".join(verdicts) + ".", "quick": quick,
+            "setup": dataclasses.asdict(setup), "selector": dataclasses.asdict(chunktrust.ChunkTrustConfig()),
+            "task": dataclasses.asdict(push_place.PushPlaceConfig()), "tables": tables, **results}
 
 
 def mean_or_none(values):
@@ -176,37 +194,39 @@ def mean_or_none(values):
 
 # ----------------------------------------------------------------------------- report
 def plot(path: Path, results: dict) -> None:
-    """Left: success against replans per episode per arm. Right: the adaptive arm's executed horizon over the
-    steps of 40 held-out episodes (seed 0), coloured by phase, with its per-step mean."""
+    """Per setting (one row each), left: success against replans per episode per arm; right: the adaptive
+    arm's executed horizon over the steps of 40 held-out episodes (seed 0), coloured by phase, with its mean."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, ms in results["per_arm"].items():
-        ax0.errorbar(mean_se([m["replans"] for m in ms])[0], mean_se([m["success"] for m in ms])[0],
-                     yerr=mean_se([m["success"] for m in ms])[1], marker="*" if "adaptive" in name else "o",
-                     ms=12 if "adaptive" in name else 7, label=name, ls="none")
-    ax0.set_xlabel("replans per episode")
-    ax0.set_ylabel("success rate (held out)")
-    ax0.set_title("fixed horizons vs ChunkTrust")
-    ax0.legend(fontsize=8)
-    trace = results["trace"]
-    horizon, phase, active = (np.asarray(trace[k]) for k in ("horizon", "phase", "active"))
-    steps = np.broadcast_to(np.arange(horizon.shape[1]), horizon.shape)
-    jitter = np.random.default_rng(0).uniform(-0.25, 0.25, horizon.shape)
-    for i, name in enumerate(push_place.PHASES):
-        sel = active & (phase == i)
-        ax1.scatter(steps[sel], horizon[sel] + jitter[sel], s=4, alpha=0.4, label=name)
-    counts = active.sum(0)
-    live = counts > 0  # steps where some episode is still running
-    ax1.plot(np.arange(horizon.shape[1])[live], (horizon * active).sum(0)[live] / counts[live], color="k", lw=1.5,
-             label="mean")
-    ax1.set_xlabel("time step")
-    ax1.set_ylabel("executed horizon")
-    ax1.set_title("ChunkTrust's horizon over the task's phases")
-    ax1.legend(fontsize=8, markerscale=3)
+    settings = results["settings"]
+    fig, axes = plt.subplots(len(settings), 2, figsize=(11, 4 * len(settings)), squeeze=False)
+    for (ax0, ax1), (label, setting) in zip(axes, settings.items()):
+        for name, ms in setting["per_arm"].items():
+            success = mean_se([m["success"] for m in ms])
+            ax0.errorbar(mean_se([m["replans"] for m in ms])[0], success[0], yerr=success[1], ls="none",
+                         marker="*" if "adaptive" in name else "o", ms=12 if "adaptive" in name else 7, label=name)
+        ax0.set_xlabel("replans per episode")
+        ax0.set_ylabel("success rate (held out)")
+        ax0.set_title(f"fixed horizons vs ChunkTrust ({label})", fontsize=10)
+        ax0.legend(fontsize=8)
+        trace = setting["trace"]
+        horizon, phase, active = (np.asarray(trace[k]) for k in ("horizon", "phase", "active"))
+        steps = np.broadcast_to(np.arange(horizon.shape[1]), horizon.shape)
+        jitter = np.random.default_rng(0).uniform(-0.25, 0.25, horizon.shape)
+        for i, name in enumerate(push_place.PHASES):
+            sel = active & (phase == i)
+            ax1.scatter(steps[sel], horizon[sel] + jitter[sel], s=4, alpha=0.4, label=name)
+        counts = active.sum(0)
+        live = counts > 0  # steps where some episode is still running
+        ax1.plot(np.arange(horizon.shape[1])[live], (horizon * active).sum(0)[live] / counts[live], color="k",
+                 lw=1.5, label="mean")
+        ax1.set_xlabel("time step")
+        ax1.set_ylabel("executed horizon")
+        ax1.set_title(f"ChunkTrust's horizon over the task's phases ({label})", fontsize=10)
+        ax1.legend(fontsize=8, markerscale=3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -214,12 +234,16 @@ def plot(path: Path, results: dict) -> None:
 
 def readme(summary: dict, setup: Setup, quick: bool) -> str:
     fmt = lambda ms: f"{ms[0]:.3f} +- {ms[1]:.3f}"  # noqa: E731
-    rows = ["| arm | success | replans / episode | " + " | ".join(f"horizon in {p}" for p in push_place.PHASES) + " |",
-            "|---|---|---|" + "---|" * len(push_place.PHASES)]
-    for name, t in summary["table"].items():
-        hz = " | ".join("-" if t["horizon_by_phase"][p] is None else f"{t['horizon_by_phase'][p]:.2f}"
-                        for p in push_place.PHASES)
-        rows.append(f"| {name} | {fmt(t['success'])} | {t['replans'][0]:.1f} | {hz} |")
+    rows = []
+    for label, table in summary["tables"].items():
+        rows += [f"**{label}**", "",
+                 "| arm | success | replans / episode | " + " | ".join(f"horizon in {p}" for p in push_place.PHASES)
+                 + " |", "|---|---|---|" + "---|" * len(push_place.PHASES)]
+        for name, t in table.items():
+            hz = " | ".join("-" if t["horizon_by_phase"][p] is None else f"{t['horizon_by_phase'][p]:.2f}"
+                            for p in push_place.PHASES)
+            rows.append(f"| {name} | {fmt(t['success'])} | {t['replans'][0]:.1f} | {hz} |")
+        rows.append("")
     claims = [f"- **{c}**: {v}" for c, v in summary["claims"].items()]
     command = "longhorizon repro chunktrust" + (" --quick" if quick else "")
     lines = [
@@ -230,7 +254,7 @@ def readme(summary: dict, setup: Setup, quick: bool) -> str:
         "unstable contact, long ones in smooth motion).", "",
         f"Scale{' (--quick: a smoke test, not a result)' if quick else ''}: a 2-D reach-push-place task in JAX "
         "(go around the block on a side the demonstrator picks at random, push it into the target disc; the block is "
-        "nudged sideways by 0.1 at a random step in 16..22; 60 steps), "
+        "nudged sideways by 0.1 at a random step in 16..22), "
         f"{setup.demos} noisy scripted demonstrations (demonstrator success {summary['demo_success']:.2f}, "
         f"{summary['train_samples']} chunk samples), a flow-matching chunk policy (K = 12 actions, MLP "
         f"{setup.hidden}, 10 Euler steps) trained {setup.updates} updates per seed, {setup.seeds} training seed(s), "
@@ -238,7 +262,12 @@ def readme(summary: dict, setup: Setup, quick: bool) -> str:
         "pretrained VLA policies (pi0.5, GR00T) on RoboTwin2.0/RoboCasa and real robots; the selector's formulas "
         "here are this library's reading of the paper's description (see `longhorizon.control.chunktrust`); the "
         "learned prior (QHA) is not built.", "",
-        *rows, "",
+        "Settings: with replan latency 0 a replan costs nothing (the policy answers within the step); with latency "
+        "L the effector holds still for L steps after every replan while the chunk, computed from the observation "
+        "at the replan, is made (as on a robot waiting for its policy), and the step limit is raised so that "
+        "replanning every 2 steps still fits the demonstrator's pace. The step limit of each setting is in its "
+        "name.", "",
+        *rows,
         "Mean +- standard error over training seeds; horizons are the executed horizon averaged over the steps of "
         f"each phase. Flow BC loss {summary['loss_first']:.3f} (first 50 updates) -> {summary['loss_last']:.3f} "
         f"(last 200). Wall time {summary['total_seconds']:.0f} s (training {summary['train_seconds']:.0f} s) on a "
