@@ -67,7 +67,7 @@ def test_world_model_loss_gradients_skip_the_target():
         target = linear_model()._replace(encode=lambda s: target_scale * s, value=lambda z: target_scale * z.sum(-1))
         return wm.world_model_loss(online, target, window, cfg)[0]
 
-    d_online, d_target = jax.grad(loss, argnums=(0, 1))(2.0, 3.0)
+    d_online, d_target = jax.jit(jax.grad(loss, argnums=(0, 1)))(2.0, 3.0)
     assert float(d_target) == 0.0 and abs(float(d_online)) > 0.0
     target, online = {"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 6.0])}
     np.testing.assert_allclose(wm.ema(target, online, 0.25)["w"], [1.5, 3.0], rtol=1e-6)
@@ -79,12 +79,17 @@ def test_imagined_return_equals_a_manual_rollout_of_the_latent_model():
     bound = wm.bind(model, params)
     z0 = jnp.asarray(RNG.normal(size=(3, 4)), jnp.float32)
     actions = jnp.asarray(RNG.uniform(-1, 1, size=(3, 5, 2)), jnp.float32)
-    got = wm.imagined_return(bound, z0, actions, 0.9)
-    z, expected = z0, jnp.zeros(3)
-    for h in range(5):
-        expected = expected + 0.9 ** h * bound.reward(z, actions[:, h])
-        z = bound.dynamics(z, actions[:, h])
-    expected = expected + 0.9 ** 5 * bound.value(z)
+    got = jax.jit(lambda z, a: wm.imagined_return(bound, z, a, 0.9))(z0, actions)
+
+    @jax.jit
+    def manual(z, actions):  # the rollout written out step by step (a Python loop, not the scan)
+        total = jnp.zeros(3)
+        for h in range(5):
+            total = total + 0.9 ** h * bound.reward(z, actions[:, h])
+            z = bound.dynamics(z, actions[:, h])
+        return total + 0.9 ** 5 * bound.value(z)
+
+    expected = manual(z0, actions)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(wm.imagined_return(linear_model(), jnp.ones((1, 2)), jnp.ones((1, 1, 2)), 0.5),
                                [2.0 + 2.0 + 0.5 * 3.0], rtol=1e-6)  # R(1,1)=4, z1 = 0.5 + 1 -> V = 3
