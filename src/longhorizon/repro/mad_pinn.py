@@ -29,7 +29,7 @@ from longhorizon.runner.results import write_json_atomic
 
 SETTINGS = {
     False: {"grid": GridConfig(points=41, z_points=31, dt=0.025), "pinn_steps": 3000, "hidden": (96, 96, 96),
-            "batch": 1024, "agents": (8, 16, 32), "seeds": 3, "steps": 240},
+            "batch": 1024, "agents": (2, 8, 16, 32), "seeds": 3, "steps": 240},
     True: {"grid": GridConfig(points=17, z_points=13, dt=0.1), "pinn_steps": 60, "hidden": (16, 16),
            "batch": 128, "agents": (4,), "seeds": 1, "steps": 40},
 }
@@ -61,6 +61,17 @@ def grid_check(model: mp.PinnValue, grid_value) -> dict:
             "infeasible_states": int(infeasible.sum()),
             "infeasible_found": float((~np.isfinite(budgets_learnt))[infeasible].mean()) if infeasible.any() else float("nan"),
             "budget_exact": budgets_exact, "budget_learnt": budgets_learnt, "nodes": int(inside.sum())}
+
+
+def bound_check(model: mp.PinnValue, points: int = 4096) -> dict:
+    """The pair value has no grid solution, but V >= max(C0 - z, g) always (C0: the cost without the
+    constraint): the share of sampled points (t = 0) where V_theta falls below that bound by more than 0.05."""
+    t, x, z = mp.sample_points(model.problem, dataclasses.replace(model.config, batch=points), jax.random.PRNGKey(7), 0.0)
+    t = jnp.zeros_like(t)
+    z = free_cost(model.problem, t, x) + (z - free_cost(model.problem, model.problem.horizon, x))  # same offsets at t = 0
+    bound = jnp.maximum(free_cost(model.problem, t, x) - z, model.problem.constraint(x))
+    gap = np.asarray(bound - mp.batched_value(model)(t, x, z))
+    return {"bound_violation_share": float((gap > 0.05).mean()), "bound_violation_mean": float(np.maximum(gap, 0).mean())}
 
 
 def deploy(model: mp.PinnValue, agents: int, seeds: int, steps: int) -> dict:
@@ -142,6 +153,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
     reduced_model = mp.train_pinn(REDUCED, dataclasses.replace(base, box=(2.5, 2.5)))
     check = grid_check(reduced_model, grid_value)
     pair_model = mp.train_pinn(PAIR, dataclasses.replace(base, box=(1.5,) * 4 + (1.25,) * 2))
+    check.update(bound_check(pair_model))
     train_seconds = time.perf_counter() - begin - grid_seconds
     table = {n: deploy(pair_model, n, setting["seeds"], setting["steps"]) for n in setting["agents"]}
     claims = decide(check, table)
@@ -149,10 +161,10 @@ def run(out_dir: str, quick: bool = False) -> dict:
     held = sum(v.startswith("holds") for v in claims.values())
     verdict = (f"{held} of {len(claims)} claims hold at this scale: " +
                "; ".join(f"{k}: {v.split(' (')[0]}" for k, v in claims.items()) + ".")
-    best = max(float(np.mean(r["success"])) for row in table.values() for r in row.values())
-    if best < 0.5:
-        verdict += (f" Neither method completes the swap in the episode (best success rate {best:.2f}), so the safety "
-                    "claims hold without showing that safety was cheap.")
+    success = lambda m: ", ".join(f"N={n}: {np.mean(row[m]['success']):.2f}" for n, row in table.items())
+    if max(float(np.mean(row["MAD-PINN"]["success"])) for row in table.values()) < 0.5:
+        verdict += (f" MAD-PINN's agents seldom reach their goals (success {success('MAD-PINN')}; CBF-QP "
+                    f"{success('CBF-QP')}), so its safety claims hold without showing that safety was cheap.")
     summary = {"claims": claims, "verdict": verdict, "quick": quick,
                "grid_check": {k: v for k, v in check.items() if not k.startswith("budget_") or k == "budget_mae"},
                "deployment": {str(n): {m: {k: (float(np.mean(v)) if k == "seconds" else [float(x) for x in v])
@@ -205,7 +217,9 @@ The independent-PPO MARL baseline of the issue is not run (time).
 
 Agreement and value error are over the grid nodes whose budget lies in the PINN's sampled range (z - C0 in
 [-0.5, 2]); "infeasible states found": of the states with no safe budget on the grid's z axis, the share where the
-PINN has none either.
+PINN has none either. The pair value (6-D state, no grid solution) against its lower bound
+V >= max(C0 - z, g): below it by more than 0.05 at {check['bound_violation_share']:.1%} of 4096 sampled points
+(t = 0), by {check['bound_violation_mean']:.3f} on average.
 
 ## Deployment (mean ± std over seeds)
 
