@@ -27,7 +27,7 @@ learns an ensemble of :math:`Q(z, a)` with a policy prior), and there is no SimN
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -100,10 +100,10 @@ class WorldModel(nn.Module):
 class Bound(NamedTuple):
     """The world model's functions with one parameter set bound (what losses and planners take)."""
 
-    encode: callable
-    dynamics: callable
-    reward: callable
-    value: callable
+    encode: Callable  # obs [..., o] -> z [..., Z]
+    dynamics: Callable  # (z [..., Z], a [..., A]) -> z' [..., Z]
+    reward: Callable  # (z, a) -> [...]
+    value: Callable  # z -> [...]
 
 
 def bind(model: WorldModel, params) -> Bound:
