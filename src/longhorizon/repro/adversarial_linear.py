@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.repro.report import bootstrap_slope
 from longhorizon.runner.results import write_json_atomic
 
 SLOPE_LIMIT = 0.65  # sqrt(K) up to logs over two decades: a fitted slope whose CI stays below this "holds"
@@ -53,14 +54,11 @@ def fit_slope(ks: np.ndarray, regret: np.ndarray, bootstrap: int, seed: int = 0)
 
     Returns (slope, lo, hi), NaNs where a mean regret is not positive (no log-log rate to fit).
     """
-    def slope(curve):
-        return np.polyfit(np.log(ks), np.log(curve), 1)[0] if np.all(curve > 0) else np.nan
+    def log_mean(rows):
+        mean = rows.mean(0)
+        return np.log(mean) if np.all(mean > 0) else np.full_like(mean, np.nan)
 
-    rng = np.random.default_rng(seed)
-    boots = np.array([slope(regret[rng.integers(0, len(regret), len(regret))].mean(0)) for _ in range(bootstrap)])
-    if np.isnan(slope(regret.mean(0))) or np.isnan(boots).any():
-        return float("nan"), float("nan"), float("nan")
-    return float(slope(regret.mean(0))), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+    return bootstrap_slope(np.log(ks), regret, summary=log_mean, resamples=bootstrap, rng=seed)
 
 
 def rate_claim(slope: float, lo: float, hi: float) -> str:

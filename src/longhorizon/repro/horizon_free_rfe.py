@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.repro.report import bootstrap_slope
 from longhorizon.theory import linear_mixture as lm
 from longhorizon.theory import reward_free as rf
 
@@ -31,14 +32,7 @@ LABELS = {"hf-ucrl-rfe++": "HF-UCRL-RFE++", "ucrl-rfe": "UCRL-RFE"}
 
 def fit_slope(horizons: np.ndarray, log_k: np.ndarray, rng, resamples: int = 2000) -> tuple[float, float, float]:
     """Slope of mean_seeds log K(eps) on log H, and its 95% bootstrap CI (seeds resampled). log_k [seeds, H]."""
-    x = np.log(horizons)
-
-    def slope(rows):
-        return float(np.polyfit(x, rows.mean(0), 1)[0])
-
-    draws = [slope(log_k[rng.integers(len(log_k), size=len(log_k))]) for _ in range(resamples)]
-    low, high = np.percentile(draws, [2.5, 97.5])
-    return slope(log_k), float(low), float(high)
+    return bootstrap_slope(np.log(horizons), log_k, resamples=resamples, rng=rng)
 
 
 def decide(kind: str, low: float, high: float, censored: bool) -> str:

@@ -45,3 +45,26 @@ def plot_curves(path: Path, curves: dict, xlabel: str, ylabel: str, title: str) 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def bootstrap_slope(x, rows, summary=None, resamples: int = 2000, rng=0) -> tuple[float, float, float]:
+    """``(slope, low, high)``: the least-squares slope of ``summary(rows)`` on ``x`` and its 95% bootstrap
+    interval, seeds (the rows of ``rows [seeds, len(x)]``) resampled with replacement.
+
+    ``summary`` reduces the seeds to one curve (default: their mean); it may return NaN where no curve
+    exists (say, the log of a non-positive mean), and then every output is NaN. ``rng``: a seed or a
+    ``numpy.random.Generator``."""
+    x, rows = np.asarray(x, np.float64), np.asarray(rows, np.float64)
+    summary = summary or (lambda r: r.mean(0))
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+    def slope(sample):
+        curve = summary(sample)
+        return float(np.polyfit(x, curve, 1)[0]) if np.all(np.isfinite(curve)) else float("nan")
+
+    draws = np.array([slope(rows[rng.integers(len(rows), size=len(rows))]) for _ in range(resamples)])
+    point = slope(rows)
+    if np.isnan(point) or np.isnan(draws).any():
+        return float("nan"), float("nan"), float("nan")
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return point, float(low), float(high)

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.theory.linear_mixture import LinearMixtureMDP, evaluate, plan
+from longhorizon.theory.linear_mixture import LinearMixtureMDP, plan
 
 ALGORITHMS = ("hf-ucrl-rfe++", "ucrl-rfe")
 
