@@ -269,7 +269,7 @@ def readme(setup: Setup, summary: dict) -> list[str]:
         lines.append(f"| {label} | {f['slope']:.3f} | [{f['lo']:.3f}, {f['hi']:.3f}] |")
     lines += ["", "![regret](latent_mdp.png)", "", "## Verdict", "", summary["verdict"], ""]
     lines += [f"- **{claim}**: {status}" for claim, status in summary["claims"].items()]
-    lines += ["", f"Rules (in `longhorizon/repro/latent_mdp.py`): a slope claim *holds* when its whole 95% interval",
+    lines += ["", "Rules (in `longhorizon/repro/latent_mdp.py`): a slope claim *holds* when its whole 95% interval",
               "lies below the bound, is *contradicted* when it lies above, else *inconclusive*; 'steeper' needs the",
               f"two intervals apart; the ratio claim holds when every H's ratio is <= {MUCH_SMALLER} and is",
               "contradicted when one is >= 1."]
