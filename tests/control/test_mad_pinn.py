@@ -154,16 +154,17 @@ def test_bad_configurations_are_refused_with_one_sentence():
 def test_claim_rules_decide_from_the_measured_values():
     from longhorizon.repro.mad_pinn import CLAIMS, decide
 
-    def table(pinn_collisions, cbf_collisions, pinn_time, cbf_time):
+    def table(pinn_collisions, cbf_collisions, pinn_time, cbf_time):  # independent PPO collides like the CBF-QP
         return {n: {"MAD-PINN": {"collision_rate": [pc], "time_to_goal": [pinn_time]},
-                    "CBF-QP": {"collision_rate": [cc], "time_to_goal": [cbf_time]}}
+                    "CBF-QP": {"collision_rate": [cc], "time_to_goal": [cbf_time]},
+                    "independent PPO": {"collision_rate": [cc], "time_to_goal": [cbf_time]}}
                 for n, pc, cc in zip((8, 16), pinn_collisions, cbf_collisions)}
 
     good = {"safe_set_agreement": 0.95, "value_mae": 0.05, "value_range": 2.0}
     claims = decide(good, table((0.0, 0.0), (0.1, 0.2), 5.0, 8.0))
     assert all(v.startswith("holds") for v in claims.values())
     claims = decide({**good, "safe_set_agreement": 0.7}, table((0.3, 0.5), (0.0, 0.0), 9.0, 8.0))
-    assert all(claims[CLAIMS[k]].startswith("contradicted") for k in ("pinn", "safety", "cost", "scaling"))
+    assert all(claims[CLAIMS[k]].startswith("contradicted") for k in ("pinn", "safety", "cost", "scaling", "marl"))
     claims = decide({**good, "safe_set_agreement": 0.85}, table((0.0, 0.08), (0.0, 0.0), 8.0, 8.0))
     assert all(v.startswith("inconclusive") for v in claims.values())
 
@@ -179,3 +180,88 @@ def test_quick_reproduction_writes_its_files(tmp_path):
     assert all(v.split(" (")[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
     readme = (tmp_path / "README.md").read_text()
     assert "## Verdict" in readme and "longhorizon repro mad-pinn --quick" in readme and "mad_pinn.png" in readme
+    assert "| 4 | independent PPO |" in readme and "independent PPO" in summary["deployment"]["4"]
+    assert len(summary["ppo_training"]["pair_collision_rate"]) == 1
+    assert summary["ppo_training"]["steps"] == 64 and all(np.isfinite(summary["deployment"]["4"]["independent PPO"]["effort"]))
+
+
+# ---------------------------------------------------------------- the independent-PPO baseline's environment
+
+
+def _pair_state(position, goal, neighbour, neighbour_goal, time=0):
+    from longhorizon.control.pair_navigation import PairState
+
+    return PairState(*(jnp.asarray(v, jnp.float32) for v in (position, goal, neighbour, neighbour_goal)), jnp.int32(time))
+
+
+def test_pair_navigation_step_by_hand():
+    from longhorizon.control.pair_navigation import PairNavigation, PairNavigationParams
+
+    env = PairNavigation(PairNavigationParams(max_steps_in_episode=10))
+    key, step = jax.random.PRNGKey(0), jax.jit(env.step)  # one compilation for the four cases
+    # free step: action (3, 4) is clipped to the speed disk, (0.6, 0.8); the neighbour heads down to its goal
+    state = _pair_state([0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, -0.5])
+    obs, new, reward, terminated, truncated, info = step(key, state, jnp.array([3.0, 4.0]))
+    np.testing.assert_allclose(new.position, [0.03, 0.04], atol=1e-6)
+    np.testing.assert_allclose(new.neighbour, [1.0, 0.95], atol=1e-6)
+    assert float(reward) == pytest.approx(-np.hypot(0.97, 0.04) * 0.05, abs=1e-6)
+    assert not bool(terminated) and not bool(truncated) and int(new.time) == 1
+    np.testing.assert_allclose(obs, [-0.97, 0.04, 0.0, 1.45, 0.97, 0.91], atol=1e-6)  # (e, e_neighbour, q - p)
+    # collision: the neighbour ends 0.2 < radius 0.3 away; -|e| dt - 10, terminated, the next episode starts
+    state = _pair_state([0.0, 0.0], [2.0, 0.0], [0.3, 0.0], [0.3, 2.0])
+    obs, new, reward, terminated, truncated, info = step(key, state, jnp.array([1.0, 0.0]))
+    assert bool(info["collision"]) and bool(terminated) and not bool(info["arrival"])
+    assert float(reward) == pytest.approx(-1.95 * 0.05 - 10.0, abs=1e-5)
+    assert int(new.time) == 0 and float(jnp.linalg.norm(new.position)) == pytest.approx(2.0, abs=1e-5)
+    np.testing.assert_allclose(info["final_obs"][4:], [0.3 - 0.05, 0.05], atol=1e-6)
+    # arrival: 0.03 from the goal, full speed is shortened so the step lands on it (no overshoot)
+    state = _pair_state([1.97, 0.0], [2.0, 0.0], [-1.0, 1.0], [-1.0, -1.0])
+    _, _, reward, terminated, _, info = step(key, state, jnp.array([1.0, 0.0]))
+    np.testing.assert_allclose(info["final_obs"][:2], [0.0, 0.0], atol=1e-6)
+    assert bool(info["arrival"]) and bool(terminated) and float(reward) == pytest.approx(0.0, abs=1e-5)
+    # time limit: truncated, not terminated
+    state = _pair_state([0.0, 0.0], [2.0, 0.0], [-1.0, 1.0], [-1.0, -1.0], time=9)
+    _, _, _, terminated, truncated, _ = step(key, state, jnp.array([0.0, 1.0]))
+    assert bool(truncated) and not bool(terminated)
+
+
+def test_pair_navigation_observation_is_the_pinns_pair_feature_and_reset_is_a_circle_swap():
+    from longhorizon.control.pair_navigation import PairNavigation, make_pair_navigation
+
+    env = PairNavigation()
+    state = _pair_state([0.5, -1.0], [-2.5, 1.0], [0.2, 0.4], [0.2, -0.1])
+    expected = mad_pinn.pair_observations(jnp.stack([state.position, state.neighbour]),
+                                          jnp.stack([state.goal, state.neighbour_goal]), 1.5)[0, 1]
+    np.testing.assert_allclose(env.observation(env.default_params, state), expected, atol=1e-6)
+    assert float(jnp.linalg.norm(expected[:2])) == pytest.approx(1.5, abs=1e-5)  # the far goal is seen at 1.5
+    obs, state = env.reset(jax.random.PRNGKey(3))
+    for p, g in ((state.position, state.goal), (state.neighbour, state.neighbour_goal)):
+        assert float(jnp.linalg.norm(p)) == pytest.approx(2.0, abs=1e-5)
+        np.testing.assert_allclose(g, -p, atol=1e-6)
+    # heading straight to the goal meets the scripted neighbour at the centre in every episode
+    from longhorizon.control.pair_navigation import episode_outcomes
+
+    collided, arrived = episode_outcomes(env, lambda o: -o[:2] / jnp.linalg.norm(o[:2]), jax.random.PRNGKey(1), 16)
+    assert bool(collided.all()) and not bool(arrived.any())
+    collided, arrived = episode_outcomes(env, lambda o: jnp.zeros(2), jax.random.PRNGKey(1), 16)
+    assert not bool(arrived.any()) and float(collided.mean()) < 0.5
+    with pytest.raises(UsageError):
+        make_pair_navigation(radius=-1.0)
+    with pytest.raises(UsageError, match="not a setting"):
+        make_pair_navigation(size=3)
+
+
+def test_policy_controller_maps_the_pair_policy_over_agents_with_the_neighbour_rule():
+    from longhorizon.control.pair_navigation import PairNavigation, policy_controller, velocity
+
+    positions = jnp.array([[0.0, 0.0], [0.5, 0.0], [0.0, 0.7], [5.0, 5.0]])
+    goals = jnp.array([[2.0, 0.0], [-2.0, 0.0], [0.0, -2.0], [5.0, 7.0]])
+    config = mad_pinn.DeployConfig(agents=4)
+    policy = lambda o: -2.0 * o[4:6]  # away from the chosen neighbour (twice: clipped by the speed disk)
+    score = lambda o: -jnp.linalg.norm(o[4:6])  # the nearest candidate is the most critical
+    u = np.asarray(jax.jit(policy_controller(policy, score, PairNavigation(), config))(positions, goals))
+    obs = mad_pinn.pair_observations(positions, goals, 1.5)
+    for i, j in ((0, 1), (1, 0), (2, 0)):
+        np.testing.assert_allclose(u[i], velocity(policy(obs[i, j]), positions[i], goals[i], 1.0, 0.05), atol=1e-6)
+    np.testing.assert_allclose(u[0], [-1.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(u[3], [0.0, 1.0], atol=1e-6)  # no candidate within reach: straight to the goal

@@ -26,6 +26,8 @@
    distance (**deviation**, so that the value's training box stays small). **Deviation:** one neighbour (the 2-agent value);
    the paper also trains values on larger reduced systems. **Receding horizon:** the value (horizon T)
    is re-evaluated at t = 0 every control step, and only the first step of the plan is executed.
+   The same rule deploys any pair controller (``decentralised_controller``; the independent-PPO baseline
+   of ``control.pair_navigation`` uses it with this safety score).
 
 The control-barrier-function baseline: ``u = argmin |u - u_nom|^2`` s.t. ``2 (p_i - p_j) . u >= -alpha h_ij / 2``
 (``h_ij = |p_i - p_j|^2 - radius^2``, each agent taking half of the pair's responsibility) for every
@@ -210,32 +212,44 @@ def head_to_goal(positions, goals, speed: float, dt: float):
     return to_goal / distance * jnp.minimum(speed, distance / dt)
 
 
+def decentralised_controller(pair_control: Callable, safety_score: Callable, speed: float, radius: float,
+                             config: DeployConfig):
+    """Controls [N, 2] for every agent (module docstring, 3): among the reachable candidates the neighbour
+    with the largest ``safety_score(o [6])``, then ``pair_control(o [6]) -> u [2]`` on that pair's
+    observation; no candidate: straight to the goal. Any pair controller is deployed by this one rule."""
+
+    def control(positions, goals):
+        obs = pair_observations(positions, goals, config.local_goal)
+        scores = jax.vmap(jax.vmap(safety_score))(obs)
+        neighbour, found = select_neighbour(scores, candidate_mask(positions, speed, radius, config.lookahead))
+        chosen = obs[jnp.arange(len(positions)), neighbour]
+        nominal = head_to_goal(positions, goals, speed, config.dt)
+        u = jnp.where(found[:, None], jax.vmap(pair_control)(chosen), nominal)
+        # never overshoot the goal in one step (the value's control is bang-bang at full speed)
+        distance = safe_norm(goals - positions)[:, None]
+        return u * jnp.minimum(1.0, distance / (speed * config.dt))
+
+    return control
+
+
+def pinn_safety_score(model: PinnValue, config: DeployConfig):
+    """The learnt safety value of a pair observation o [6]: V(0, o, C0(o) + z_safe) (module docstring, 3)."""
+    return lambda o: pinn_value(model.problem, model.config, model.params, 0.0, o,
+                                free_cost(model.problem, 0.0, o) + config.z_safe)
+
+
 def pinn_controller(model: PinnValue, config: DeployConfig):
     """Controls [N, 2] for every agent from the pair value (module docstring, 2-3)."""
     problem, value_fn = model.problem, lambda t, x, z: pinn_value(model.problem, model.config, model.params, t, x, z)
     offsets = jnp.linspace(*model.config.z_offset, config.budgets)
 
-    def control(positions, goals):
-        obs = pair_observations(positions, goals, config.local_goal)
-        c0 = free_cost(problem, 0.0, obs)
-        scores = jax.vmap(jax.vmap(lambda o, c: value_fn(0.0, o, c + config.z_safe)))(obs, c0)
-        mask = candidate_mask(positions, problem.speed, problem.radius, config.lookahead)
-        neighbour, found = select_neighbour(scores, mask)
-        chosen = obs[jnp.arange(len(positions)), neighbour]
+    def act(o):
+        values = jax.vmap(lambda z: value_fn(0.0, o, z))(free_cost(problem, 0.0, o) + offsets)
+        first = jnp.argmax(values <= 0)  # smallest feasible budget; none feasible -> the largest
+        z_star = free_cost(problem, 0.0, o) + jnp.where((values <= 0).any(), offsets[first], offsets[-1])
+        return problem.optimal_control(jax.grad(value_fn, argnums=1)(0.0, o, z_star))[0]
 
-        def act(o):
-            values = jax.vmap(lambda z: value_fn(0.0, o, z))(free_cost(problem, 0.0, o) + offsets)
-            first = jnp.argmax(values <= 0)  # smallest feasible budget; none feasible -> the largest
-            z_star = free_cost(problem, 0.0, o) + jnp.where((values <= 0).any(), offsets[first], offsets[-1])
-            return problem.optimal_control(jax.grad(value_fn, argnums=1)(0.0, o, z_star))[0]
-
-        nominal = head_to_goal(positions, goals, problem.speed, config.dt)
-        u = jnp.where(found[:, None], jax.vmap(act)(chosen), nominal)
-        # never overshoot the goal in one step (the value's control is bang-bang at full speed)
-        distance = safe_norm(goals - positions)[:, None]
-        return u * jnp.minimum(1.0, distance / (problem.speed * config.dt))
-
-    return control
+    return decentralised_controller(act, pinn_safety_score(model, config), problem.speed, problem.radius, config)
 
 
 def hildreth_qp(u_nominal, a, b, sweeps: int = 200):

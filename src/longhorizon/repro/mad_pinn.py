@@ -9,8 +9,9 @@ Here: part 1 trains the PINN (``control.mad_pinn``) on a reduction small enough 
 grid solver (one agent and a parked neighbour: 2-D state + budget) and compares values and safe sets
 on the grid. Part 2 trains the same PINN on the 2-agent pair system (6-D state + budget) and deploys
 it to N agents on a circle swapping to antipodal goals, against a decentralised CBF-QP with the same
-neighbour candidates, over seeds (start perturbations). The independent-PPO MARL baseline of the
-issue is left out (time); the README says so.
+neighbour candidates, and against independent PPO: the project's PPO trained by the fused engine on the
+reduced pair system (``control.pair_navigation``: one agent, one scripted neighbour crossing the circle),
+parameter-shared and deployed by the same neighbour rule, one training seed per scenario seed.
 """
 
 from __future__ import annotations
@@ -23,24 +24,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longhorizon import algos
 from longhorizon.control import mad_pinn as mp
+from longhorizon.control import pair_navigation as pn
 from longhorizon.control.epigraph import GridConfig, Navigation, free_cost, min_budget, solve_grid
 from longhorizon.runner.results import write_json_atomic
 
 SETTINGS = {
     False: {"grid": GridConfig(points=41, z_points=31, dt=0.025), "pinn_steps": 3000, "hidden": (96, 96, 96),
-            "batch": 1024, "agents": (2, 8, 16, 32), "seeds": 3, "steps": 240},
+            "batch": 1024, "agents": (2, 8, 16, 32), "seeds": 3, "steps": 240,
+            "ppo": {"total_steps": "1500000"}},
     True: {"grid": GridConfig(points=17, z_points=13, dt=0.1), "pinn_steps": 60, "hidden": (16, 16),
-           "batch": 128, "agents": (4,), "seeds": 1, "steps": 40},
+           "batch": 128, "agents": (4,), "seeds": 1, "steps": 40,
+           "ppo": {"num_envs": "4", "num_steps": "16", "num_minibatches": "1", "update_epochs": "1", "hidden": "16,16",
+                   "total_steps": "64"}},
 }
 REDUCED = Navigation(agents=1, dim=2, speed=1.0, radius=0.4, horizon=1.0, obstacle=(1.0, 0.0))
 PAIR = Navigation(agents=2, dim=2, speed=1.0, radius=0.3, horizon=1.0)  # the value's (and the CBF's) safety distance
+PPO = "independent PPO"
+PAIR_EPISODES = 256  # greedy episodes per seed on the reduced pair system after training
 COLLISION = 0.25  # a collision: two centres closer than this (both methods keep a 0.05 margin)
 CLAIMS = {
     "pinn": "the PINN matches the grid solution of the reduced problem (safe sets and values)",
     "safety": "decentralised MAD-PINN collides no more often than the CBF-QP at every team size",
     "cost": "MAD-PINN reaches the goals sooner than the CBF-QP at every team size",
     "scaling": "MAD-PINN's collision rate does not grow with the number of agents",
+    "marl": "MAD-PINN collides no more often than independent PPO at every team size",
 }
 
 
@@ -74,14 +83,48 @@ def bound_check(model: mp.PinnValue, points: int = 4096) -> dict:
     return {"bound_violation_share": float((gap > 0.05).mean()), "bound_violation_mean": float(np.maximum(gap, 0).mean())}
 
 
-def deploy(model: mp.PinnValue, agents: int, seeds: int, steps: int) -> dict:
-    """Both controllers on the circle swap, seeds vmapped: {method: {metric: [seeds]}}, and seconds per method."""
+def train_ppo(env: pn.PairNavigation, overrides: dict, seeds: int, log=print) -> tuple:
+    """PPO (continuous defaults + ``overrides``) on the pair system through the fused engine, seeds vmapped:
+    (agent params with a leading seed axis, {seconds, compile_seconds, steps, mean episode return per seed
+    in the last chunk})."""
+    from longhorizon.runner import run as runner
+
+    spec = runner.RunSpec(algo="ppo", env=env, seeds=seeds, num_chunks=5, quiet=True, config_overrides=overrides,
+                          out="/dev/null/unused")
+    run = runner.Run(spec)
+    state = run.engine.init(spec.seed)
+    compile_seconds, begin = run.engine.compile(state), time.perf_counter()
+    for chunk in range(run.num_chunks):
+        state, metrics = run.engine.run_chunk(state, run.updates_in_chunk(chunk))
+        returns = np.asarray(metrics["episode_return_sum"]) / np.maximum(np.asarray(metrics["episodes"]), 1)
+        log(f"ppo chunk {chunk + 1}/{run.num_chunks}: episode return {np.round(returns, 2).tolist()}")
+    params = run.algo.agent_params(state)
+    greedy = lambda prm: (lambda o: run.algo.act(prm, o, jax.random.PRNGKey(0), True))
+    collided, arrived = jax.jit(jax.vmap(lambda prm: pn.episode_outcomes(env, greedy(prm), jax.random.PRNGKey(5),
+                                                                        PAIR_EPISODES)))(params)
+    info = {"seconds": time.perf_counter() - begin, "compile_seconds": compile_seconds,
+            "steps": run.env_steps_after(run.num_chunks), "episode_return": returns.tolist(),
+            "pair_collision_rate": np.asarray(collided).mean(1).tolist(), "pair_arrival_rate": np.asarray(arrived).mean(1).tolist()}
+    return params, info
+
+
+def deploy(model: mp.PinnValue, ppo_params, agents: int, seeds: int, steps: int) -> dict:
+    """The three controllers on the circle swap, seeds vmapped (scenario seed s uses PPO training seed s):
+    {method: {metric: [seeds]}}, and seconds per method."""
     config = mp.DeployConfig(agents=agents, steps=steps)
     starts, goals = jax.vmap(lambda k: mp.circle_swap(config, k))(jax.random.split(jax.random.PRNGKey(agents), seeds))
+    env, score, ppo = pn.PairNavigation(), mp.pinn_safety_score(model, config), algos.get("ppo")
+    greedy = lambda params: (lambda o: ppo.act(params, o, jax.random.PRNGKey(0), True))
+    programs = {
+        "MAD-PINN": jax.vmap(lambda p, g: mp.rollout(mp.pinn_controller(model, config), p, g, config)),
+        "CBF-QP": jax.vmap(lambda p, g: mp.rollout(mp.cbf_controller(PAIR, config), p, g, config)),
+        PPO: lambda p, g: jax.vmap(lambda prm, p, g: mp.rollout(pn.policy_controller(greedy(prm), score, env, config),
+                                                               p, g, config))(ppo_params, p, g),
+    }
     results = {}
-    for method, control in (("MAD-PINN", mp.pinn_controller(model, config)), ("CBF-QP", mp.cbf_controller(PAIR, config))):
+    for method, program in programs.items():
         begin = time.perf_counter()
-        paths, controls = jax.jit(jax.vmap(lambda p, g: mp.rollout(control, p, g, config)))(starts, goals)
+        paths, controls = jax.jit(program)(starts, goals)
         rows = [mp.episode_metrics(paths[s], controls[s], goals[s], COLLISION, config) for s in range(seeds)]
         results[method] = {key: [row[key] for row in rows] for key in rows[0]}
         results[method]["seconds"] = time.perf_counter() - begin
@@ -113,6 +156,11 @@ def decide(check: dict, table: dict) -> dict:
             f"{mean(sizes[-1], 'MAD-PINN', 'collision_rate'):.2f}"
     claims[CLAIMS["scaling"]] = (f"holds ({facts})" if rise <= 0.05 else f"contradicted ({facts})" if rise > 0.1
                                  else f"inconclusive ({facts})")
+    gaps = [mean(n, "MAD-PINN", "collision_rate") - mean(n, PPO, "collision_rate") for n in sizes]
+    facts = ", ".join(f"N={n}: {mean(n, 'MAD-PINN', 'collision_rate'):.2f} vs {mean(n, PPO, 'collision_rate'):.2f}"
+                      for n in sizes)
+    claims[CLAIMS["marl"]] = (f"holds ({facts})" if max(gaps) <= 0.05 else
+                              f"contradicted ({facts})" if min(gaps) > 0.05 else f"inconclusive ({facts})")
     return claims
 
 
@@ -133,7 +181,7 @@ def plot(path: Path, check: dict, grid_value, table: dict) -> None:
     fig.colorbar(image, ax=axes[1], fraction=0.046)
     sizes = sorted(table)
     for ax, metric, label in ((axes[2], "collision_rate", "collision rate"), (axes[3], "time_to_goal", "time to goal (s)")):
-        for method in ("MAD-PINN", "CBF-QP"):
+        for method in ("MAD-PINN", "CBF-QP", PPO):
             values = np.array([table[n][method][metric] for n in sizes])
             ax.errorbar(sizes, values.mean(1), yerr=values.std(1), marker="o", capsize=3, label=method)
         ax.set_xlabel("agents"), ax.set_ylabel(label), ax.set_xticks(sizes)
@@ -155,7 +203,8 @@ def run(out_dir: str, quick: bool = False) -> dict:
     pair_model = mp.train_pinn(PAIR, dataclasses.replace(base, box=(1.5,) * 4 + (1.25,) * 2))
     check.update(bound_check(pair_model))
     train_seconds = time.perf_counter() - begin - grid_seconds
-    table = {n: deploy(pair_model, n, setting["seeds"], setting["steps"]) for n in setting["agents"]}
+    ppo_params, ppo_info = train_ppo(pn.PairNavigation(), setting["ppo"], setting["seeds"])
+    table = {n: deploy(pair_model, ppo_params, n, setting["seeds"], setting["steps"]) for n in setting["agents"]}
     claims = decide(check, table)
     plot(out / "mad_pinn.png", check, grid_value, table)
     held = sum(v.startswith("holds") for v in claims.values())
@@ -164,13 +213,16 @@ def run(out_dir: str, quick: bool = False) -> dict:
     success = lambda m: ", ".join(f"N={n}: {np.mean(row[m]['success']):.2f}" for n, row in table.items())
     if max(float(np.mean(row["MAD-PINN"]["success"])) for row in table.values()) < 0.5:
         verdict += (f" MAD-PINN's agents seldom reach their goals (success {success('MAD-PINN')}; CBF-QP "
-                    f"{success('CBF-QP')}), so its safety claims hold without showing that safety was cheap.")
+                    f"{success('CBF-QP')}; {PPO} {success(PPO)}), so its safety claims hold without showing that "
+                    "safety was cheap.")
     summary = {"claims": claims, "verdict": verdict, "quick": quick,
                "grid_check": {k: v for k, v in check.items() if not k.startswith("budget_") or k == "budget_mae"},
                "deployment": {str(n): {m: {k: (float(np.mean(v)) if k == "seconds" else [float(x) for x in v])
                                            for k, v in r.items()} for m, r in row.items()} for n, row in table.items()},
+               "ppo_training": ppo_info,
                "residual_final": {"reduced": float(reduced_model.losses[-50:].mean()), "pair": float(pair_model.losses[-50:].mean())},
-               "seconds": {"grid": grid_seconds, "pinn_training": train_seconds, "total": time.perf_counter() - begin}}
+               "seconds": {"grid": grid_seconds, "pinn_training": train_seconds,
+                           "ppo_training": ppo_info["seconds"] + ppo_info["compile_seconds"], "total": time.perf_counter() - begin}}
     write_json_atomic(out / "summary.json", summary)
     (out / "README.md").write_text(readme(summary, setting, table, quick))
     print(f"wrote {out / 'README.md'}")
@@ -192,7 +244,7 @@ def readme(summary: dict, setting: dict, table: dict, quick: bool) -> str:
 Claims (Tayal, Singh, Kolathaya & Bansal 2025, "MAD-PINN"): a physics-informed network on the epigraph HJB-VI
 approximates the state-constrained value; trained on a 2-agent system and deployed decentralised with
 reachability-based neighbour selection and receding-horizon execution it keeps many agents safe at lower cost
-than a CBF-QP safety filter, also as the team grows.
+than a CBF-QP safety filter, also as the team grows; the issue adds a MARL baseline (independent PPO).
 
 Scale and differences from the paper: single-integrator agents in the plane, |u| <= 1, running cost
 l = sum_i |e_i| (distance to goal), safety distance {PAIR.radius} in the value and the CBF (a collision is counted
@@ -207,7 +259,20 @@ learnt pair value at a generous budget. Grid check: the same PINN code on one ag
 + standing still. Scenario: N agents on a circle of radius 2 swap to the antipodes (start jitter 0.02 = the seed),
 {setting['steps']} steps of 0.05 s, {setting['seeds']} seed(s); collision = two centres closer than {COLLISION}.
 The CBF-QP baseline (alpha = 4, half responsibility per pair, speed octagon) sees the same candidate neighbours.
-The independent-PPO MARL baseline of the issue is not run (time).
+The MARL baseline, independent PPO: the project's PPO (continuous defaults: 16 envs x 128 steps, 10 epochs, normalised
+observations and rewards; {setting['ppo'].get('total_steps')} steps{' and ' + ', '.join(f'{k} {v}' for k, v in setting['ppo'].items() if k != 'total_steps') if len(setting['ppo']) > 1 else ''})
+trained by the fused engine on the reduced pair system (`longhorizon.control.pair_navigation`: one agent, one scripted
+neighbour driving straight to its goal on the same circle, angles random; observation = the PINN's pair features;
+reward = -|e| dt - 10 [collision below {PAIR.radius}]; ends on collision, arrival or 160 steps), {setting['seeds']} seed(s).
+Parameter-shared independent learners: every agent runs the same greedy policy on its own pair observation with the
+neighbour chosen by the same rule (the PINN's safety value ranks the candidates); it is not trained with N agents.
+Scenario seed s uses training seed s. Training: {summary['ppo_training']['steps']:,} steps per seed in
+{summary['ppo_training']['seconds']:.0f} s (+ {summary['ppo_training']['compile_seconds']:.0f} s compile), last-chunk
+episode return per seed {', '.join(f'{r:.2f}' for r in summary['ppo_training']['episode_return'])}. On its own reduced
+system ({PAIR_EPISODES} greedy episodes per seed) the policy collides in
+{', '.join(f'{r:.2f}' for r in summary['ppo_training']['pair_collision_rate'])} of the episodes and arrives in
+{', '.join(f'{r:.2f}' for r in summary['ppo_training']['pair_arrival_rate'])} (heading straight to the goal collides in
+every episode: both agents reach the centre together).
 
 ## PINN against the grid solution (reduced problem)
 
@@ -228,7 +293,8 @@ V >= max(C0 - z, g): below it by more than 0.05 at {check['bound_violation_share
 ![MAD-PINN](mad_pinn.png)
 
 Left: the constrained optimal cost C*(x) = min{{z : V(0, x, z) <= 0}} of the reduced problem from the grid and from
-the PINN. Right: collision rate and time to goal (unreached agents count the episode length) against team size.
+the PINN. Right: collision rate and time to goal (unreached agents count the episode length) against team size, for
+MAD-PINN, the CBF-QP and independent PPO.
 
 ## Verdict
 
@@ -240,8 +306,9 @@ Rules: PINN holds if safe-set agreement >= 0.9 and value MAE <= 10% of the value
 safety holds if MAD-PINN's collision rate is within 0.05 of the CBF-QP's at every N (contradicted if above by more at
 every N); cost holds if MAD-PINN's time to goal is lower by 0.1 s at every N (contradicted if higher by 0.1 s at
 every N); scaling holds if the collision rate at the largest N exceeds the smallest N's by <= 0.05 (contradicted
-above 0.1). Wall time {summary['seconds']['total']:.0f} s (grid {summary['seconds']['grid']:.0f} s, PINN training
-{summary['seconds']['pinn_training']:.0f} s).
+above 0.1); MARL holds if MAD-PINN's collision rate is within 0.05 of independent PPO's at every N (contradicted if
+above by more at every N). Wall time {summary['seconds']['total']:.0f} s (grid {summary['seconds']['grid']:.0f} s, PINN training
+{summary['seconds']['pinn_training']:.0f} s, PPO training {summary['seconds']['ppo_training']:.0f} s).
 
 Command: `{command}`
 """
