@@ -166,7 +166,51 @@ def test_discrete_actions_are_refused():
     from longhorizon.envs.registry import make
 
     with pytest.raises(UsageError, match="continuous action space"):
-        mbdpo.make(make("CartPole-v1"), mbdpo.Config())
+        mbdpo.check_env(make("CartPole-v1"), mbdpo.Config())
+    with pytest.raises(UsageError, match="policy-batch"):
+        mbdpo.Config(batch_size=8, policy_batch=16)
+
+
+TINY = dict(num_envs=2, total_steps=400, learning_starts=42, updates_per_step=4, batch_size=16, horizon=3,
+            flow_steps=2, policy_batch=8, num_candidates=4, latent_dim=8, wm_hidden=(16,), unroll=2, policy_hidden=(16,))
+
+
+def test_engine_chunks_prefill_then_reduce_the_world_model_loss():
+    """Chunk 1 is the random prefill (parameters untouched), chunk 2 learns: on a fixed replay sample the world-model
+    loss of chunk 2's parameters is below chunk 1's, and the policy has moved."""
+    from longhorizon.engine.fused import FusedEngine
+    from longhorizon.envs.registry import make
+
+    config = mbdpo.Config(**TINY)
+    engine = FusedEngine(mbdpo, make("Pendulum-v1"), config, num_seeds=1, updates_per_chunk=20)  # 40 steps: all random
+    start = engine.init(0)
+    prefilled, first = engine.run_chunk(start)
+    trained, second = engine.run_chunk(prefilled)
+    one = lambda s: jax.tree.map(lambda x: x[0], s)  # noqa: E731  the only seed
+    start, prefilled, trained = one(start), one(prefilled), one(trained)
+    assert float(first["learning"][0]) == 0.0 and float(second["learning"][0]) == 1.0
+    assert int(prefilled.buffer.size) == 20 and int(trained.buffer.size) == 40 and int(trained.env_steps) == 80
+    assert jax.tree.all(jax.tree.map(jnp.array_equal, start.agent.wm_params, prefilled.agent.wm_params))
+    assert not jax.tree.all(jax.tree.map(jnp.array_equal, prefilled.agent.policy_params, trained.agent.policy_params))
+    data = mbdpo.replay.sample(trained.buffer, jax.random.PRNGKey(7), 64, config.unroll)
+    window = wm.Window(data.obs, data.action, data.reward, data.next_obs, data.terminated, data.done)
+    model = mbdpo.world_model_network(config)
+
+    def loss(state):
+        return float(wm.world_model_loss(wm.bind(model, state.agent.wm_params), wm.bind(model, state.wm_target),
+                                         window, config.world_model)[0])
+
+    assert loss(trained) < 0.8 * loss(prefilled)
+    assert np.isfinite(second["world_model_loss"]).all() and bool(second["finite"][0])
+
+
+def test_registered_for_the_runner():
+    from longhorizon import algos
+    from longhorizon.repro import mbdpo as repro  # registers the algorithm  # noqa: F401
+
+    algo = algos.get("mbdpo")
+    assert algo.module is mbdpo and algo.steps_per_update(mbdpo.Config(num_envs=3, num_steps=2)) == 6
+    assert repro.overrides(mbdpo.Config(**TINY), mbdpo.Config())["wm_hidden"] == "16"
 
 
 def test_claim_rules_by_hand():

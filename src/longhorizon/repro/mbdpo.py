@@ -1,14 +1,14 @@
 """MBDPO (Cheng et al. 2026): a flow policy over action sequences in a learned world model vs MPPI and PPO.
 
-Protocol: every arm sees the same environment steps per seed (seeds vmapped in one program). The world-model
-arms (:mod:`longhorizon.control.mbdpo`) share one world model recipe and differ only in how actions are chosen:
-``mbdpo`` samples the flow policy (trained on imagined returns with a behaviour anchor), ``mppi`` plans with
-TD-MPC2's MPPI on the same model. PPO is the project's (:mod:`longhorizon.algos.ppo`, fused engine) with a
-rollout small enough to update several times within the budget. The learning curve is the mean return of the
-training episodes finished in each chunk (NaN where none finished); the final score is ``eval_episodes`` fresh
-episodes per seed without exploration noise (PPO: its greedy action). The policy-size study trains MBDPO with
-2-layer velocity networks of the given widths on the first task. SAC is not part of the project, so it is not
-a baseline here.
+Protocol: every arm sees the same environment steps per seed and is trained by the runner's fused engine (seeds
+vmapped in one program). The world-model arms (the algorithm :mod:`longhorizon.control.mbdpo`) share one world
+model recipe and differ only in how actions are chosen: ``mbdpo`` samples the flow policy (trained on imagined
+returns with a behaviour anchor), ``mppi`` plans with TD-MPC2's MPPI on the same model. PPO is the project's
+(:mod:`longhorizon.algos.ppo`) with a rollout small enough to update several times within the budget. The learning
+curve is the mean return of the training episodes finished in each chunk (NaN where none finished; PPO: greedy
+evaluation after each chunk); the final score is ``eval_episodes`` fresh episodes per seed without exploration
+noise (PPO: its greedy action). The policy-size study trains MBDPO with 2-layer velocity networks of the given
+widths on the first task. SAC is not part of the project, so it is not a baseline here.
 
 Claim rule (:func:`compare`): for arms X and Y with per-seed final returns, ``D = mean(X) - mean(Y)`` and
 ``SE_D = sqrt(SE_X^2 + SE_Y^2)``; "X beats Y" holds when ``D > 2 SE_D``, is contradicted when ``D < -2 SE_D`` and is
@@ -28,8 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longhorizon import algos
 from longhorizon.control import mbdpo
-from longhorizon.control import world_model as wm
+
+algos.register(mbdpo.NAME, mbdpo.__name__)  # the runner trains the world-model arms by name
 
 CLAIM_MPPI = "MBDPO's flow policy beats MPPI planning on the same world model at equal environment steps ({task})"
 CLAIM_PPO = "MBDPO beats PPO at equal environment steps ({task})"
@@ -60,13 +62,13 @@ class Setup:
 
     def config(self, method: str, width: int) -> mbdpo.Config:
         return dataclasses.replace(self.agent, method=method, policy_hidden=(width, width), total_steps=self.total_steps,
-                                   learning_starts=self.learning_starts, num_envs=self.num_envs, chunks=self.chunks)
+                                   learning_starts=self.learning_starts, num_envs=self.num_envs)
 
     def scale(self) -> str:
         a = self.agent
         return (f"{self.total_steps:,} environment steps per seed ({self.num_envs} envs, {self.learning_starts:,} random "
-                f"first), {a.updates_per_step} update per vector step, {self.seeds} vmapped seeds; world model latent "
-                f"{a.world_model.latent_dim}, MLPs {a.world_model.hidden}, unroll {a.world_model.unroll}; plans of H="
+                f"first), {a.updates_per_step} update per vector step, {self.seeds} vmapped seeds (the fused engine, "
+                f"{self.chunks} chunks); world model latent {a.latent_dim}, MLPs {a.wm_hidden}, unroll {a.unroll}; plans of H="
                 f"{a.horizon}; flow: {a.flow_steps} Euler steps, {a.num_candidates} candidates x {a.policy_batch} states "
                 f"per update, widths {self.widths}; MPPI: {a.mppi_samples} samples, {a.mppi_elites} elites, "
                 f"{a.mppi_iterations} iterations; {self.eval_episodes} evaluation episodes per seed.")
@@ -75,8 +77,8 @@ class Setup:
 QUICK = Setup(tasks=("Pendulum-v1",), seeds=2, total_steps=240, learning_starts=80, num_envs=2, chunks=2, widths=(16,),
               width=16, eval_episodes=2, ppo_num_steps=16,
               agent=mbdpo.Config(batch_size=16, horizon=3, flow_steps=2, policy_batch=8, num_candidates=4,
-                                 mppi_samples=16, mppi_elites=4, mppi_iterations=2,
-                                 world_model=wm.WorldModelConfig(latent_dim=8, hidden=(16,), unroll=2)))
+                                 mppi_samples=16, mppi_elites=4, mppi_iterations=2, latent_dim=8, wm_hidden=(16,),
+                                 unroll=2))
 
 
 # ----------------------------------------------------------------------------- claim rules
@@ -111,37 +113,7 @@ def claim_text(word: str, d: float, se: float, what: str) -> str:
 
 
 # ----------------------------------------------------------------------------- arms
-def world_model_arm(env, config: mbdpo.Config, setup: Setup, log=print) -> dict:
-    from longhorizon.offline.flows import init_seeds
-
-    init, prefill, train_chunk, evaluate = mbdpo.make(env, config)
-    keys = jax.random.split(jax.random.PRNGKey(0), setup.seeds)
-    t0 = time.perf_counter()
-    state = jax.jit(jax.vmap(prefill))(init_seeds(init, keys))
-    chunk = jax.jit(jax.vmap(train_chunk)).lower(state).compile()
-    compile_s = time.perf_counter() - t0
-    steps, returns, wall, t_train = [], [], [], 0.0
-    for i in range(config.chunks):
-        t = time.perf_counter()
-        state, metrics = jax.block_until_ready(chunk(state))
-        t_train += time.perf_counter() - t
-        steps.append(config.learning_starts // config.num_envs * config.num_envs
-                     + (i + 1) * config.steps_per_chunk * config.num_envs)
-        returns.append(np.asarray(metrics["episode_return"], np.float64).tolist())
-        wall.append(t_train)
-    t = time.perf_counter()
-    final = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)), static_argnums=2)(
-        state, jax.random.split(jax.random.PRNGKey(10_000), setup.seeds), setup.eval_episodes)
-    final = np.asarray(final, np.float64).mean(1)
-    eval_s = time.perf_counter() - t
-    log(f"  {env.id} {config.method} width {config.policy_hidden[0]}: final {final.mean():.0f} "
-        f"(setup+compile {compile_s:.0f} s, train {t_train:.0f} s, eval {eval_s:.0f} s)")
-    return {"steps": steps, "returns": returns, "wall": wall, "final": final.tolist(), "compile_seconds": compile_s,
-            "train_seconds": t_train, "eval_seconds": eval_s,
-            "policy_parameters": mbdpo.policy_parameter_count(config, env) if config.method == "mbdpo" else 0}
-
-
-def ppo_eval_program(env, algo, episodes: int):
+def eval_program(env, algo, episodes: int):
     """Jitted ``(params over seeds, keys [S]) -> returns [S, episodes]`` of one greedy episode per copy."""
 
     def one_seed(params, key):
@@ -162,15 +134,23 @@ def ppo_eval_program(env, algo, episodes: int):
     return jax.jit(jax.vmap(one_seed))
 
 
-def ppo_arm(task: str, setup: Setup, log=print) -> dict:
+def overrides(config, default) -> dict[str, str]:
+    """The fields where ``config`` differs from ``default``, as CLI text for :class:`runner.RunSpec`."""
+    return {f.name: ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            for f in dataclasses.fields(config) if (v := getattr(config, f.name)) != getattr(default, f.name)}
+
+
+def engine_arm(name: str, algo: str, task: str, config, setup: Setup, log=print) -> dict:
+    """One arm trained by the runner's fused engine (seeds vmapped), ``setup.chunks`` points on its curve.
+
+    World-model arms' curve: the mean return of the training episodes finished in each chunk (NaN where none
+    did); PPO's: greedy evaluation after each chunk (its episodes are too long for its few updates per chunk)."""
     from longhorizon.runner import run as runner
 
-    overrides = {"num_envs": str(setup.num_envs), "num_steps": str(setup.ppo_num_steps), "num_minibatches": "4",
-                 "total_steps": str(setup.total_steps)}
-    spec = runner.RunSpec(algo="ppo", env=task, seeds=setup.seeds, num_chunks=setup.chunks, quiet=True,
-                          config_overrides=overrides, out="/dev/null/unused")
+    spec = runner.RunSpec(algo=algo, env=task, seeds=setup.seeds, num_chunks=setup.chunks, quiet=True,
+                          config_overrides=config, out="/dev/null/unused")
     run = runner.Run(spec)
-    evaluate = ppo_eval_program(run.env, run.algo, setup.eval_episodes)
+    evaluate = eval_program(run.env, run.algo, setup.eval_episodes)
     keys = jax.random.split(jax.random.PRNGKey(10_000), setup.seeds)
     t0 = time.perf_counter()
     state = run.engine.init(spec.seed)
@@ -178,17 +158,37 @@ def ppo_arm(task: str, setup: Setup, log=print) -> dict:
     steps, returns, wall, t_train = [], [], [], 0.0
     for i in range(run.num_chunks):
         t = time.perf_counter()
-        state, _ = run.engine.run_chunk(state, run.updates_in_chunk(i))
+        state, metrics = run.engine.run_chunk(state, run.updates_in_chunk(i))
         jax.block_until_ready(state)
         t_train += time.perf_counter() - t
-        scores = np.asarray(evaluate(run.algo.agent_params(state), keys), np.float64).mean(1)
+        if algo == "ppo":
+            scores = np.asarray(evaluate(run.algo.agent_params(state), keys), np.float64).mean(1)
+        else:
+            count = np.asarray(metrics["episodes"], np.float64)
+            scores = np.where(count > 0, np.asarray(metrics["episode_return_sum"], np.float64) / np.maximum(count, 1),
+                              np.nan)
         steps.append(run.env_steps_after(i + 1))
         returns.append(scores.tolist())
         wall.append(t_train)
-    log(f"  {task} ppo: final {np.mean(returns[-1]):.0f} ({run.num_updates} updates; compile {compile_s:.0f} s, "
-        f"train {t_train:.0f} s, total {time.perf_counter() - t0:.0f} s)")
-    return {"steps": steps, "returns": returns, "wall": wall, "final": returns[-1], "compile_seconds": compile_s,
-            "train_seconds": t_train, "updates": run.num_updates}
+    t = time.perf_counter()
+    final = np.asarray(evaluate(run.algo.agent_params(state), keys), np.float64).mean(1)
+    eval_s = time.perf_counter() - t
+    log(f"  {task} {name}: final {final.mean():.0f} ({run.num_updates} updates; compile {compile_s:.0f} s, "
+        f"train {t_train:.0f} s, eval {eval_s:.0f} s, total {time.perf_counter() - t0:.0f} s)")
+    return {"steps": steps, "returns": returns, "wall": wall, "final": final.tolist(), "compile_seconds": compile_s,
+            "train_seconds": t_train, "eval_seconds": eval_s, "updates": run.num_updates}
+
+
+def world_model_arm(task: str, env, config: mbdpo.Config, setup: Setup, log=print) -> dict:
+    name = f"{config.method}" + (f" width {config.policy_hidden[0]}" if config.method == "mbdpo" else "")
+    arm = engine_arm(name, mbdpo.NAME, task, overrides(config, mbdpo.default_config(env)), setup, log)
+    return {**arm, "policy_parameters": mbdpo.policy_parameter_count(config, env) if config.method == "mbdpo" else 0}
+
+
+def ppo_arm(task: str, setup: Setup, log=print) -> dict:
+    config = {"num_envs": str(setup.num_envs), "num_steps": str(setup.ppo_num_steps), "num_minibatches": "4",
+              "total_steps": str(setup.total_steps)}
+    return engine_arm("ppo", "ppo", task, config, setup, log)
 
 
 def study(setup: Setup, log=print) -> dict:
@@ -198,8 +198,8 @@ def study(setup: Setup, log=print) -> dict:
     for index, task in enumerate(setup.tasks):
         env = make(task)
         widths = setup.widths if index == 0 else (setup.width,)
-        arms = {f"mbdpo-{w}": world_model_arm(env, setup.config("mbdpo", w), setup, log) for w in widths}
-        arms["mppi"] = world_model_arm(env, setup.config("mppi", setup.width), setup, log)
+        arms = {f"mbdpo-{w}": world_model_arm(task, env, setup.config("mbdpo", w), setup, log) for w in widths}
+        arms["mppi"] = world_model_arm(task, env, setup.config("mppi", setup.width), setup, log)
         arms["ppo"] = ppo_arm(task, setup, log)
         results[task] = arms
     return results
