@@ -15,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from longhorizon import algos as algo_registry
 from longhorizon.errors import TrainingDiverged, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -23,6 +24,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Modules that add their own commands with ``register(app)``.
 PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli", "longhorizon.runner.sweep",
            "longhorizon.offline.cli")
+
+# Algorithms that live outside longhorizon.algos, trained by `longhorizon train NAME` (the runner finds them by name).
+algo_registry.register("mbdpo", "longhorizon.control.mbdpo")
 
 
 def setup_compilation_cache() -> None:
