@@ -15,7 +15,6 @@ from typing import Optional
 
 import typer
 
-from longhorizon import algos as algo_registry
 from longhorizon.errors import TrainingDiverged, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -24,9 +23,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Modules that add their own commands with ``register(app)``.
 PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli", "longhorizon.runner.sweep",
            "longhorizon.offline.cli")
-
-# Algorithms that live outside longhorizon.algos, trained by `longhorizon train NAME` (the runner finds them by name).
-algo_registry.register("mbdpo", "longhorizon.control.mbdpo")
 
 
 def setup_compilation_cache() -> None:
@@ -192,7 +188,7 @@ def _as_text(value) -> str:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
-    algo: str = typer.Argument(None, help="Algorithm: ppo, pqn, dqn, sqirl ..."),
+    algo: str = typer.Argument(None, help="Algorithm: ppo, pqn, dqn, sqirl, mbdpo ..."),
     env: Optional[str] = typer.Option(None, help="Environment id (see `longhorizon envs`)."),
     seeds: int = typer.Option(1, help="Independent seeds trained together in one vmapped program."),
     seed: int = typer.Option(0, help="Base random seed."),

@@ -206,7 +206,7 @@ def test_engine_chunks_prefill_then_reduce_the_world_model_loss():
 
 def test_registered_for_the_runner():
     from longhorizon import algos
-    from longhorizon.repro import mbdpo as repro  # registers the algorithm  # noqa: F401
+    from longhorizon.repro import mbdpo as repro
 
     algo = algos.get("mbdpo")
     assert algo.module is mbdpo and algo.steps_per_update(mbdpo.Config(num_envs=3, num_steps=2)) == 6

@@ -34,6 +34,7 @@ ALGORITHMS = {
     "pqn": "longhorizon.algos.pqn",
     "dqn": "longhorizon.algos.dqn",
     "sqirl": "longhorizon.algos.sqirl",
+    "mbdpo": "longhorizon.control.mbdpo",  # a world-model algorithm; lives with the control part (docs/control.md)
 }
 
 REQUIRED = ("NAME", "Config", "default_config", "steps_per_update", "init", "collect", "learn", "agent_params", "act")

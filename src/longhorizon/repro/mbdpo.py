@@ -28,10 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon import algos
 from longhorizon.control import mbdpo
 
-algos.register(mbdpo.NAME, mbdpo.__name__)  # the runner trains the world-model arms by name
 
 CLAIM_MPPI = "MBDPO's flow policy beats MPPI planning on the same world model at equal environment steps ({task})"
 CLAIM_PPO = "MBDPO beats PPO at equal environment steps ({task})"
