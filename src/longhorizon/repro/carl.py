@@ -189,7 +189,6 @@ def plot(path: Path, setup: Setup, table: dict) -> None:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-
     setup = QUICK if quick else Setup()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -120,7 +120,7 @@ def plot(path: Path, results: dict, horizons, slopes: dict) -> None:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-    from longhorizon.repro.agent_common import write
+    from longhorizon.repro.report import write
 
     out = Path(out_dir)
     horizons = (4, 16) if quick else (8, 32, 128, 512)

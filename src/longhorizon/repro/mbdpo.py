@@ -258,7 +258,7 @@ def plot(path: Path, results: dict, setup: Setup) -> None:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-    from longhorizon.repro.agent_common import write
+    from longhorizon.repro.report import write
     from longhorizon.runner.results import write_json_atomic
 
     setup = QUICK if quick else Setup()
