@@ -27,6 +27,7 @@ import numpy as np
 
 from longhorizon.control import chunk_policy, chunktrust, push_place
 from longhorizon.offline import flows
+from longhorizon.repro.report import mean_se
 from longhorizon.runner.results import write_json_atomic
 
 TOLERANCE = 0.02  # success-rate differences below max(2 SE, this) are ties (one episode in 50)
@@ -111,11 +112,6 @@ def arm_metrics(r: chunktrust.Rollouts) -> dict[str, Any]:
             "steps": float(active.sum(1).mean()),
             "horizon_by_phase": {p: (float(horizon[phase == i].mean()) if (phase == i).any() else None)
                                  for i, p in enumerate(push_place.PHASES)}}
-
-
-def mean_se(values) -> tuple[float, float]:
-    values = np.asarray(values, float)
-    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
 
 
 # ----------------------------------------------------------------------------- claims

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.control import mbdpo
+from longhorizon.repro.report import mean_se
 
 
 CLAIM_MPPI = "MBDPO's flow policy beats MPPI planning on the same world model at equal environment steps ({task})"
@@ -80,11 +81,6 @@ QUICK = Setup(tasks=("Pendulum-v1",), seeds=2, total_steps=240, learning_starts=
 
 
 # ----------------------------------------------------------------------------- claim rules
-def mean_se(values) -> tuple[float, float]:
-    v = np.asarray(values, np.float64)
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
-
-
 def compare(x, y) -> tuple[str, float, float]:
     """``(verdict word, D, SE_D)`` for "X beats Y" from per-seed values (module docstring)."""
     (mx, sx), (my, sy) = mean_se(x), mean_se(y)
