@@ -57,11 +57,11 @@ def _rows(**overrides):
     return ppo.Rows(**{**rows, **overrides})
 
 
-def _loss(rows=None, **config):
+def _loss(rows=None, drift=None, progress=0.0, **config):
     settings = dict(num_envs=1, num_steps=2, num_minibatches=1, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01,
                     normalize_advantages=False)
     agent = _uniform_agent()
-    total, metrics = ppo.loss(agent, agent.weights, rows or _rows(), ppo.Config(**{**settings, **config}))
+    total, metrics = ppo.loss(agent, agent.weights, rows or _rows(), ppo.Config(**{**settings, **config}), drift, progress)
     return float(total), {k: float(v) for k, v in metrics.items()}
 
 
@@ -88,6 +88,27 @@ def test_loss_options_by_hand():
     assert _loss(correction="decoupled")[1]["policy_loss"] == pytest.approx(0.7, abs=1e-6)
     # V-trace ignores the weights in the loss (they are inside its advantages already).
     assert _loss(correction="vtrace")[1]["policy_loss"] == pytest.approx(0.4, abs=1e-6)
+
+
+def test_learned_drift_replaces_the_clipped_surrogate_by_hand(tmp_path):
+    from longhorizon.errors import UsageError
+    from longhorizon.evolution import lpo
+
+    # TA-LPO drift whose g = tanh(n/N): w1 reads the progress feature only, so f = (r-1)^2 softplus(tanh(n/N)).
+    w1 = np.zeros((7, 1), np.float32)
+    w1[5, 0] = 1.0
+    lpo.save_drift(tmp_path / "d.npz", {"w1": w1, "b1": np.zeros(1), "w2": np.ones(1), "b2": np.zeros(())})
+    drift = jax.tree.map(jnp.asarray, lpo.load_drift(tmp_path / "d.npz"))
+    # ratios [2, 1], advantages [1, -2]: objective mean(2 - softplus(tanh(p)), -2) = -softplus(tanh(p)) / 2
+    for p in (0.0, 0.5):
+        _, metrics = _loss(drift=drift, progress=p)
+        assert metrics["policy_loss"] == pytest.approx(math.log1p(math.exp(math.tanh(p))) / 2, rel=1e-5)
+    assert _loss()[1]["policy_loss"] == pytest.approx(0.4, abs=1e-6)  # no drift: PPO-clip, as before
+    (tmp_path / "bad.npz").write_text("not a drift")
+    with pytest.raises(UsageError, match="is not a drift file"):
+        ppo.Config(drift=str(tmp_path / "bad.npz")).validate()
+    with pytest.raises(UsageError, match="does not exist"):
+        ppo.Config(drift=str(tmp_path / "missing.npz")).validate()
 
 
 def _batch(behaviour_log_prob):

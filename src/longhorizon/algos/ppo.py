@@ -6,6 +6,10 @@ compute GAE advantages (bootstrapping on truncation, not on termination), then r
 
     L = -E[min(r A, clip(r, 1-eps, 1+eps) A)] + vf_coef * L_V - ent_coef * H,   r = pi/pi_old.
 
+With ``drift FILE`` (a learned LPO/TA-LPO drift, :mod:`longhorizon.evolution.lpo`) the clipped
+surrogate is replaced by the mirror-learning objective ``E[r A - f_phi(r, A[, n/N, log N])]``, with
+``n/N`` the fraction of the run's updates done and ``N`` the run's number of updates.
+
 Batches acted by an older policy mu (the Ray engine's asynchronous mode) are corrected towards the
 current, proximal policy pi_prox with ``--correction vtrace`` (V-trace advantages and targets,
 Espeholt et al., 2018) or ``--correction decoupled`` (the decoupled objective of Hilton et al., 2022,
@@ -32,6 +36,7 @@ from longhorizon.core.optim import make_optimizer
 from longhorizon.core.returns import gae, vtrace
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.wrappers import NormalizeReward
+from longhorizon.evolution import lpo
 
 NAME = "ppo"
 CORRECTIONS = ("none", "vtrace", "decoupled")
@@ -62,6 +67,8 @@ class Config(AlgoConfig):
     # none; vtrace (advantages and value targets by V-trace); decoupled (AReaL's decoupled PPO objective).
     correction: str = "none"
     rho_clip: float = 1.0  # truncation of the importance weights pi/mu in both corrections
+    # A learned drift (.npz from `longhorizon repro ta-lpo`) in place of the clipped surrogate; "" = PPO-clip.
+    drift: str = ""
 
     def validate(self) -> None:
         self._check_positive("num_envs", "num_steps", "learning_rate", "update_epochs", "num_minibatches",
@@ -71,6 +78,13 @@ class Config(AlgoConfig):
         self._check_choice("correction", CORRECTIONS)
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise_batch_error(self)
+        if self.drift:
+            lpo.load_drift(self.drift)  # refuses a file that is no drift, before anything compiles
+            if self.correction == "decoupled":
+                from longhorizon.errors import UsageError
+
+                raise UsageError("--drift replaces the clipped surrogate that --correction decoupled weights; "
+                                 "use --correction vtrace or none with a drift.")
 
     def static_floats(self) -> set[str]:
         return {"gamma"} if self.normalize_rewards else set()  # the reward normaliser wraps the env with gamma
@@ -138,6 +152,7 @@ class State:
     update_step: jax.Array
     config: Config  # a pytree: all static, or (in a sweep) float fields as traced values
     env: Any = struct.field(pytree_node=False)
+    drift: Any = None  # learned drift parameters (config.drift), traced so a population of drifts can be vmapped
 
 
 @struct.dataclass
@@ -214,14 +229,19 @@ def init(key: jax.Array, env, config: Config) -> State:
     agent = AgentParams(weights, obs_rms, network, config.normalize_observations,
                         None if act_info.discrete else tuple(map(float, act_info.low.reshape(-1))),
                         None if act_info.discrete else tuple(map(float, act_info.high.reshape(-1))))
-    return State(agent, optimizer(config).init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv)
+    drift = jax.tree.map(jnp.asarray, lpo.load_drift(config.drift)) if config.drift else None
+    return State(agent, optimizer(config).init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv,
+                 drift)
+
+
+def num_updates(config: Config) -> int:
+    return max(1, config.total_steps // steps_per_update(config))
 
 
 def optimizer(config: Config) -> optax.GradientTransformation:
     """Clipped Adam, learning rate linearly annealed to 0 if asked. Built where it is used, not stored in
     the state, because in a sweep its learning rate and clipping norm are traced values."""
-    num_updates = max(1, config.total_steps // steps_per_update(config))
-    anneal = num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
+    anneal = num_updates(config) * config.update_epochs * config.num_minibatches if config.anneal_lr else None
     return make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal, eps=1e-5)
 
 
@@ -288,9 +308,11 @@ def advantages_and_targets(batch: Batch, next_values, prox_log_prob, prox_value,
     return advantages, targets, jnp.minimum(config.rho_clip, jnp.exp(log_rho))
 
 
-def loss(agent: AgentParams, weights, rows: Rows, config: Config) -> tuple[jax.Array, dict[str, jax.Array]]:
+def loss(agent: AgentParams, weights, rows: Rows, config: Config, drift=None, progress=0.0
+         ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """``policy_loss + vf_coef * value_loss - ent_coef * entropy`` on one minibatch (see the module
-    docstring); advantages are normalised per minibatch if asked, then weighted (decoupled only)."""
+    docstring); advantages are normalised per minibatch if asked, then weighted (decoupled only).
+    ``drift``: learned drift parameters, the policy loss is then ``-E[r A - f(r, A[, progress, N])]``."""
     out = _policy(agent, weights, rows.obs)
     log_prob, entropy = _log_prob_entropy(agent, out, rows.action)
     advantage = rows.advantage
@@ -299,6 +321,9 @@ def loss(agent: AgentParams, weights, rows: Rows, config: Config) -> tuple[jax.A
     if config.correction == "decoupled":  # w * min(r A, clip(r) A) = min(r wA, clip(r) wA) for w >= 0
         advantage = rows.weight * advantage
     policy_loss, clip_frac = clipped_surrogate_loss(log_prob, rows.old_log_prob, advantage, config.clip_eps)
+    if drift is not None:
+        policy_loss = -lpo.lpo_objective(lpo.config_of(drift), drift, log_prob, rows.old_log_prob, advantage,
+                                         progress, float(num_updates(config)))
     value_loss = clipped_value_loss(out.value, rows.old_value, rows.target,
                                     config.clip_eps if config.clip_value else None)
     entropy = entropy.mean()
@@ -351,9 +376,11 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
     advantages, targets, weight = advantages_and_targets(batch, next_values, old_log_prob, old_value, config)
     data = jax.tree.map(flatten_time, Rows(batch.obs, batch.action, old_log_prob, old_value, advantages, targets, weight))
 
+    progress = state.update_step.astype(jnp.float32) / num_updates(config)  # n/N, for a lifetime-aware drift
+
     def minibatch_step(carry, rows):
         weights, opt_state = carry
-        grads, metrics = jax.grad(loss, argnums=1, has_aux=True)(agent, weights, rows, config)
+        grads, metrics = jax.grad(loss, argnums=1, has_aux=True)(agent, weights, rows, config, state.drift, progress)
         updates, opt_state = optimizer(config).update(grads, opt_state, weights)
         return (optax.apply_updates(weights, updates), opt_state), metrics
 

@@ -21,6 +21,7 @@ with ``g_phi`` a tanh MLP. ``(r-1)^2`` vanishes with its derivative at ``r = 1``
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -90,3 +91,34 @@ def lpo_objective(config: DriftConfig, params: dict | None, log_prob, old_log_pr
 
 def num_params(params: dict) -> int:
     return int(sum(np.size(p) for p in jax.tree_util.tree_leaves(params)))
+
+
+DRIFT_KEYS = ("w1", "b1", "w2", "b2")
+
+
+def config_of(params: dict) -> DriftConfig:
+    """The drift's config, read from its parameter shapes (``w1`` is ``[F, H]``; F = 7 means TA-LPO)."""
+    features, hidden = np.shape(params["w1"])
+    return DriftConfig(hidden=int(hidden), temporal=features == 7)
+
+
+def save_drift(path, params: dict) -> None:
+    """Write a drift as ``.npz`` (what ``algos.ppo``'s ``--drift FILE`` reads)."""
+    np.savez(path, **{k: np.asarray(params[k], np.float32) for k in DRIFT_KEYS})
+
+
+def load_drift(path) -> dict:
+    """A drift saved by :func:`save_drift`; a clear error for anything else."""
+    fix = "pass an .npz written by `longhorizon repro ta-lpo` (its lpo_drift.npz or ta_lpo_drift.npz)"
+    if not Path(path).is_file():
+        raise UsageError(f"--drift {path} does not exist; {fix}.")
+    try:
+        with np.load(path) as data:
+            params = {k: np.asarray(data[k], np.float32) for k in DRIFT_KEYS}
+    except (OSError, KeyError, ValueError, AttributeError):
+        raise UsageError(f"--drift {path} is not a drift file (an .npz with arrays {', '.join(DRIFT_KEYS)}); {fix}.") from None
+    features, hidden = params["w1"].shape if params["w1"].ndim == 2 else (0, 0)
+    if features not in (5, 7) or params["b1"].shape != (hidden,) or params["w2"].shape != (hidden,) or params["b2"].shape:
+        raise UsageError(f"--drift {path} has parameter shapes no drift has (w1 {params['w1'].shape}); pass an .npz "
+                         "written by `longhorizon repro ta-lpo`.")
+    return params

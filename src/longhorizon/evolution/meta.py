@@ -18,7 +18,7 @@ Outer loop, antithetic OpenES (Salimans et al. 2017): perturbations ``theta +- s
 .. math::
     \hat g = \frac{1}{2\sigma P'} \sum_{i=1}^{P'} \big(F(\theta+\sigma\epsilon_i) - F(\theta-\sigma\epsilon_i)\big)\,\epsilon_i,
 
-with centred-rank fitness shaping in meta-training and Adam on ``theta``. The whole population's inner
+with centred-rank fitness shaping in meta-training and Adam on ``theta`` (evosax's ``Open_ES``). The whole population's inner
 runs (members x tasks) are vmapped in one jitted program; lifetimes shorter than the scan length are
 masked, so several training horizons share it.
 """
@@ -31,13 +31,11 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import optax
-from jax.flatten_util import ravel_pytree
 
 from longhorizon.core.losses import clipped_surrogate_loss
 from longhorizon.core.returns import gae
 from longhorizon.errors import UsageError
 from longhorizon.evolution import lpo
-from longhorizon.evolution.es import centered_ranks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,18 +136,21 @@ def evaluate(objective: Callable, bandit: BanditConfig, key: jax.Array, lifetime
     return jax.vmap(per_lifetime)(jnp.asarray(lifetimes))
 
 
-# --- outer loop: antithetic OpenES ----------------------------------------------------------------------
+# --- outer loop: antithetic OpenES (evosax) ---------------------------------------------------------------
 
-def antithetic_perturbations(key: jax.Array, theta: jax.Array, population: int, sigma: float):
-    """``eps [P/2, D]`` and the population ``[theta + sigma eps; theta - sigma eps]`` of shape ``[P, D]``."""
-    eps = jax.random.normal(key, (population // 2, theta.shape[0]))
-    return eps, jnp.concatenate([theta + sigma * eps, theta - sigma * eps])
+def open_es(population: int, sigma: float, solution, optimizer: optax.GradientTransformation, centered_ranks: bool = True):
+    """evosax's antithetic OpenES over pytrees shaped like ``solution``, with a constant ``sigma``.
 
-
-def antithetic_gradient(eps: jax.Array, fitness: jax.Array, sigma: float) -> jax.Array:
-    r"""``g_hat`` of the module docstring from ``eps [P/2, D]`` and ``fitness [P]`` (plus half, then minus half)."""
-    half = eps.shape[0]
-    return (fitness[:half] - fitness[half:]) @ eps / (2.0 * sigma * half)
+    evosax minimises: it is told ``-F``, so its descent direction is the ascent direction of ``F``
+    (``g_hat`` of the module docstring; tested on a quadratic)."""
+    try:
+        from evosax.algorithms import Open_ES
+        from evosax.core.fitness_shaping import centered_rank_fitness_shaping_fn, identity_fitness_shaping_fn
+    except ImportError:
+        raise UsageError("meta-training needs evosax; install it with pip install -e '.[evolution]'.") from None
+    return Open_ES(population_size=population, solution=solution, use_antithetic_sampling=True, optimizer=optimizer,
+                   std_schedule=optax.constant_schedule(sigma),
+                   fitness_shaping_fn=centered_rank_fitness_shaping_fn if centered_ranks else identity_fitness_shaping_fn)
 
 
 @dataclasses.dataclass
@@ -162,34 +163,32 @@ class MetaTrainer:
 
     def __post_init__(self):
         params = lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed))
-        self.theta, self.unravel = ravel_pytree(params)
-        self.optimizer = optax.adam(self.es.learning_rate)
-        self.opt_state = self.optimizer.init(self.theta)
+        self.strategy = open_es(self.es.population, self.es.sigma, params, optax.adam(self.es.learning_rate))
         self.key = jax.random.PRNGKey(self.seed + 1)
+        self.es_state = self.strategy.init(jax.random.PRNGKey(self.seed + 2), params, self.strategy.default_params)
         self.step = jax.jit(self._generation)
 
-    def member_fitness(self, theta, task_keys, lifetimes):
-        objective = drift_objective(self.drift, self.unravel(theta))
+    def member_fitness(self, params, task_keys, lifetimes):
+        objective = drift_objective(self.drift, params)
         run = lambda k, n: inner_lifetime(objective, self.bandit, k, n, max(self.es.train_lifetimes))
         return jax.vmap(run)(task_keys, lifetimes).mean()
 
-    def _generation(self, theta, opt_state, key):
-        k_eps, k_tasks, k_life = jax.random.split(key, 3)
-        eps, members = antithetic_perturbations(k_eps, theta, self.es.population, self.es.sigma)
+    def _generation(self, es_state, key):
+        k_ask, k_tasks, k_life, k_tell = jax.random.split(key, 4)
+        members, es_state = self.strategy.ask(k_ask, es_state, self.strategy.default_params)
         task_keys = jax.random.split(k_tasks, self.es.tasks)
         lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.es.tasks,))
         fitness = jax.vmap(self.member_fitness, in_axes=(0, None, None))(members, task_keys, lifetimes)
-        grad = antithetic_gradient(eps, centered_ranks(fitness), self.es.sigma)
-        updates, opt_state = self.optimizer.update(-grad, opt_state, theta)  # ascent
-        return optax.apply_updates(theta, updates), opt_state, fitness.mean()
+        es_state, _ = self.strategy.tell(k_tell, members, -fitness, es_state, self.strategy.default_params)
+        return es_state, fitness.mean()
 
     def generation(self) -> float:
         self.key, k = jax.random.split(self.key)
-        self.theta, self.opt_state, mean_fitness = self.step(self.theta, self.opt_state, k)
+        self.es_state, mean_fitness = self.step(self.es_state, k)
         return float(mean_fitness)
 
     def params(self) -> dict:
-        return self.unravel(self.theta)
+        return self.strategy.get_mean(self.es_state)
 
     def inner_steps_per_generation(self) -> int:
         """Bandit pulls simulated per generation (masked updates past a lifetime counted as not run)."""

@@ -4,7 +4,9 @@ Jackson et al. (2024) meta-learn LPO's drift with the lifetime inputs ``n/N`` an
 it generalises across training horizons better than LPO's and that the discovered drift changes over the
 lifetime. Here both drifts are meta-trained with the same antithetic OpenES (:mod:`longhorizon.evolution.meta`)
 on a 10-armed Gaussian bandit at lifetimes ``train_lifetimes``, then scored on held-out lifetimes, next to
-the zero drift (PPO's unclipped surrogate) and PPO-clip (eps 0.2) as references.
+the zero drift (PPO's unclipped surrogate) and PPO-clip (eps 0.2) as references. Last, both drifts
+are saved and put into the engine's PPO (``longhorizon train ppo --drift FILE``) on held-out environments
+(classic control, never seen in meta-training), against PPO-clip, for the training lifetimes in updates.
 """
 
 from __future__ import annotations
@@ -30,10 +32,17 @@ class Setup:
     bandit: meta.BanditConfig = meta.BanditConfig(noise=2.0, inner_lr=4.0)
     held_out_lifetimes: tuple = (4, 16, 32, 128)
     eval_tasks: int = 256
+    # held-out environments: the engine's PPO (default config) with each drift, lifetimes in PPO updates
+    held_out_envs: tuple = ("CartPole-v1", "Acrobot-v1")
+    env_lifetimes: tuple = (8, 64)
+    env_seeds: int = 5
 
 
 QUICK = Setup(generations=2, es=meta.ESConfig(population=4, tasks=2, train_lifetimes=(2, 4)),
-              bandit=meta.BanditConfig(arms=4, batch=4, epochs=1), held_out_lifetimes=(8,), eval_tasks=8)
+              bandit=meta.BanditConfig(arms=4, batch=4, epochs=1), held_out_lifetimes=(8,), eval_tasks=8,
+              held_out_envs=("CartPole-v1",), env_lifetimes=(2,), env_seeds=1)
+# normalised return on a held-out environment: (R - lo) / (hi - lo), lo ~ a random policy, hi = the best possible
+RETURN_RANGE = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0)}
 GRID_R = np.linspace(0.5, 2.0, 31)
 
 
@@ -55,6 +64,47 @@ def lifetime_change_claim(early: np.ndarray, late: np.ndarray, threshold: float 
     rel = float(np.abs(late - early).mean() / max(scale, 1e-12))
     text = f"mean |f_late - f_early| / mean |f| = {rel:.3f} (threshold {threshold})"
     return f"holds ({text})" if rel > threshold else f"contradicted ({text})"
+
+
+def env_transfer_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
+    """Paired over seeds (``[cells, seeds]`` of normalised returns, cell = environment x lifetime): TA-LPO minus
+    LPO, averaged over cells."""
+    diff = (np.asarray(ta_scores) - np.asarray(lpo_scores)).mean(axis=0)
+    if diff.size < 2:
+        return f"inconclusive (one seed: TA-LPO - LPO = {float(diff.mean()):+.3f} normalised return, no SE)"
+    m, se = mean_se(diff)
+    text = f"TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE over seeds) normalised return on held-out environments"
+    if m > 2 * se:
+        return f"holds ({text})"
+    if m < -2 * se:
+        return f"contradicted ({text})"
+    return f"inconclusive ({text})"
+
+
+def held_out_environments(setup: Setup, drift_files: dict, runs_dir: Path, log=print) -> dict:
+    """``{env: {lifetime: {arm: [normalised final greedy return per seed]}}}``: one ``runner.train`` per cell,
+    every seed in one program; the same seeds (so the same initial networks) for every arm."""
+    from longhorizon.algos import ppo
+    from longhorizon.runner import run as runner
+
+    arms = {"PPO-clip 0.2": {}, **{name: {"drift": str(path)} for name, path in drift_files.items()}}
+    table = {}
+    for env in setup.held_out_envs:
+        steps = ppo.steps_per_update(ppo.default_config(env))
+        lo, hi = RETURN_RANGE.get(env, (0.0, 1.0))
+        table[env] = {}
+        for lifetime in setup.env_lifetimes:
+            table[env][lifetime] = {}
+            for arm, overrides in arms.items():
+                folder = runs_dir / f"{env}_N{lifetime}_{arm.split(' ')[0].lower()}"
+                spec = runner.RunSpec(algo="ppo", env=env, seeds=setup.env_seeds, num_chunks=1, quiet=True, out=str(folder),
+                                      config_overrides={"total_steps": str(lifetime * steps), **overrides})
+                summary = runner.train(spec)
+                returns = np.asarray(summary["final_eval_return"], float)
+                table[env][lifetime][arm] = ((returns - lo) / (hi - lo)).tolist()
+                log(f"  {env} N={lifetime} {arm}: final greedy return {returns.mean():.1f} "
+                    f"(compile {summary['compile_seconds']:.0f} s, train {summary['train_seconds']:.1f} s)")
+    return table
 
 
 def drift_grid(config: lpo.DriftConfig, params, progress: float, horizon: float) -> np.ndarray:
@@ -96,17 +146,28 @@ def run(out_dir: str, quick: bool = False) -> dict:
     horizon = float(max(setup.es.train_lifetimes))
     early, late = drift_grid(ta.drift, ta.params(), 0.05, horizon), drift_grid(ta.drift, ta.params(), 0.95, horizon)
     lpo_grid = drift_grid(trained["LPO"].drift, trained["LPO"].params(), 0.0, horizon)
+
+    drift_files = {name: out / f"{name.lower().replace('-', '_')}_drift.npz" for name in trained}
+    for name, path in drift_files.items():
+        lpo.save_drift(path, trained[name].params())
+    print("held-out environments (the engine's PPO with each drift):")
+    envs = held_out_environments(setup, drift_files, out / "runs")
+    cells = [(env, n) for env in envs for n in envs[env]]
+    env_scores = {arm: np.array([envs[e][n][arm] for e, n in cells]) for arm in envs[cells[0][0]][cells[0][1]]}
     claims = {
         "the temporally-aware drift generalises across held-out training horizons better than LPO's":
             generalisation_claim(scores["LPO"][held], scores["TA-LPO"][held]),
         "the discovered TA-LPO drift changes over the lifetime (f early vs late)": lifetime_change_claim(early, late),
+        "the temporally-aware drift transfers to held-out environments better than LPO's":
+            env_transfer_claim(env_scores["LPO"], env_scores["TA-LPO"]),
     }
     table = {name: {int(n): mean_se(s[i]) for i, n in enumerate(lifetimes)} for name, s in scores.items()}
     summary = {"claims": claims, "quick": quick,
-               "verdict": "ta-lpo: " + "; ".join(f"{k.split(' ')[1]}: {v.split(' ')[0]}" for k, v in claims.items()),
+               "verdict": "ta-lpo: " + "; ".join(f"{short}: {v.split(' ')[0]}" for short, v in
+                                                 zip(("held-out lifetimes", "drift changes", "held-out envs"), claims.values())),
                "scores": {name: {str(n): list(v) for n, v in t.items()} for name, t in table.items()},
                "held_out_lifetimes": list(setup.held_out_lifetimes), "train_lifetimes": list(setup.es.train_lifetimes),
-               "throughput": rates, "meta_fitness": curves,
+               "throughput": rates, "meta_fitness": curves, "held_out_envs": envs,
                "drift_grid": {"r": GRID_R.tolist(), "ta_early": early.tolist(), "ta_late": late.tolist(), "lpo": lpo_grid.tolist()},
                "setup": json.loads(json.dumps(dataclasses.asdict(setup)))}
     plot(out / "ta_lpo.png", lifetimes, table, early, late, lpo_grid)
@@ -127,6 +188,13 @@ def run(out_dir: str, quick: bool = False) -> dict:
               "first generation includes compilation):", "", "| drift | first generation (s) | generation (s) | inner steps/s |",
               "|---|---|---|---|"]
     lines += [f"| {n} | {r['first_generation_s']:.1f} | {r['generation_s']:.2f} | {r['inner_steps_per_s']:.3g} |" for n, r in rates.items()]
+    lines += ["", f"Held-out environments: the engine's PPO (default config for the environment, {setup.env_seeds} seeds, "
+              "the same seeds for every arm) with each saved drift (`longhorizon train ppo --env ENV --drift "
+              "ta_lpo_drift.npz`) against PPO-clip, for N updates. Final greedy return normalised to [0, 1] "
+              "(CartPole: R/500; Acrobot: (R+500)/500), mean +- SE over seeds:", "",
+              "| environment | N | " + " | ".join(env_scores) + " |", "|---|---|" + "---|" * len(env_scores)]
+    lines += [f"| {e} | {n} | " + " | ".join("{:.3f} +- {:.3f}".format(*mean_se(envs[e][n][arm])) for arm in env_scores) + " |"
+              for e, n in cells]
     lines += ["", "![TA-LPO](ta_lpo.png)", "", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in claims.items()]
     write(out, summary, lines)
     return summary
