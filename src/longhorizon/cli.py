@@ -22,7 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 # Modules that add their own commands with ``register(app)``.
 PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.cli", "longhorizon.runner.sweep",
-           "longhorizon.offline.cli")
+           "longhorizon.offline.cli", "longhorizon.evolution.cli")
 
 
 def setup_compilation_cache() -> None:

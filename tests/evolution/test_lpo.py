@@ -124,3 +124,19 @@ def test_quick_repro_writes_files_and_claims_from_the_data(tmp_path):
     assert claim in summary["claims"].values()
     assert all(r["inner_steps_per_s"] > 0 for r in summary["throughput"].values())
     assert "longhorizon repro ta-lpo --quick" in (tmp_path / "README.md").read_text()
+
+
+def test_ppo_inner_loop_pieces_by_hand():
+    from longhorizon.algos import ppo
+    from longhorizon.errors import UsageError
+    from longhorizon.evolution import meta_ppo
+
+    # returns summed per update, episodes counted per update; lifetime 8 -> the last 2 updates: (30 + 0) / (2 + 0)
+    metrics = {"episode_return_sum": jnp.array([1.0, 2, 3, 4, 5, 6, 30, 0]), "episodes": jnp.array([1.0, 1, 1, 1, 1, 1, 2, 0])}
+    assert float(meta_ppo.tail_return(metrics, 8)) == pytest.approx(15.0)
+    assert float(meta_ppo.tail_return({k: jnp.zeros(3) for k in metrics}, 3)) == 0.0  # no episode ended: 0, not NaN
+    inner = meta_ppo.InnerPPO(lifetimes=(5,), overrides=(("num_envs", 2), ("num_steps", 16)))
+    config = meta_ppo.lifetime_config(inner, 5)
+    assert (config.num_envs, config.num_steps, ppo.num_updates(config)) == (2, 16, 5)  # n/N counts the lifetime
+    with pytest.raises(UsageError, match="no return range is known"):
+        meta_ppo.InnerPPO(env="Pendulum-v1")

@@ -78,10 +78,26 @@ INSPECT = ("offline", "inspect", "{ODATA}")
 AGENT = ("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--steps", "4", "--train-tasks", "8",
          "--eval-tasks", "2")
 AGENT_ROWS = ("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--steps", "4", "--tasks", "{ATASKS}")
+EVOLVE = ("evolve", "drift", "--out", "{TMP}/e")
 SWEEP = ("sweep", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--grid", "learning_rate=1e-4,3e-4",
          "--out", "{TMP}/w")
 
 CASES: dict[tuple[str, ...], dict[str, list]] = {
+    ("evolve", "drift"): {
+        "env": [acts(EVOLVE, "--env", "Acrobot-v1"), refused((*EVOLVE, "--env", "Pendulum-v1"), "no return range is known"),
+                refused((*EVOLVE, "--env", "NoSuchEnv-v0"), "NoSuchEnv-v0")],
+        "temporal": [acts(EVOLVE, "--no-temporal")],
+        "lifetimes": [acts(EVOLVE, "--lifetimes", "4"), refused((*EVOLVE, "--lifetimes", "0"), "positive update counts"),
+                      refused((*EVOLVE, "--lifetimes", "a,b"), "not a comma-separated list")],
+        "seeds": [acts(EVOLVE, "--seeds", "3")],
+        "population": [acts(EVOLVE, "--population", "16"), refused((*EVOLVE, "--population", "3"), "must be even")],
+        "generations": [acts(EVOLVE, "--generations", "5"), refused((*EVOLVE, "--generations", "0"), "at least 1")],
+        "sigma": [acts(EVOLVE, "--sigma", "0.1"), refused((*EVOLVE, "--sigma", "0"), "sigma")],
+        "learning_rate": [acts(EVOLVE, "--learning-rate", "0.01")],
+        "seed": [acts(EVOLVE, "--seed", "1")],
+        "out": [acts(EVOLVE, replace={"{TMP}/e": "{TMP}/f"})],
+        "dry_run": [DRY],
+    },
     ("train",): {
         "algo": [acts(TRAIN, replace={"ppo": "pqn"})],
         "env": [acts(TRAIN, replace={"CartPole-v1": "Acrobot-v1"})],
@@ -377,7 +393,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
 # Commands with no options to walk.
 NO_OPTIONS = {("envs",)}
 # A case for `--dry-run` needs a command that takes it.
-DRY_ARGV = {("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
+DRY_ARGV = {("evolve", "drift"): EVOLVE, ("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
             ("lm", "eval"): LM_EVAL, ("lm", "fetch"): FETCH, ("repro",): REPRO, ("sweep",): SWEEP,
             ("offline", "datasets"): ("offline", "datasets"), ("offline", "make-dataset"): MAKE,
             ("offline", "inspect"): INSPECT, ("offline", "train"): OTRAIN, ("lm", "agent"): AGENT}

@@ -153,6 +153,12 @@ def open_es(population: int, sigma: float, solution, optimizer: optax.GradientTr
                    fitness_shaping_fn=centered_rank_fitness_shaping_fn if centered_ranks else identity_fitness_shaping_fn)
 
 
+def strong_types(tree):
+    """``tree`` without weakly typed leaves. evosax's states mix weak and strong types (its sigma schedule
+    returns a Python float), and a generation fed back its own output would otherwise compile twice."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x, tree)
+
+
 @dataclasses.dataclass
 class MetaTrainer:
     """Meta-trains one drift; ``step`` is one jitted generation over the whole population."""
@@ -165,7 +171,8 @@ class MetaTrainer:
         params = lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed))
         self.strategy = open_es(self.es.population, self.es.sigma, params, optax.adam(self.es.learning_rate))
         self.key = jax.random.PRNGKey(self.seed + 1)
-        self.es_state = self.strategy.init(jax.random.PRNGKey(self.seed + 2), params, self.strategy.default_params)
+        self.es_state = strong_types(self.strategy.init(jax.random.PRNGKey(self.seed + 2), params,
+                                                        self.strategy.default_params))
         self.step = jax.jit(self._generation)
 
     def member_fitness(self, params, task_keys, lifetimes):
@@ -180,7 +187,7 @@ class MetaTrainer:
         lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.es.tasks,))
         fitness = jax.vmap(self.member_fitness, in_axes=(0, None, None))(members, task_keys, lifetimes)
         es_state, _ = self.strategy.tell(k_tell, members, -fitness, es_state, self.strategy.default_params)
-        return es_state, fitness.mean()
+        return strong_types(es_state), fitness.mean()
 
     def generation(self) -> float:
         self.key, k = jax.random.split(self.key)

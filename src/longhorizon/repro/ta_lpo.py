@@ -4,9 +4,10 @@ Jackson et al. (2024) meta-learn LPO's drift with the lifetime inputs ``n/N`` an
 it generalises across training horizons better than LPO's and that the discovered drift changes over the
 lifetime. Here both drifts are meta-trained with the same antithetic OpenES (:mod:`longhorizon.evolution.meta`)
 on a 10-armed Gaussian bandit at lifetimes ``train_lifetimes``, then scored on held-out lifetimes, next to
-the zero drift (PPO's unclipped surrogate) and PPO-clip (eps 0.2) as references. Last, both drifts
-are saved and put into the engine's PPO (``longhorizon train ppo --drift FILE``) on held-out environments
-(classic control, never seen in meta-training), against PPO-clip, for the training lifetimes in updates.
+the zero drift (PPO's unclipped surrogate) and PPO-clip (eps 0.2) as references. Both drifts are also
+meta-trained the paper's way, with the engine's PPO as the inner loop on a control task
+(:mod:`longhorizon.evolution.meta_ppo`). Last, all four drifts are saved and put into the engine's PPO
+(``longhorizon train ppo --drift FILE``) on held-out environments and lifetimes, against PPO-clip.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.evolution import lpo, meta
+from longhorizon.evolution import lpo, meta, meta_ppo
 from longhorizon.repro.report import mean_se, write
 
 
@@ -36,13 +37,18 @@ class Setup:
     held_out_envs: tuple = ("CartPole-v1", "Acrobot-v1")
     env_lifetimes: tuple = (8, 64)
     env_seeds: int = 5
+    # the second family: meta-training with the engine's PPO as the inner loop (evolution.meta_ppo)
+    control: meta_ppo.InnerPPO = meta_ppo.InnerPPO(env="CartPole-v1", lifetimes=(8, 32), seeds=2)
+    control_es: meta.ESConfig = meta.ESConfig(population=8)
+    control_generations: int = 30
 
 
 QUICK = Setup(generations=2, es=meta.ESConfig(population=4, tasks=2, train_lifetimes=(2, 4)),
               bandit=meta.BanditConfig(arms=4, batch=4, epochs=1), held_out_lifetimes=(8,), eval_tasks=8,
-              held_out_envs=("CartPole-v1",), env_lifetimes=(2,), env_seeds=1)
-# normalised return on a held-out environment: (R - lo) / (hi - lo), lo ~ a random policy, hi = the best possible
-RETURN_RANGE = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0)}
+              held_out_envs=("CartPole-v1",), env_lifetimes=(1,), env_seeds=1,
+              control=meta_ppo.InnerPPO(lifetimes=(2,), seeds=1, overrides=(("num_envs", 2), ("num_steps", 16),
+                                                                            ("update_epochs", 1), ("num_minibatches", 1))),
+              control_es=meta.ESConfig(population=2), control_generations=2)
 GRID_R = np.linspace(0.5, 2.0, 31)
 
 
@@ -91,12 +97,12 @@ def held_out_environments(setup: Setup, drift_files: dict, runs_dir: Path, log=p
     table = {}
     for env in setup.held_out_envs:
         steps = ppo.steps_per_update(ppo.default_config(env))
-        lo, hi = RETURN_RANGE.get(env, (0.0, 1.0))
+        lo, hi = meta_ppo.return_range(env)
         table[env] = {}
         for lifetime in setup.env_lifetimes:
             table[env][lifetime] = {}
             for arm, overrides in arms.items():
-                folder = runs_dir / f"{env}_N{lifetime}_{arm.split(' ')[0].lower()}"
+                folder = runs_dir / f"{env}_N{lifetime}_{slug(arm)}"
                 spec = runner.RunSpec(algo="ppo", env=env, seeds=setup.env_seeds, num_chunks=1, quiet=True, out=str(folder),
                                       config_overrides={"total_steps": str(lifetime * steps), **overrides})
                 summary = runner.train(spec)
@@ -114,23 +120,38 @@ def drift_grid(config: lpo.DriftConfig, params, progress: float, horizon: float)
     return np.asarray(lpo.drift(config, params, jnp.asarray(r), jnp.asarray(a), **extra))
 
 
+def meta_train(trainer, generations: int, label: str) -> tuple[list, dict]:
+    """Run ``generations`` ES generations; the fitness curve and the throughput (first generation = compile)."""
+    t0 = time.perf_counter()
+    curve = [trainer.generation()]
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    curve += [trainer.generation() for _ in range(generations - 1)]
+    run_s = time.perf_counter() - t0
+    print(f"{label}: {generations} generations, last mean fitness {curve[-1]:.3f} (first generation {compile_s:.0f} s)")
+    return curve, {"first_generation_s": compile_s, "generation_s": run_s / max(generations - 1, 1),
+                   "inner_steps_per_s": trainer.inner_steps_per_generation() * (generations - 1) / max(run_s, 1e-9)}
+
+
+def slug(arm: str) -> str:
+    return arm.lower().replace(" ", "_").replace("(", "").replace(")", "").replace("-", "_")
+
+
 def run(out_dir: str, quick: bool = False) -> dict:
     setup = QUICK if quick else Setup()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    control = setup.control.env
     trained, curves, rates = {}, {}, {}
     for name, temporal in (("LPO", False), ("TA-LPO", True)):
         trainer = meta.MetaTrainer(lpo.DriftConfig(temporal=temporal), setup.bandit, setup.es)
-        t0 = time.perf_counter()
-        curve = [trainer.generation()]
-        compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        curve += [trainer.generation() for _ in range(setup.generations - 1)]
-        run_s = time.perf_counter() - t0
-        rates[name] = {"first_generation_s": compile_s, "generation_s": run_s / max(setup.generations - 1, 1),
-                       "inner_steps_per_s": trainer.inner_steps_per_generation() * (setup.generations - 1) / max(run_s, 1e-9)}
-        trained[name], curves[name] = trainer, curve
-        print(f"{name}: {setup.generations} generations, last mean fitness {curve[-1]:.3f}")
+        curves[name], rates[name] = meta_train(trainer, setup.generations, f"{name} on bandits")
+        trained[name] = trainer
+    for name, temporal in (("LPO", False), ("TA-LPO", True)):
+        trainer = meta_ppo.EnvMetaTrainer(lpo.DriftConfig(temporal=temporal), setup.control, setup.control_es)
+        label = f"{name} ({control})"
+        curves[label], rates[label] = meta_train(trainer, setup.control_generations, f"{name} on {control} (engine PPO)")
+        trained[label] = trainer
 
     key = jax.random.PRNGKey(12345)  # the same held-out bandits for every arm (paired comparison)
     objectives = {"LPO": meta.drift_objective(trained["LPO"].drift, trained["LPO"].params()),
@@ -146,67 +167,86 @@ def run(out_dir: str, quick: bool = False) -> dict:
     horizon = float(max(setup.es.train_lifetimes))
     early, late = drift_grid(ta.drift, ta.params(), 0.05, horizon), drift_grid(ta.drift, ta.params(), 0.95, horizon)
     lpo_grid = drift_grid(trained["LPO"].drift, trained["LPO"].params(), 0.0, horizon)
+    ta_env = trained[f"TA-LPO ({control})"]
+    env_horizon = float(max(setup.control.lifetimes))
+    env_early, env_late = (drift_grid(ta_env.drift, ta_env.params(), p, env_horizon) for p in (0.05, 0.95))
 
-    drift_files = {name: out / f"{name.lower().replace('-', '_')}_drift.npz" for name in trained}
-    for name, path in drift_files.items():
-        lpo.save_drift(path, trained[name].params())
+    arms = {name if "(" in name else f"{name} (bandit)": name for name in trained}
+    drift_files = {arm: out / f"{slug(arm)}_drift.npz" for arm in arms}
+    for arm, path in drift_files.items():
+        lpo.save_drift(path, trained[arms[arm]].params())
     print("held-out environments (the engine's PPO with each drift):")
     envs = held_out_environments(setup, drift_files, out / "runs")
     cells = [(env, n) for env in envs for n in envs[env]]
     env_scores = {arm: np.array([envs[e][n][arm] for e, n in cells]) for arm in envs[cells[0][0]][cells[0][1]]}
+    unseen = [i for i, (e, n) in enumerate(cells) if not (e == control and n in setup.control.lifetimes)]
+    pick = lambda arm: env_scores[arm][unseen]  # noqa: E731
     claims = {
         "the temporally-aware drift generalises across held-out training horizons better than LPO's":
             generalisation_claim(scores["LPO"][held], scores["TA-LPO"][held]),
         "the discovered TA-LPO drift changes over the lifetime (f early vs late)": lifetime_change_claim(early, late),
-        "the temporally-aware drift transfers to held-out environments better than LPO's":
-            env_transfer_claim(env_scores["LPO"], env_scores["TA-LPO"]),
+        "meta-trained on bandits, the temporally-aware drift transfers to held-out environments better than LPO's":
+            env_transfer_claim(env_scores["LPO (bandit)"], env_scores["TA-LPO (bandit)"]),
+        f"meta-trained on {control} with PPO, the temporally-aware drift generalises to held-out environments and "
+        "lifetimes better than LPO's":
+            env_transfer_claim(pick(f"LPO ({control})"), pick(f"TA-LPO ({control})")) if unseen
+            else "inconclusive (no held-out environment or lifetime in this setup)",
+        f"meta-trained on {control}, the TA-LPO drift changes over the lifetime": lifetime_change_claim(env_early, env_late),
     }
+    shorts = ("held-out lifetimes", "drift changes", "held-out envs (bandit drifts)", f"held-out ({control} drifts)",
+              f"drift changes ({control})")
     table = {name: {int(n): mean_se(s[i]) for i, n in enumerate(lifetimes)} for name, s in scores.items()}
     summary = {"claims": claims, "quick": quick,
-               "verdict": "ta-lpo: " + "; ".join(f"{short}: {v.split(' ')[0]}" for short, v in
-                                                 zip(("held-out lifetimes", "drift changes", "held-out envs"), claims.values())),
+               "verdict": "ta-lpo: " + "; ".join(f"{short}: {v.split(' ')[0]}" for short, v in zip(shorts, claims.values())),
                "scores": {name: {str(n): list(v) for n, v in t.items()} for name, t in table.items()},
                "held_out_lifetimes": list(setup.held_out_lifetimes), "train_lifetimes": list(setup.es.train_lifetimes),
                "throughput": rates, "meta_fitness": curves, "held_out_envs": envs,
-               "drift_grid": {"r": GRID_R.tolist(), "ta_early": early.tolist(), "ta_late": late.tolist(), "lpo": lpo_grid.tolist()},
+               "drift_grid": {"r": GRID_R.tolist(), "ta_early": early.tolist(), "ta_late": late.tolist(), "lpo": lpo_grid.tolist(),
+                              "ta_control_early": env_early.tolist(), "ta_control_late": env_late.tolist()},
                "setup": json.loads(json.dumps(dataclasses.asdict(setup)))}
-    plot(out / "ta_lpo.png", lifetimes, table, early, late, lpo_grid)
+    plot(out / "ta_lpo.png", lifetimes, table, early, late, lpo_grid, envs, cells)
 
     command = "longhorizon repro ta-lpo" + (" --quick" if quick else "")
-    lines = ["# TA-LPO: a lifetime-aware drift vs LPO's on held-out training horizons", "",
+    lines = ["# TA-LPO: a lifetime-aware drift vs LPO's on held-out training horizons and environments", "",
              f"Produced by `{command}`.", "", __doc__.split("\n\n", 1)[1].strip(), "",
-             f"Scale: {setup.generations} ES generations, population {setup.es.population} (antithetic), "
+             f"Scale (bandits): {setup.generations} ES generations, population {setup.es.population} (antithetic), "
              f"{setup.es.tasks} bandits per member per generation, {setup.bandit.arms} arms, {setup.bandit.batch} pulls x "
              f"{setup.bandit.epochs} gradient steps per inner update, train lifetimes {setup.es.train_lifetimes}; "
-             f"{setup.eval_tasks} held-out bandits per lifetime. The paper meta-trains on MinAtar/Brax PPO; this is a bandit.",
-             "", "Final normalised score (1 = best arm, 0 = uniform), mean +- SE over held-out bandits "
+             f"{setup.eval_tasks} held-out bandits per lifetime.", "",
+             f"Scale ({control}): {setup.control_generations} ES generations, population {setup.control_es.population}, "
+             f"each member's fitness from {setup.control.seeds} PPO runs per lifetime N in {setup.control.lifetimes} "
+             f"(engine PPO, the environment's default config{', overrides ' + str(dict(setup.control.overrides)) if setup.control.overrides else ''}), "
+             "normalised return of the episodes ending in the last quarter of the lifetime. The paper meta-trains on "
+             "MinAtar/Brax with far larger populations and budgets.",
+             "", "Bandits: final normalised score (1 = best arm, 0 = uniform), mean +- SE over held-out bandits "
              "(* = held-out lifetime):", "",
              "| objective | " + " | ".join(f"N={n}{'*' if n in setup.held_out_lifetimes else ''}" for n in lifetimes) + " |",
              "|---" * (len(lifetimes) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(f"{m:.3f} +- {e:.3f}" for m, e in t.values()) + " |" for name, t in table.items()]
-    lines += ["", "Meta-training throughput (bandit pulls simulated per second over the whole population; "
-              "first generation includes compilation):", "", "| drift | first generation (s) | generation (s) | inner steps/s |",
-              "|---|---|---|---|"]
+    lines += ["", "Meta-training throughput (inner environment steps, or bandit pulls, simulated per second over the "
+              "whole population; the first generation includes compilation):", "",
+              "| drift | first generation (s) | generation (s) | inner steps/s |", "|---|---|---|---|"]
     lines += [f"| {n} | {r['first_generation_s']:.1f} | {r['generation_s']:.2f} | {r['inner_steps_per_s']:.3g} |" for n, r in rates.items()]
     lines += ["", f"Held-out environments: the engine's PPO (default config for the environment, {setup.env_seeds} seeds, "
               "the same seeds for every arm) with each saved drift (`longhorizon train ppo --env ENV --drift "
-              "ta_lpo_drift.npz`) against PPO-clip, for N updates. Final greedy return normalised to [0, 1] "
-              "(CartPole: R/500; Acrobot: (R+500)/500), mean +- SE over seeds:", "",
+              "FILE_drift.npz`) against PPO-clip, for N updates. Final greedy return normalised to [0, 1] "
+              "(CartPole: R/500; Acrobot: (R+500)/500), mean +- SE over seeds (* = a cell the "
+              f"{control} drifts were meta-trained on):", "",
               "| environment | N | " + " | ".join(env_scores) + " |", "|---|---|" + "---|" * len(env_scores)]
-    lines += [f"| {e} | {n} | " + " | ".join("{:.3f} +- {:.3f}".format(*mean_se(envs[e][n][arm])) for arm in env_scores) + " |"
-              for e, n in cells]
+    lines += [f"| {e}{'' if i in unseen else '*'} | {n} | " + " | ".join(
+        "{:.3f} +- {:.3f}".format(*mean_se(envs[e][n][arm])) for arm in env_scores) + " |" for i, (e, n) in enumerate(cells)]
     lines += ["", "![TA-LPO](ta_lpo.png)", "", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in claims.items()]
     write(out, summary, lines)
     return summary
 
 
-def plot(path: Path, lifetimes, table: dict, early, late, lpo_grid) -> None:
+def plot(path: Path, lifetimes, table: dict, early, late, lpo_grid, envs: dict, cells: list) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 3.8))
     for name, t in table.items():
         m, e = np.array([t[n] for n in lifetimes]).T
         ax1.errorbar(lifetimes, m, yerr=e, marker="o", ms=3, label=name)
@@ -221,6 +261,15 @@ def plot(path: Path, lifetimes, table: dict, early, late, lpo_grid) -> None:
     ax2.set_xlabel("ratio r")
     ax2.set_ylabel("drift f(r, A)")
     ax2.legend(fontsize=6)
+    arms = list(envs[cells[0][0]][cells[0][1]])
+    width = 0.8 / len(arms)
+    for j, arm in enumerate(arms):
+        m, e = np.array([mean_se(envs[c][n][arm]) for c, n in cells]).T
+        ax3.bar(np.arange(len(cells)) + j * width, m, width, yerr=e, label=arm)
+    ax3.set_xticks(np.arange(len(cells)) + 0.4 - width / 2, [f"{c.split('-')[0]} N={n}" for c, n in cells], fontsize=7)
+    ax3.set_ylabel("normalised final greedy return")
+    ax3.set_title("PPO with each drift, held-out environments", fontsize=9)
+    ax3.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,128 @@
+r"""Meta-training a drift with the engine's PPO as the inner loop, on any environment of the registry.
+
+The bandit meta-trainer (:mod:`longhorizon.evolution.meta`) is cheap; this one is the paper's setting:
+each population member is a drift ``phi``, its fitness the return PPO reaches when it trains *with* that
+drift (``algos.ppo`` with ``State.drift = phi``) for a lifetime of ``N`` updates,
+
+.. math::
+    F(\phi) = \frac{1}{|\mathcal N|} \sum_{N \in \mathcal N} \frac{\bar R_N(\phi) - lo}{hi - lo},
+
+with ``R_N`` the mean return of the episodes that end in the last quarter of the lifetime, averaged over
+``seeds`` inner runs, and ``[lo, hi]`` the environment's return range (a random policy to the best
+possible). Every member starts from the same initial networks in a generation (common random
+numbers), drawn afresh each generation. One jitted program per generation runs members x seeds x
+lifetimes; the outer loop is the same evosax OpenES as the bandit trainer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from longhorizon.errors import UsageError
+from longhorizon.evolution import lpo
+from longhorizon.evolution.meta import ESConfig, open_es, strong_types
+
+# normalised return: (R - lo) / (hi - lo), lo ~ a random policy, hi = the best possible
+RETURN_RANGE = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0), "MountainCar-v0": (-200.0, 0.0),
+                "Breakout-MinAtar": (0.0, 60.0), "Asterix-MinAtar": (0.0, 60.0), "SpaceInvaders-MinAtar": (0.0, 300.0),
+                "Freeway-MinAtar": (0.0, 60.0)}
+
+
+def return_range(env_id: str) -> tuple[float, float]:
+    if env_id not in RETURN_RANGE:
+        raise UsageError(f"no return range is known for {env_id}; meta-training on an environment needs one to "
+                         f"normalise returns: use one of {sorted(RETURN_RANGE)}.")
+    return RETURN_RANGE[env_id]
+
+
+@dataclasses.dataclass(frozen=True)
+class InnerPPO:
+    env: str = "CartPole-v1"
+    lifetimes: tuple = (8, 32)  # PPO updates per inner run (each a separate compiled scan)
+    seeds: int = 2  # inner runs per member and lifetime
+    overrides: tuple = ()  # PPO config fields as (name, value) pairs, over the environment's defaults
+
+    def __post_init__(self):
+        if not self.lifetimes or min(self.lifetimes) < 1 or self.seeds < 1:
+            raise UsageError(f"lifetimes must be positive update counts and seeds >= 1 (got {self.lifetimes}, "
+                             f"{self.seeds}).")
+        return_range(self.env)
+
+
+def lifetime_config(inner: InnerPPO, lifetime: int):
+    """The PPO config of a ``lifetime``-update run: the environment's defaults, the overrides, and
+    ``total_steps`` such that the run has exactly ``lifetime`` updates (so ``n/N`` means what it says)."""
+    from longhorizon.algos import ppo
+
+    base = dataclasses.replace(ppo.default_config(inner.env), **dict(inner.overrides))
+    return dataclasses.replace(base, total_steps=lifetime * ppo.steps_per_update(base))
+
+
+def tail_return(metrics: dict, lifetime: int) -> jax.Array:
+    """Mean return of the episodes that ended in the last quarter of a lifetime (0 if none ended)."""
+    tail = max(1, lifetime // 4)
+    episodes = metrics["episodes"][-tail:].sum()
+    return metrics["episode_return_sum"][-tail:].sum() / jnp.maximum(episodes, 1.0)
+
+
+@dataclasses.dataclass
+class EnvMetaTrainer:
+    """Meta-trains one drift with PPO inner runs; ``generation()`` is one jitted generation."""
+    drift: lpo.DriftConfig
+    inner: InnerPPO
+    es: ESConfig
+    seed: int = 0
+
+    def __post_init__(self):
+        from longhorizon.algos import ppo
+        from longhorizon.engine.fused import init_over_seeds, make_update
+        from longhorizon.envs.registry import make
+
+        self.env = make(self.inner.env)
+        self.lo, self.hi = return_range(self.inner.env)
+        self.configs = {n: lifetime_config(self.inner, n) for n in self.inner.lifetimes}
+        self._init = {n: init_over_seeds(lambda k, c=c: ppo.init(k, self.env, c), self.inner.seeds)
+                      for n, c in self.configs.items()}
+        self._update = make_update(ppo)
+        params = lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed))
+        self.strategy = open_es(self.es.population, self.es.sigma, params, optax.adam(self.es.learning_rate))
+        self.key = jax.random.PRNGKey(self.seed + 1)
+        self.es_state = strong_types(self.strategy.init(jax.random.PRNGKey(self.seed + 2), params,
+                                                        self.strategy.default_params))
+        self.step = jax.jit(self._generation)
+
+    def member_fitness(self, params, states: dict) -> jax.Array:
+        """``F(phi)`` of the module docstring for one drift, from the generation's initial states."""
+        def one_run(state, lifetime):
+            _, metrics = jax.lax.scan(self._update, state.replace(drift=params), None, lifetime)
+            return (tail_return(metrics, lifetime) - self.lo) / (self.hi - self.lo)
+
+        per_lifetime = [jax.vmap(lambda s, n=n: one_run(s, n))(states[n]).mean() for n in self.inner.lifetimes]
+        return jnp.mean(jnp.stack(per_lifetime))
+
+    def _generation(self, es_state, key):
+        k_ask, k_init, k_tell = jax.random.split(key, 3)
+        members, es_state = self.strategy.ask(k_ask, es_state, self.strategy.default_params)
+        keys = jax.random.split(k_init, self.inner.seeds)
+        states = {n: init(keys) for n, init in self._init.items()}
+        fitness = jax.vmap(self.member_fitness, in_axes=(0, None))(members, states)
+        es_state, _ = self.strategy.tell(k_tell, members, -fitness, es_state, self.strategy.default_params)
+        return strong_types(es_state), fitness.mean()
+
+    def generation(self) -> float:
+        self.key, k = jax.random.split(self.key)
+        self.es_state, mean_fitness = self.step(self.es_state, k)
+        return float(mean_fitness)
+
+    def params(self) -> dict:
+        return self.strategy.get_mean(self.es_state)
+
+    def inner_steps_per_generation(self) -> int:
+        """Environment steps simulated per generation over the whole population."""
+        from longhorizon.algos import ppo
+
+        return sum(self.es.population * self.inner.seeds * n * ppo.steps_per_update(c) for n, c in self.configs.items())
