@@ -159,3 +159,36 @@ def test_quick_repro_writes_its_report_under_the_bound(tmp_path):
         bound = np.array(m["heuristics"][city]["optimum"])
         for s in m["seeds"]:
             assert np.all(np.array(s[city]["profit"]) <= bound + 1e-6)  # the trained policy too
+
+
+def test_gymnasium_env_steps_the_same_days_as_the_simulator():
+    # Equal logits are the equal-distribution heuristic: the env's day equals amod.run_episode's on the same demand,
+    # step by step; a one-hot logit vector sends the idle fleet towards one node (a different day).
+    import gymnasium
+    from gymnasium.utils.env_checker import check_env
+
+    from longhorizon.errors import UsageError
+    from longhorizon.structured.amod_gym import AMoDEnv
+
+    env = AMoDEnv(city="A")
+    check_env(env, skip_render_check=True)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == env.observation_space.shape == (5 * (4 + 5),) and env.action_space.shape == (20,)
+    reference = amod.run_episode(env.net, env.demand, amod.equal_distribution(env.net))
+    profits, done, steps = [], False, 0
+    while not done:
+        obs, reward, done, truncated, info = env.step(np.zeros(20, np.float32))
+        profits.append(info["profit"])
+        assert reward == pytest.approx(info["profit"] / (env.net.city.fleet * env.net.city.base_fare))
+        assert not truncated
+        steps += 1
+    assert steps == env.net.city.steps and env.lp_seconds > 0
+    np.testing.assert_allclose(profits, reference["profits"], rtol=1e-9)
+    env.reset(seed=3)
+    skewed = np.full(20, -5.0, np.float32)
+    skewed[0] = 5.0
+    other = [env.step(skewed)[4]["profit"] for _ in range(env.net.city.steps)]
+    assert not np.allclose(other, reference["profits"])
+    with pytest.raises(UsageError, match="unknown E-AMoD city"):
+        AMoDEnv(city="Z")
+    assert isinstance(env, gymnasium.Env)
