@@ -100,6 +100,7 @@ def outcomes(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("docs")
     (scratch / "tests").symlink_to(ROOT / "tests")
     (scratch / "examples").symlink_to(ROOT / "examples")  # the documented dataset and reward functions
+    (scratch / "docs").symlink_to(ROOT / "docs")  # curated results that commands read (e.g. a saved drift)
     before = Path.cwd()
     os.chdir(scratch)
     results = {}
