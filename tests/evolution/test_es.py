@@ -132,3 +132,20 @@ def test_es_finetune_quick_writes_its_files(tmp_path):
     assert on_disk["quick"] is True and len(on_disk["claims"]) == 3 and "## Verdict" in (tmp_path / "README.md").read_text()
     assert summary["rollouts_per_arm"] == 2 * 4 * 4
     assert summary["memory_bytes"]["grpo_update"] > 0
+
+
+def test_es_finetune_claim_bars_widen_with_the_spread_over_seeds():
+    from longhorizon.repro.es_finetune import decide
+
+    memory = {"population_generate": 2e6, "es_update": 1e6, "grpo_update": 5e6}
+    base = {1: 0.5, 2: 0.1}
+    # ES gains +0.1 on h=1 on average, but the seeds disagree: 0.8 and 0.4 (SE 0.2, bar 0.4) -> not shown
+    per_seed = {"es": [{1: 0.8, 2: 0.1}, {1: 0.4, 2: 0.1}], "grpo": [{1: 0.8, 2: 0.1}, {1: 0.4, 2: 0.1}]}
+    acc = {"base": base, "es": {1: 0.6, 2: 0.1}, "grpo": {1: 0.6, 2: 0.1}}
+    claims = list(decide(acc, memory, (1,), (1, 2), per_seed).values())
+    assert claims[0].startswith("contradicted") and "bar 0.400" in claims[0]
+    # seeds that agree: ES +0.1 on both (SE 0) -> holds; ES - GRPO paired per seed = -0.05 twice -> contradicted
+    per_seed = {"es": [{1: 0.6, 2: 0.1}, {1: 0.6, 2: 0.1}], "grpo": [{1: 0.7, 2: 0.1}, {1: 0.7, 2: 0.1}]}
+    acc = {"base": base, "es": {1: 0.6, 2: 0.1}, "grpo": {1: 0.7, 2: 0.1}}
+    claims = list(decide(acc, memory, (1,), (1, 2), per_seed).values())
+    assert claims[0].startswith("holds") and claims[2].startswith("contradicted")

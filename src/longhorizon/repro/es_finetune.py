@@ -9,9 +9,10 @@ two arms train on h1's chained tasks with the same number of sampled completions
 
 Claims, decided by :func:`decide` from measured values:
 
-1. ES raises the base's held-out accuracy on the training horizons (by more than ``MARGIN``);
+1. ES raises the base's held-out accuracy on the training horizons (by more than ``MARGIN`` and, with two or
+   more training seeds, by more than twice the standard error over seeds);
 2. ES's programs need less memory than GRPO's update step (XLA's compiled memory analysis);
-3. at equal rollouts, ES is at least as accurate as GRPO on held-out chains (within ``MARGIN``).
+3. at equal rollouts, ES is at least as accurate as GRPO on held-out chains (within the same bar, paired by seed).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from longhorizon.repro.report import mean_se
 
 MARGIN = 0.02  # accuracy differences below this are within held-out sampling noise here
 
@@ -42,6 +45,7 @@ class Setup:
     eval_batch: int = 64  # = problems_per_member: evaluation reuses the ES members' compiled generation
     evaluation: str = "loop"  # es_lm.ESLMConfig.evaluation
     tiny_untrained_base: bool = False  # quick smoke test: a random 1-layer policy instead of the h1 base
+    seeds: int = 3  # training seeds per arm (ES noise and GRPO sampling, and the training problems), one base
 
     def __post_init__(self):
         from longhorizon.errors import UsageError
@@ -52,7 +56,7 @@ class Setup:
 
 
 QUICK = Setup(steps=2, pairs=2, problems_per_member=4, prompts_per_step=4, num_generations=4, eval_per_horizon=4, eval_batch=4,
-              eval_horizons=(1, 2), train_horizons=(1,), tiny_untrained_base=True)
+              eval_horizons=(1, 2), train_horizons=(1,), tiny_untrained_base=True, seeds=1)
 
 
 def base_policy(setup: Setup):
@@ -70,17 +74,17 @@ def base_policy(setup: Setup):
     return params, cfg, tok, h1.base_label(h1.H1Setup())
 
 
-def run_es(params, model_cfg, tok, setup: Setup, lengths):
+def run_es(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0):
     from longhorizon.evolution import es, es_lm
     from longhorizon.lm.tasks import ProblemStream
     from longhorizon.repro.h1 import task_config
 
     cfg = es_lm.ESLMConfig(es=es.ESConfig(pairs=setup.pairs, sigma=setup.sigma, sigma_final=setup.sigma_final,
-                                          steps=setup.steps, learning_rate=setup.es_learning_rate),
+                                          steps=setup.steps, learning_rate=setup.es_learning_rate, seed=seed),
                            problems_per_member=setup.problems_per_member, max_prompt_length=lengths[0],
                            max_completion_length=lengths[1], evaluation=setup.evaluation)
     trainer = es_lm.ESLMTrainer(params, model_cfg, tok, cfg)
-    stream = ProblemStream("chain", task_config(), 11)
+    stream = ProblemStream("chain", task_config(), 11 + seed)
     curve = []
     for _ in range(setup.steps):
         m = trainer.step(stream.sample(setup.train_horizons, setup.problems_per_member))
@@ -90,7 +94,7 @@ def run_es(params, model_cfg, tok, setup: Setup, lengths):
     return trainer.params, curve, memory
 
 
-def run_grpo(params, model_cfg, tok, setup: Setup, lengths):
+def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0):
     from longhorizon.evolution.es_lm import compiled_bytes
     from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer, update
     from longhorizon.lm.tasks import ProblemStream
@@ -99,7 +103,7 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths):
     cfg = GRPOConfig(num_generations=setup.num_generations, loss_type="dr_grpo", scale_rewards="none",
                      learning_rate=setup.grpo_learning_rate, max_prompt_length=lengths[0],
                      max_completion_length=lengths[1])
-    trainer = GRPOTrainer(model_cfg, params, tok, cfg, seed=0)
+    trainer = GRPOTrainer(model_cfg, params, tok, cfg, seed=seed)
     memory = {}
     plain = trainer.updater
 
@@ -110,7 +114,7 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths):
         return plain(p, opt_state, batch)
 
     trainer.updater = measured
-    stream = ProblemStream("chain", task_config(), 11)
+    stream = ProblemStream("chain", task_config(), 11 + seed)
     curve = []
     for _ in range(setup.steps):
         m = trainer.step(stream.sample(setup.train_horizons, setup.prompts_per_step))
@@ -118,23 +122,33 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths):
     return trainer.params, curve, memory
 
 
-def decide(acc: dict, memory: dict, train_horizons, eval_horizons) -> dict:
-    """The claims (module docstring) from held-out accuracies ``acc[arm][h]`` and compiled bytes."""
+def decide(acc: dict, memory: dict, train_horizons, eval_horizons, per_seed: dict | None = None) -> dict:
+    """The claims (module docstring) from held-out accuracies ``acc[arm][h]`` (means over seeds) and compiled
+    bytes. ``per_seed[arm]``: one ``{h: accuracy}`` per training seed; with two or more seeds an accuracy
+    difference must also exceed twice its standard error over seeds (paired by seed against GRPO)."""
     def mean(arm, hs):
         return float(np.mean([acc[arm][h] for h in hs]))
 
+    def bar(values) -> float:
+        return max(MARGIN, 2 * mean_se(values)[1]) if len(values) >= 2 else MARGIN
+
+    seeds = per_seed or {}
     es_gain = mean("es", train_horizons) - mean("base", train_horizons)
+    gain_bar = bar([np.mean([a[h] for h in train_horizons]) for a in seeds.get("es", [])])
     es_peak = max(memory["population_generate"], memory["es_update"])
     diff = mean("es", eval_horizons) - mean("grpo", eval_horizons)
+    diff_bar = bar([np.mean([e[h] - g[h] for h in eval_horizons]) for e, g in zip(seeds.get("es", []), seeds.get("grpo", []))])
     return {
         "ES raises the base's accuracy on the training horizons":
-            (f"holds (+{es_gain:.3f})" if es_gain > MARGIN else f"contradicted ({es_gain:+.3f}, margin {MARGIN})"),
+            (f"holds (+{es_gain:.3f}, bar {gain_bar:.3f})" if es_gain > gain_bar
+             else f"contradicted ({es_gain:+.3f}, bar {gain_bar:.3f})"),
         "ES needs less memory than GRPO's update step":
             (f"holds ({es_peak / 1e6:.2f} MB vs {memory['grpo_update'] / 1e6:.2f} MB)"
              if es_peak < memory["grpo_update"] else
              f"contradicted ({es_peak / 1e6:.2f} MB vs {memory['grpo_update'] / 1e6:.2f} MB)"),
         "at equal rollouts ES is at least as accurate as GRPO":
-            (f"holds (ES - GRPO = {diff:+.3f})" if diff >= -MARGIN else f"contradicted (ES - GRPO = {diff:+.3f})"),
+            (f"holds (ES - GRPO = {diff:+.3f}, bar {diff_bar:.3f})" if diff >= -diff_bar
+             else f"contradicted (ES - GRPO = {diff:+.3f}, bar {diff_bar:.3f})"),
     }
 
 
@@ -159,20 +173,30 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
                         batch_size=setup.eval_batch)["by_horizon"]
 
     acc = {"base": accuracy(params)}
-    es_params, es_curve, memory = run_es(params, model_cfg, tok, setup, lengths)
-    acc["es"] = accuracy(es_params)
-    grpo_params, grpo_curve, grpo_memory = run_grpo(params, model_cfg, tok, setup, lengths)
-    acc["grpo"] = accuracy(grpo_params)
-    memory.update(grpo_memory)
-    claims = decide(acc, memory, setup.train_horizons, setup.eval_horizons)
+    per_seed, curves = {"es": [], "grpo": []}, {"es": [], "grpo": []}
+    for seed in range(setup.seeds):  # the compiled programs are reused: a seed costs its steps, not a compile
+        es_params, es_curve, memory = run_es(params, model_cfg, tok, setup, lengths, seed)
+        per_seed["es"].append(accuracy(es_params))
+        grpo_params, grpo_curve, grpo_memory = run_grpo(params, model_cfg, tok, setup, lengths, seed)
+        per_seed["grpo"].append(accuracy(grpo_params))
+        memory.update(grpo_memory)
+        curves["es"].append(es_curve)
+        curves["grpo"].append(grpo_curve)
+        print(f"seed {seed}: ES {np.mean(list(per_seed['es'][-1].values())):.3f}, "
+              f"GRPO {np.mean(list(per_seed['grpo'][-1].values())):.3f} mean held-out accuracy")
+    for arm, rows in per_seed.items():
+        acc[arm] = {h: float(np.mean([r[h] for r in rows])) for h in rows[0]}
+    es_curve, grpo_curve = curves["es"][0], curves["grpo"][0]
+    claims = decide(acc, memory, setup.train_horizons, setup.eval_horizons, per_seed)
     verdict = ("es-finetune: " + "; ".join(f"{k}: {v}" for k, v in claims.items())
                + (" (quick smoke test on an untrained policy: not evidence)" if setup.tiny_untrained_base else ""))
     summary = {"claims": claims, "verdict": verdict, "quick": quick, "accuracy_by_horizon": acc,
+               "accuracy_by_horizon_per_seed": per_seed, "seeds": setup.seeds,
                "memory_bytes": memory, "rollouts_per_arm": setup.steps * setup.prompts_per_step * setup.num_generations,
                "generated_tokens": {"es": es_curve[-1]["tokens"], "grpo": grpo_curve[-1]["tokens"]},
                "base": base_name, "setup": dataclasses.asdict(setup), "wall_s": time.perf_counter() - t0}
     write_json_atomic(out / "summary.json", summary)
-    write_json_atomic(out / "curves.json", {"es": es_curve, "grpo": grpo_curve})
+    write_json_atomic(out / "curves.json", curves)
     plot(out / "es_vs_grpo.png", acc, es_curve, grpo_curve)
     write_readme(out, summary, setup, quick)
     print(verdict)
@@ -211,7 +235,8 @@ def write_readme(out: Path, summary: dict, setup: Setup, quick: bool) -> None:
              "from seeds, cosine-decayed sigma, an fp32 master). Scale here: the h1 toy character model (0.1M "
              "parameters) instead of billion-parameter LMs, tens of steps instead of hundreds; both arms start "
              f"from {summary['base']} and sample {summary['rollouts_per_arm']} completions each.", "",
-             "Held-out greedy accuracy of the final answer:", "",
+             f"Held-out greedy accuracy of the final answer, mean over {setup.seeds} training seed(s) (per seed "
+             "in summary.json; the training curve plotted is seed 0's):", "",
              "| policy | " + " | ".join(f"h={h}" for h in hs) + " |", "|---|" + "---|" * len(hs)]
     lines += [f"| {arm} | " + " | ".join(f"{acc[arm][h]:.3f}" for h in hs) + " |" for arm in acc]
     lines += ["", "Compiled memory (XLA memory_analysis: arguments + outputs + temporaries):", "",
