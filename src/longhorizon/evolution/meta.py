@@ -159,33 +159,23 @@ def strong_types(tree):
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x, tree)
 
 
-@dataclasses.dataclass
-class MetaTrainer:
-    """Meta-trains one drift; ``step`` is one jitted generation over the whole population."""
-    drift: lpo.DriftConfig
-    bandit: BanditConfig
-    es: ESConfig
-    seed: int = 0
+class OpenESLoop:
+    """What the meta-trainers share: evosax's OpenES state over a drift's parameters, one jitted
+    generation (ask, the population's fitness, tell) and the current mean drift. A subclass defines
+    ``population_fitness(members, *keys) -> [P]`` (higher is better) using ``FITNESS_KEYS`` random keys."""
 
-    def __post_init__(self):
-        params = lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed))
-        self.strategy = open_es(self.es.population, self.es.sigma, params, optax.adam(self.es.learning_rate))
-        self.key = jax.random.PRNGKey(self.seed + 1)
-        self.es_state = strong_types(self.strategy.init(jax.random.PRNGKey(self.seed + 2), params,
-                                                        self.strategy.default_params))
+    FITNESS_KEYS = 1
+
+    def start_es(self, params, es: ESConfig, seed: int) -> None:
+        self.strategy = open_es(es.population, es.sigma, params, optax.adam(es.learning_rate))
+        self.key = jax.random.PRNGKey(seed + 1)
+        self.es_state = strong_types(self.strategy.init(jax.random.PRNGKey(seed + 2), params, self.strategy.default_params))
         self.step = jax.jit(self._generation)
 
-    def member_fitness(self, params, task_keys, lifetimes):
-        objective = drift_objective(self.drift, params)
-        run = lambda k, n: inner_lifetime(objective, self.bandit, k, n, max(self.es.train_lifetimes))
-        return jax.vmap(run)(task_keys, lifetimes).mean()
-
     def _generation(self, es_state, key):
-        k_ask, k_tasks, k_life, k_tell = jax.random.split(key, 4)
+        k_ask, *k_fitness, k_tell = jax.random.split(key, 2 + self.FITNESS_KEYS)
         members, es_state = self.strategy.ask(k_ask, es_state, self.strategy.default_params)
-        task_keys = jax.random.split(k_tasks, self.es.tasks)
-        lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.es.tasks,))
-        fitness = jax.vmap(self.member_fitness, in_axes=(0, None, None))(members, task_keys, lifetimes)
+        fitness = self.population_fitness(members, *k_fitness)
         es_state, _ = self.strategy.tell(k_tell, members, -fitness, es_state, self.strategy.default_params)
         return strong_types(es_state), fitness.mean()
 
@@ -196,6 +186,29 @@ class MetaTrainer:
 
     def params(self) -> dict:
         return self.strategy.get_mean(self.es_state)
+
+
+@dataclasses.dataclass
+class MetaTrainer(OpenESLoop):
+    """Meta-trains one drift on bandits; ``generation()`` is one jitted generation over the whole population."""
+    drift: lpo.DriftConfig
+    bandit: BanditConfig
+    es: ESConfig
+    seed: int = 0
+    FITNESS_KEYS = 2
+
+    def __post_init__(self):
+        self.start_es(lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed)), self.es, self.seed)
+
+    def member_fitness(self, params, task_keys, lifetimes):
+        objective = drift_objective(self.drift, params)
+        run = lambda k, n: inner_lifetime(objective, self.bandit, k, n, max(self.es.train_lifetimes))
+        return jax.vmap(run)(task_keys, lifetimes).mean()
+
+    def population_fitness(self, members, k_tasks, k_life):
+        task_keys = jax.random.split(k_tasks, self.es.tasks)
+        lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.es.tasks,))
+        return jax.vmap(self.member_fitness, in_axes=(0, None, None))(members, task_keys, lifetimes)
 
     def inner_steps_per_generation(self) -> int:
         """Bandit pulls simulated per generation (masked updates past a lifetime counted as not run)."""

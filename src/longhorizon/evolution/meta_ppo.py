@@ -20,11 +20,10 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from longhorizon.errors import UsageError
 from longhorizon.evolution import lpo
-from longhorizon.evolution.meta import ESConfig, open_es, strong_types
+from longhorizon.evolution.meta import ESConfig, OpenESLoop
 
 # normalised return: (R - lo) / (hi - lo), lo ~ a random policy, hi = the best possible
 RETURN_RANGE = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0), "MountainCar-v0": (-200.0, 0.0),
@@ -70,7 +69,7 @@ def tail_return(metrics: dict, lifetime: int) -> jax.Array:
 
 
 @dataclasses.dataclass
-class EnvMetaTrainer:
+class EnvMetaTrainer(OpenESLoop):
     """Meta-trains one drift with PPO inner runs; ``generation()`` is one jitted generation."""
     drift: lpo.DriftConfig
     inner: InnerPPO
@@ -88,12 +87,7 @@ class EnvMetaTrainer:
         self._init = {n: init_over_seeds(lambda k, c=c: ppo.init(k, self.env, c), self.inner.seeds)
                       for n, c in self.configs.items()}
         self._update = make_update(ppo)
-        params = lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed))
-        self.strategy = open_es(self.es.population, self.es.sigma, params, optax.adam(self.es.learning_rate))
-        self.key = jax.random.PRNGKey(self.seed + 1)
-        self.es_state = strong_types(self.strategy.init(jax.random.PRNGKey(self.seed + 2), params,
-                                                        self.strategy.default_params))
-        self.step = jax.jit(self._generation)
+        self.start_es(lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed)), self.es, self.seed)
 
     def member_fitness(self, params, states: dict) -> jax.Array:
         """``F(phi)`` of the module docstring for one drift, from the generation's initial states."""
@@ -104,22 +98,10 @@ class EnvMetaTrainer:
         per_lifetime = [jax.vmap(lambda s, n=n: one_run(s, n))(states[n]).mean() for n in self.inner.lifetimes]
         return jnp.mean(jnp.stack(per_lifetime))
 
-    def _generation(self, es_state, key):
-        k_ask, k_init, k_tell = jax.random.split(key, 3)
-        members, es_state = self.strategy.ask(k_ask, es_state, self.strategy.default_params)
+    def population_fitness(self, members, k_init):
         keys = jax.random.split(k_init, self.inner.seeds)
         states = {n: init(keys) for n, init in self._init.items()}
-        fitness = jax.vmap(self.member_fitness, in_axes=(0, None))(members, states)
-        es_state, _ = self.strategy.tell(k_tell, members, -fitness, es_state, self.strategy.default_params)
-        return strong_types(es_state), fitness.mean()
-
-    def generation(self) -> float:
-        self.key, k = jax.random.split(self.key)
-        self.es_state, mean_fitness = self.step(self.es_state, k)
-        return float(mean_fitness)
-
-    def params(self) -> dict:
-        return self.strategy.get_mean(self.es_state)
+        return jax.vmap(self.member_fitness, in_axes=(0, None))(members, states)
 
     def inner_steps_per_generation(self) -> int:
         """Environment steps simulated per generation over the whole population."""

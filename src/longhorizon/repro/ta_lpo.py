@@ -52,29 +52,29 @@ QUICK = Setup(generations=2, es=meta.ESConfig(population=4, tasks=2, train_lifet
 GRID_R = np.linspace(0.5, 2.0, 31)
 
 
-def generalisation_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
-    """Paired over eval tasks (``[lifetimes, tasks]`` each): TA-LPO minus LPO, averaged over held-out lifetimes."""
-    diff = (np.asarray(ta_scores) - np.asarray(lpo_scores)).mean(axis=0)
+def two_se_rule(diff, label: str) -> str:
+    """``holds`` if the mean of the paired differences ``diff`` is above twice its SE, ``contradicted`` if below
+    minus twice, else ``inconclusive``; the text names what was compared (``label``)."""
     m, se = mean_se(diff)
-    text = f"TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE) normalised score over held-out lifetimes"
+    text = label.format(m=m, se=se)
     if m > 2 * se:
         return f"holds ({text})"
     if m < -2 * se:
         return f"contradicted ({text})"
     return f"inconclusive ({text})"
+
+
+def generalisation_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
+    """Paired over eval tasks (``[lifetimes, tasks]`` each): TA-LPO minus LPO, averaged over held-out lifetimes."""
+    return two_se_rule((np.asarray(ta_scores) - np.asarray(lpo_scores)).mean(axis=0),
+                       "TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE) normalised score over held-out lifetimes")
 
 
 def es_vs_meta_gradient_claim(es_scores: np.ndarray, mg_scores: np.ndarray) -> str:
     """Paired over eval tasks (``[lifetimes, tasks]``): the ES-trained TA-LPO drift minus the meta-gradient one,
     averaged over every lifetime. Holds if ES is ahead by more than 2 SE; contradicted if behind by more."""
-    diff = (np.asarray(es_scores) - np.asarray(mg_scores)).mean(axis=0)
-    m, se = mean_se(diff)
-    text = f"ES - meta-gradient = {m:+.3f} +- {se:.3f} (SE) normalised score over all lifetimes"
-    if m > 2 * se:
-        return f"holds ({text})"
-    if m < -2 * se:
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
+    return two_se_rule((np.asarray(es_scores) - np.asarray(mg_scores)).mean(axis=0),
+                       "ES - meta-gradient = {m:+.3f} +- {se:.3f} (SE) normalised score over all lifetimes")
 
 
 def lifetime_change_claim(early: np.ndarray, late: np.ndarray, threshold: float = 0.1) -> str:
@@ -91,13 +91,7 @@ def env_transfer_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
     diff = (np.asarray(ta_scores) - np.asarray(lpo_scores)).mean(axis=0)
     if diff.size < 2:
         return f"inconclusive (one seed: TA-LPO - LPO = {float(diff.mean()):+.3f} normalised return, no SE)"
-    m, se = mean_se(diff)
-    text = f"TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE over seeds) normalised return on held-out environments"
-    if m > 2 * se:
-        return f"holds ({text})"
-    if m < -2 * se:
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
+    return two_se_rule(diff, "TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE over seeds) normalised return on held-out environments")
 
 
 def held_out_environments(setup: Setup, drift_files: dict, runs_dir: Path, log=print) -> dict:
