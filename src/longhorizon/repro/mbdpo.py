@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.control import mbdpo
@@ -107,27 +106,6 @@ def claim_text(word: str, d: float, se: float, what: str) -> str:
 
 
 # ----------------------------------------------------------------------------- arms
-def eval_program(env, algo, episodes: int):
-    """Jitted ``(params over seeds, keys [S]) -> returns [S, episodes]`` of one greedy episode per copy."""
-
-    def one_seed(params, key):
-        k_reset, key = jax.random.split(key)
-        obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, episodes))
-
-        def step(carry, key):
-            obs, state, total, live = carry
-            k_act, k_env = jax.random.split(key)
-            action = algo.act(params, obs, k_act, True)
-            obs, state, reward, term, trunc, _ = jax.vmap(env.step)(jax.random.split(k_env, episodes), state, action)
-            return (obs, state, total + live * reward, live * (1.0 - (term | trunc))), None
-
-        init = (obs, state, jnp.zeros(episodes), jnp.ones(episodes))
-        (_, _, total, _), _ = jax.lax.scan(step, init, jax.random.split(key, env.max_episode_steps))
-        return total
-
-    return jax.jit(jax.vmap(one_seed))
-
-
 def overrides(config, default) -> dict[str, str]:
     """The fields where ``config`` differs from ``default``, as CLI text for :class:`runner.RunSpec`."""
     return {f.name: ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
@@ -140,12 +118,14 @@ def engine_arm(name: str, algo: str, task: str, config, setup: Setup, log=print)
     World-model arms' curve: the mean return of the training episodes finished in each chunk (NaN where none
     did); PPO's: greedy evaluation after each chunk (its episodes are too long for its few updates per chunk)."""
     from longhorizon.runner import run as runner
+    from longhorizon.runner.evaluate import evaluate as greedy_returns
 
     spec = runner.RunSpec(algo=algo, env=task, seeds=setup.seeds, num_chunks=setup.chunks, quiet=True,
                           config_overrides=config, out="/dev/null/unused")
     run = runner.Run(spec)
-    evaluate = eval_program(run.env, run.algo, setup.eval_episodes)
-    keys = jax.random.split(jax.random.PRNGKey(10_000), setup.seeds)
+
+    def evaluate(state):  # per seed: the mean return of setup.eval_episodes greedy episodes, the runner's way
+        return np.asarray(greedy_returns(run.algo, state, run.env, jax.random.PRNGKey(10_000), setup.eval_episodes))
     t0 = time.perf_counter()
     state = run.engine.init(spec.seed)
     compile_s = run.engine.compile(state)
@@ -156,7 +136,7 @@ def engine_arm(name: str, algo: str, task: str, config, setup: Setup, log=print)
         jax.block_until_ready(state)
         t_train += time.perf_counter() - t
         if algo == "ppo":
-            scores = np.asarray(evaluate(run.algo.agent_params(state), keys), np.float64).mean(1)
+            scores = evaluate(state)
         else:
             count = np.asarray(metrics["episodes"], np.float64)
             scores = np.where(count > 0, np.asarray(metrics["episode_return_sum"], np.float64) / np.maximum(count, 1),
@@ -165,7 +145,7 @@ def engine_arm(name: str, algo: str, task: str, config, setup: Setup, log=print)
         returns.append(scores.tolist())
         wall.append(t_train)
     t = time.perf_counter()
-    final = np.asarray(evaluate(run.algo.agent_params(state), keys), np.float64).mean(1)
+    final = evaluate(state)
     eval_s = time.perf_counter() - t
     log(f"  {task} {name}: final {final.mean():.0f} ({run.num_updates} updates; compile {compile_s:.0f} s, "
         f"train {t_train:.0f} s, eval {eval_s:.0f} s, total {time.perf_counter() - t0:.0f} s)")
