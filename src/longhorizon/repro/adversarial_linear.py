@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.report import bootstrap_slope
-from longhorizon.runner.results import write_json_atomic
+from longhorizon.repro.report import bootstrap_slope, write
 
 SLOPE_LIMIT = 0.65  # sqrt(K) up to logs over two decades: a fitted slope whose CI stays below this "holds"
 HEDGE_RATIO = 1.5  # Hedge "unstable": median regret at the largest K at least this multiple of FTRL's ...
@@ -261,7 +260,5 @@ def run(out_dir: str, quick: bool = False, log=print) -> dict:
                "compile_s": m["compile_s"], "run_s": m["run_s"]}
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "adversarial_linear.png", m)
-    write_json_atomic(out / "summary.json", summary)
-    (out / "README.md").write_text(readme(summary, scale) + "\n")
-    log(f"wrote {out / 'README.md'}")
+    write(out, summary, [readme(summary, scale)])
     return summary

@@ -27,8 +27,7 @@ import numpy as np
 
 from longhorizon.control import chunk_policy, chunktrust, push_place
 from longhorizon.offline import flows
-from longhorizon.repro.report import mean_se
-from longhorizon.runner.results import write_json_atomic
+from longhorizon.repro.report import mean_se, write
 
 TOLERANCE = 0.02  # success-rate differences below max(2 SE, this) are ties (one episode in 50)
 
@@ -65,9 +64,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
     results = measure(setup)
     summary = summarise(results, setup, quick)
     plot(out / "horizons.png", results)
-    write_json_atomic(out / "summary.json", summary)
-    (out / "README.md").write_text(readme(summary, setup, quick))
-    print(f"wrote {out / 'README.md'}")
+    write(out, summary, [readme(summary, setup, quick)])
     return summary
 
 

@@ -28,7 +28,7 @@ from longhorizon import algos
 from longhorizon.control import mad_pinn as mp
 from longhorizon.control import pair_navigation as pn
 from longhorizon.control.epigraph import GridConfig, Navigation, free_cost, min_budget, solve_grid
-from longhorizon.runner.results import write_json_atomic
+from longhorizon.repro.report import write
 
 SETTINGS = {
     False: {"grid": GridConfig(points=41, z_points=31, dt=0.025), "pinn_steps": 3000, "hidden": (96, 96, 96),
@@ -223,9 +223,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
                "residual_final": {"reduced": float(reduced_model.losses[-50:].mean()), "pair": float(pair_model.losses[-50:].mean())},
                "seconds": {"grid": grid_seconds, "pinn_training": train_seconds,
                            "ppo_training": ppo_info["seconds"] + ppo_info["compile_seconds"], "total": time.perf_counter() - begin}}
-    write_json_atomic(out / "summary.json", summary)
-    (out / "README.md").write_text(readme(summary, setting, table, quick))
-    print(f"wrote {out / 'README.md'}")
+    write(out, summary, [readme(summary, setting, table, quick)])
     return summary
 
 
