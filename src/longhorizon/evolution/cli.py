@@ -62,9 +62,7 @@ def drift(
     folder = out if out is not None else Path("runs") / f"drift-{env}-{stamp}"
     if (folder / "drift.npz").exists():
         raise UsageError(f"{folder} already holds a drift; pass another --out (nothing was overwritten).")
-    from longhorizon.algos import ppo
-
-    steps = sum(population * seeds * n * ppo.steps_per_update(meta_ppo.lifetime_config(inner, n)) for n in inner.lifetimes)
+    steps = meta_ppo.inner_env_steps(inner, population)
     plan = {"command": "evolve drift", "env": env, "objective": "TA-LPO" if temporal else "LPO",
             "lifetimes": list(inner.lifetimes), "seeds": seeds, "population": population, "generations": generations,
             "sigma": sigma, "learning_rate": learning_rate, "seed": seed, "out": str(folder),

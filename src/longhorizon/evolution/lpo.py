@@ -119,6 +119,5 @@ def load_drift(path) -> dict:
         raise UsageError(f"--drift {path} is not a drift file (an .npz with arrays {', '.join(DRIFT_KEYS)}); {fix}.") from None
     features, hidden = params["w1"].shape if params["w1"].ndim == 2 else (0, 0)
     if features not in (5, 7) or params["b1"].shape != (hidden,) or params["w2"].shape != (hidden,) or params["b2"].shape:
-        raise UsageError(f"--drift {path} has parameter shapes no drift has (w1 {params['w1'].shape}); pass an .npz "
-                         "written by `longhorizon repro ta-lpo`.")
+        raise UsageError(f"--drift {path} has parameter shapes no drift has (w1 {params['w1'].shape}); {fix}.")
     return params

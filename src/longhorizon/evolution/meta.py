@@ -136,6 +136,23 @@ def evaluate(objective: Callable, bandit: BanditConfig, key: jax.Array, lifetime
     return jax.vmap(per_lifetime)(jnp.asarray(lifetimes))
 
 
+def sample_tasks(k_tasks: jax.Array, k_life: jax.Array, runs: int, train_lifetimes: tuple):
+    """``runs`` inner runs: a bandit key and a training lifetime for each."""
+    return jax.random.split(k_tasks, runs), jax.random.choice(k_life, jnp.asarray(train_lifetimes), (runs,))
+
+
+def mean_final_score(drift: lpo.DriftConfig, bandit: BanditConfig, train_lifetimes: tuple, params, task_keys, lifetimes):
+    """Mean final score of the inner runs ``(task_keys, lifetimes)`` trained with the drift ``params``."""
+    objective = drift_objective(drift, params)
+    run = lambda k, n: inner_lifetime(objective, bandit, k, n, max(train_lifetimes))  # noqa: E731
+    return jax.vmap(run)(task_keys, lifetimes).mean()
+
+
+def pulls(runs: int, bandit: BanditConfig, train_lifetimes: tuple) -> int:
+    """Bandit pulls simulated by ``runs`` inner runs (masked updates past a lifetime counted as not run)."""
+    return int(runs * sum(train_lifetimes) / len(train_lifetimes) * bandit.batch)
+
+
 # --- outer loop: antithetic OpenES (evosax) ---------------------------------------------------------------
 
 def open_es(population: int, sigma: float, solution, optimizer: optax.GradientTransformation, centered_ranks: bool = True):
@@ -200,20 +217,14 @@ class MetaTrainer(OpenESLoop):
     def __post_init__(self):
         self.start_es(lpo.init_drift(self.drift, jax.random.PRNGKey(self.seed)), self.es, self.seed)
 
-    def member_fitness(self, params, task_keys, lifetimes):
-        objective = drift_objective(self.drift, params)
-        run = lambda k, n: inner_lifetime(objective, self.bandit, k, n, max(self.es.train_lifetimes))
-        return jax.vmap(run)(task_keys, lifetimes).mean()
-
     def population_fitness(self, members, k_tasks, k_life):
-        task_keys = jax.random.split(k_tasks, self.es.tasks)
-        lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.es.tasks,))
-        return jax.vmap(self.member_fitness, in_axes=(0, None, None))(members, task_keys, lifetimes)
+        task_keys, lifetimes = sample_tasks(k_tasks, k_life, self.es.tasks, self.es.train_lifetimes)
+        score = lambda params: mean_final_score(self.drift, self.bandit, self.es.train_lifetimes, params,  # noqa: E731
+                                                task_keys, lifetimes)
+        return jax.vmap(score)(members)
 
     def inner_steps_per_generation(self) -> int:
-        """Bandit pulls simulated per generation (masked updates past a lifetime counted as not run)."""
-        mean_life = sum(self.es.train_lifetimes) / len(self.es.train_lifetimes)
-        return int(self.es.population * self.es.tasks * mean_life * self.bandit.batch)
+        return pulls(self.es.population * self.es.tasks, self.bandit, self.es.train_lifetimes)
 
 
 @dataclasses.dataclass
@@ -240,16 +251,10 @@ class MetaGradientTrainer:
         self.skipped = 0
         self.step = jax.jit(self._step)
 
-    def fitness(self, params, task_keys, lifetimes):
-        objective = drift_objective(self.drift, params)
-        run = lambda k, n: inner_lifetime(objective, self.bandit, k, n, max(self.es.train_lifetimes))
-        return jax.vmap(run)(task_keys, lifetimes).mean()
-
     def _step(self, params, opt_state, key):
-        k_tasks, k_life = jax.random.split(key)
-        task_keys = jax.random.split(k_tasks, self.runs)
-        lifetimes = jax.random.choice(k_life, jnp.asarray(self.es.train_lifetimes), (self.runs,))
-        value, grad = jax.value_and_grad(self.fitness)(params, task_keys, lifetimes)
+        task_keys, lifetimes = sample_tasks(*jax.random.split(key), self.runs, self.es.train_lifetimes)
+        score = lambda p: mean_final_score(self.drift, self.bandit, self.es.train_lifetimes, p, task_keys, lifetimes)  # noqa: E731
+        value, grad = jax.value_and_grad(score)(params)
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grad)]))
         updates, new_opt_state = self.optimizer.update(jax.tree.map(jnp.negative, grad), opt_state, params)  # ascent
         new_params = optax.apply_updates(params, updates)
@@ -266,5 +271,4 @@ class MetaGradientTrainer:
         return self.theta
 
     def inner_steps_per_generation(self) -> int:
-        mean_life = sum(self.es.train_lifetimes) / len(self.es.train_lifetimes)
-        return int(self.runs * mean_life * self.bandit.batch)
+        return pulls(self.runs, self.bandit, self.es.train_lifetimes)

@@ -61,6 +61,13 @@ def lifetime_config(inner: InnerPPO, lifetime: int):
     return dataclasses.replace(base, total_steps=lifetime * ppo.steps_per_update(base))
 
 
+def inner_env_steps(inner: InnerPPO, population: int) -> int:
+    """Environment steps one generation simulates over the whole population."""
+    from longhorizon.algos import ppo
+
+    return sum(population * inner.seeds * n * ppo.steps_per_update(lifetime_config(inner, n)) for n in inner.lifetimes)
+
+
 def tail_return(metrics: dict, lifetime: int) -> jax.Array:
     """Mean return of the episodes that ended in the last quarter of a lifetime (0 if none ended)."""
     tail = max(1, lifetime // 4)
@@ -104,7 +111,4 @@ class EnvMetaTrainer(OpenESLoop):
         return jax.vmap(self.member_fitness, in_axes=(0, None))(members, states)
 
     def inner_steps_per_generation(self) -> int:
-        """Environment steps simulated per generation over the whole population."""
-        from longhorizon.algos import ppo
-
-        return sum(self.es.population * self.inner.seeds * n * ppo.steps_per_update(c) for n, c in self.configs.items())
+        return inner_env_steps(self.inner, self.es.population)

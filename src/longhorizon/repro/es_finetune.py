@@ -74,7 +74,7 @@ def base_policy(setup: Setup):
     return params, cfg, tok, h1.base_label(h1.H1Setup())
 
 
-def run_es(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0):
+def run_es(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measure: bool = True):
     from longhorizon.evolution import es, es_lm
     from longhorizon.lm.tasks import ProblemStream
     from longhorizon.repro.h1 import task_config
@@ -90,11 +90,11 @@ def run_es(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0):
         m = trainer.step(stream.sample(setup.train_horizons, setup.problems_per_member))
         curve.append({"completions": m["generations"], "reward": m["reward"], "sigma": m["sigma"],
                       "tokens": m["generated_tokens"]})
-    memory = trainer.memory_bytes(stream.sample(setup.train_horizons, setup.problems_per_member))
+    memory = trainer.memory_bytes(stream.sample(setup.train_horizons, setup.problems_per_member)) if measure else {}
     return trainer.params, curve, memory
 
 
-def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0):
+def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measure: bool = True):
     from longhorizon.evolution.es_lm import compiled_bytes
     from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer, update
     from longhorizon.lm.tasks import ProblemStream
@@ -113,7 +113,8 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0):
                                                                 optimizer=trainer.optimizer).compile())
         return plain(p, opt_state, batch)
 
-    trainer.updater = measured
+    if measure:
+        trainer.updater = measured
     stream = ProblemStream("chain", task_config(), 11 + seed)
     curve = []
     for _ in range(setup.steps):
@@ -173,13 +174,13 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
                         batch_size=setup.eval_batch)["by_horizon"]
 
     acc = {"base": accuracy(params)}
-    per_seed, curves = {"es": [], "grpo": []}, {"es": [], "grpo": []}
+    per_seed, curves, memory = {"es": [], "grpo": []}, {"es": [], "grpo": []}, {}
     for seed in range(setup.seeds):  # the compiled programs are reused: a seed costs its steps, not a compile
-        es_params, es_curve, memory = run_es(params, model_cfg, tok, setup, lengths, seed)
+        es_params, es_curve, es_memory = run_es(params, model_cfg, tok, setup, lengths, seed, measure=seed == 0)
         per_seed["es"].append(accuracy(es_params))
-        grpo_params, grpo_curve, grpo_memory = run_grpo(params, model_cfg, tok, setup, lengths, seed)
+        grpo_params, grpo_curve, grpo_memory = run_grpo(params, model_cfg, tok, setup, lengths, seed, measure=seed == 0)
         per_seed["grpo"].append(accuracy(grpo_params))
-        memory.update(grpo_memory)
+        memory.update(es_memory, **grpo_memory)  # the same programs every seed: measured on seed 0 only
         curves["es"].append(es_curve)
         curves["grpo"].append(grpo_curve)
         print(f"seed {seed}: ES {np.mean(list(per_seed['es'][-1].values())):.3f}, "

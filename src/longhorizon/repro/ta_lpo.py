@@ -97,13 +97,11 @@ def env_transfer_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
 def held_out_environments(setup: Setup, drift_files: dict, runs_dir: Path, log=print) -> dict:
     """``{env: {lifetime: {arm: [normalised final greedy return per seed]}}}``: one ``runner.train`` per cell,
     every seed in one program; the same seeds (so the same initial networks) for every arm."""
-    from longhorizon.algos import ppo
     from longhorizon.runner import run as runner
 
     arms = {"PPO-clip 0.2": {}, **{name: {"drift": str(path)} for name, path in drift_files.items()}}
     table = {}
     for env in setup.held_out_envs:
-        steps = ppo.steps_per_update(ppo.default_config(env))
         lo, hi = meta_ppo.return_range(env)
         table[env] = {}
         for lifetime in setup.env_lifetimes:
@@ -111,7 +109,8 @@ def held_out_environments(setup: Setup, drift_files: dict, runs_dir: Path, log=p
             for arm, overrides in arms.items():
                 folder = runs_dir / f"{env}_N{lifetime}_{slug(arm)}"
                 spec = runner.RunSpec(algo="ppo", env=env, seeds=setup.env_seeds, num_chunks=1, quiet=True, out=str(folder),
-                                      config_overrides={"total_steps": str(lifetime * steps), **overrides})
+                                      config_overrides={"total_steps": str(meta_ppo.lifetime_config(
+                                          meta_ppo.InnerPPO(env=env), lifetime).total_steps), **overrides})
                 summary = runner.train(spec)
                 returns = np.asarray(summary["final_eval_return"], float)
                 table[env][lifetime][arm] = ((returns - lo) / (hi - lo)).tolist()
