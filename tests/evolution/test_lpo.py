@@ -144,3 +144,12 @@ def test_ppo_inner_loop_pieces_by_hand():
     assert (config.num_envs, config.num_steps, ppo.num_updates(config)) == (2, 16, 5)  # n/N counts the lifetime
     with pytest.raises(UsageError, match="no return range is known"):
         meta_ppo.InnerPPO(env="Pendulum-v1")
+
+
+def test_evolve_drift_refuses_a_folder_that_holds_a_drift(tmp_path, capsys):
+    from longhorizon.cli import main
+
+    (tmp_path / "drift.npz").write_bytes(b"")
+    assert main(["evolve", "drift", "--out", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a drift" in err and err.strip().count("\n") == 0
