@@ -35,3 +35,41 @@ def test_quick_run_writes_files_and_claims_from_the_data(tmp_path):
     assert hiql["arm"] == "HIQL" and otan["option_length"] == 5
     assert all(v is None or 0.0 <= v <= 1.0 for v in hiql["sign_accuracy"] + otan["sign_accuracy"])
     assert "--quick" in (tmp_path / "README.md").read_text()
+
+
+def _row(dataset, agent, n, success):
+    return {"dataset": dataset, "agent": agent, "option_length": n, "success_per_seed": [success] * 3,
+            "success_mean": success, "updates_per_second": 50.0, "train_seconds": 1.0}
+
+
+def test_success_runs_only_the_missing_arms_and_saves_after_each(tmp_path, monkeypatch):
+    trained, saved = [], []
+
+    def fake_train(spec):
+        trained.append((spec.dataset, spec.agent, spec.config_overrides.get("option_length")))
+        return {"final_success": [0.5, 0.5, 0.5], "final_success_mean": 0.5, "updates_per_second": 9.0,
+                "train_seconds": 2.0}
+
+    monkeypatch.setattr(ota, "train", fake_train)
+    setup = ota.SuccessSetup(datasets=("pointmaze-large-stitch-v0",), option_lengths=(5, 3), updates=10)
+    done = [_row("pointmaze-large-stitch-v0", "hiql", None, 0.1), _row("pointmaze-large-stitch-v0", "ota", 5, 0.2)]
+    rows = ota.success(tmp_path, setup, done, save=lambda r: saved.append(len(r)), log=lambda *_: None)
+    assert trained == [("pointmaze-large-stitch-v0", "ota", "3")]  # HIQL and n = 5 were already measured
+    assert saved == [3] and rows[-1]["option_length"] == 3
+    claims = ota.success_claims(rows, setup)
+    # by hand: 0.2 vs 0.1 over 3 seeds x 50 episodes: SE = sqrt(.1*.9/150 + .2*.8/150) = 0.0408, gap 0.1 > 2 SE
+    assert claims["OTA beats HIQL on pointmaze-large-stitch-v0"].startswith("holds (0.20 vs 0.10, 2 SE 0.08; paper 0.66")
+    assert claims["OTA n=3 beats HIQL on pointmaze-large-stitch-v0"].startswith("holds (0.50 vs 0.10")
+
+
+def test_run_keeps_the_saved_rows_of_the_same_scale_and_extends_the_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(ota, "train", lambda spec: (_ for _ in ()).throw(AssertionError("nothing should train")))
+    before = ota.SuccessSetup(datasets=("pointmaze-giant-stitch-v0",), option_lengths=(5,), updates=10)
+    rows = [_row("pointmaze-giant-stitch-v0", "hiql", None, 0.0), _row("pointmaze-giant-stitch-v0", "ota", 5, 0.0)]
+    ota.write_results(tmp_path, ota.summarise(None, rows, before, quick=False))
+    summary = ota.run(str(tmp_path), parts=("success",), success_setup=before)
+    assert summary["success"] == rows and tuple(summary["success_setup"]["option_lengths"]) == (5,)
+    assert summary["claims"] == {"OTA beats HIQL on pointmaze-giant-stitch-v0":
+                                 "inconclusive (0.00 vs 0.00, 2 SE 0.00; paper 0.52 vs 0.00)"}
+    assert (tmp_path / "ota_success.png").stat().st_size > 0
+    assert "OTA n=5" in (tmp_path / "README.md").read_text()

@@ -17,6 +17,7 @@ on locally generated pointmaze datasets, seeds vmapped, at a CPU scale stated in
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 import time
 from collections import deque
@@ -233,6 +234,29 @@ def plot(path: Path, mech: dict[str, Any]) -> None:
     plt.close(fig)
 
 
+def plot_success(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Success rate against option length per dataset (HIQL drawn at n = 1), seeds as dots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=110)
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        arms = sorted((r.get("option_length") or 1, r) for r in rows if r["dataset"] == name)
+        line, = ax.plot([n for n, _ in arms], [r["success_mean"] for _, r in arms], "o-", label=name)
+        for n, r in arms:
+            ax.scatter([n] * len(r["success_per_seed"]), r["success_per_seed"], s=10, color=line.get_color(), alpha=0.4)
+    ax.set(xscale="log", xlabel="option length n (1 = HIQL)", ylabel="success rate (5 tasks)", ylim=(-0.03, 1.03),
+           title="OGBench success by option length")
+    ax.set_xticks([1, 3, 5, 10], ["1", "3", "5", "10"])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 SUCCESS_DATASETS = ("pointmaze-large-stitch-v0", "pointmaze-giant-stitch-v0", "pointmaze-giant-navigate-v0")
 PAPER = {"pointmaze-giant-stitch-v0": (0, 52), "pointmaze-giant-navigate-v0": (46, 72), "pointmaze-large-stitch-v0": (13, 66)}
 
@@ -240,59 +264,94 @@ PAPER = {"pointmaze-giant-stitch-v0": (0, 52), "pointmaze-giant-navigate-v0": (4
 @dataclasses.dataclass(frozen=True)
 class SuccessSetup:
     """Part 2's scale. The defaults are the full CPU protocol (hours: see docs/offline.md); the paper
-    trains 1M updates of 512x3 networks at batch 1024."""
+    trains 1M updates of 512x3 networks at batch 1024. ``option_lengths``: the OTA arms (HIQL is n = 1);
+    the first is the one the per-dataset headline claim is about."""
 
     datasets: tuple[str, ...] = SUCCESS_DATASETS
     updates: int = 50_000
     seeds: int = 3
     episodes: int = 10  # per task, 5 tasks
-    option_length: int = 5
+    option_lengths: tuple[int, ...] = (5, 3, 10)
     hidden: str = "256,256"
     batch_size: int = 256
     dataset_size: int | None = None  # transitions (None: OGBench's 1M)
 
+    def scale(self) -> dict[str, Any]:
+        """The fields two runs must share for their rows to sit in one table."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("datasets", "option_lengths")}
 
-def success(out: Path, setup: SuccessSetup, log=print) -> list[dict[str, Any]]:
-    """HIQL vs OTA success rates (mean over OGBench's 5 tasks) per dataset; run folders under ``out``."""
-    rows = []
+
+def success_arms(setup: SuccessSetup) -> list[tuple[str, int | None]]:
+    return [("hiql", None)] + [("ota", n) for n in setup.option_lengths]
+
+
+def success(out: Path, setup: SuccessSetup, done: Sequence[dict[str, Any]] = (), save=None,
+            log=print) -> list[dict[str, Any]]:
+    """HIQL vs OTA (each n) success rates (mean over OGBench's 5 tasks) per dataset; run folders under
+    ``out``. Rows in ``done`` (same scale) are kept, not rerun; ``save(rows)`` is called after each new
+    row, so a run of hours stopped midway keeps what it measured and the next call continues it."""
+    rows = list(done)
     for name in setup.datasets:
         discount = "0.995" if "giant" in name else "0.99"  # OGBench's HIQL setting for the giant mazes
-        for agent in ("hiql", "ota"):
+        for agent, n in success_arms(setup):
+            if any(r["dataset"] == name and r["agent"] == agent and r.get("option_length") == n for r in rows):
+                continue
             overrides = {"discount": discount, "hidden": setup.hidden, "batch_size": str(setup.batch_size),
-                         **({"option_length": str(setup.option_length)} if agent == "ota" else {})}
+                         **({"option_length": str(n)} if agent == "ota" else {})}
             spec = OfflineSpec(agent, name, overrides, seeds=setup.seeds, num_updates=setup.updates, num_chunks=10,
                                eval_episodes=setup.episodes, dataset_size=setup.dataset_size,
-                               out=str(out / f"{agent}-{name}-{int(time.time())}"), quiet=True)
+                               out=str(out / f"{agent}{n or ''}-{name}-{int(time.time())}"), quiet=True)
             summary = train(spec)
-            rows.append({"dataset": name, "agent": agent, "success_per_seed": summary["final_success"],
-                         "success_mean": summary["final_success_mean"], "updates_per_second": summary["updates_per_second"],
-                         "train_seconds": summary["train_seconds"]})
-            log(f"[ota success] {name} {agent}: {summary['final_success']}")
+            rows.append({"dataset": name, "agent": agent, "option_length": n,
+                         "success_per_seed": summary["final_success"], "success_mean": summary["final_success_mean"],
+                         "updates_per_second": summary["updates_per_second"], "train_seconds": summary["train_seconds"]})
+            log(f"[ota success] {name} {agent}{'' if n is None else f' n={n}'}: {summary['final_success']}")
+            if save is not None:
+                save(rows)
     return rows
 
 
 def success_claims(rows: list[dict[str, Any]], setup: SuccessSetup) -> dict[str, str]:
+    """Per dataset, each OTA arm against HIQL; the first option length gives the headline claim."""
     claims = {}
-    for name in setup.datasets:
-        h = next(r for r in rows if r["dataset"] == name and r["agent"] == "hiql")
-        o = next(r for r in rows if r["dataset"] == name and r["agent"] == "ota")
-        gap, se = _success_gap(h, o, episodes=5 * setup.episodes)
-        verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
-        claims[f"OTA beats HIQL on {name}"] = (f"{verdict} ({o['success_mean']:.2f} vs {h['success_mean']:.2f}, "
-                                               f"2 SE {2 * se:.2f}; paper {PAPER[name][1] / 100:.2f} vs {PAPER[name][0] / 100:.2f})")
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        h = next((r for r in rows if r["dataset"] == name and r["agent"] == "hiql"), None)
+        for n in setup.option_lengths:
+            o = next((r for r in rows if r["dataset"] == name and r["agent"] == "ota" and r.get("option_length") == n), None)
+            if h is None or o is None:
+                continue
+            gap, se = _success_gap(h, o, episodes=5 * setup.episodes)
+            verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
+            label = f"OTA beats HIQL on {name}" if n == setup.option_lengths[0] else f"OTA n={n} beats HIQL on {name}"
+            claims[label] = (f"{verdict} ({o['success_mean']:.2f} vs {h['success_mean']:.2f}, 2 SE {2 * se:.2f}"
+                             + (f"; paper {PAPER[name][1] / 100:.2f} vs {PAPER[name][0] / 100:.2f})" if n == setup.option_lengths[0] else ")"))
     return claims
 
 
 def run(out_dir: str, quick: bool = False, parts: Sequence[str] = ("mechanism", "success"),
         success_setup: SuccessSetup | None = None) -> dict[str, Any]:
     """Part 1 always (``--quick``: a smaller maze and tiny networks); part 2 unless ``quick`` or left out
-    of ``parts`` (its run folders go to ``runs/repro-ota/``, not to ``out_dir``)."""
+    of ``parts`` (its run folders go to ``runs/repro-ota/``, not to ``out_dir``). A part left out keeps
+    what ``out_dir/summary.json`` already holds; part 2 keeps the rows measured there at the same scale
+    and runs only the missing (dataset, arm) pairs, saving after each."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mech = mechanism(out, quick) if "mechanism" in parts else None
-    setup = success_setup or SuccessSetup()
-    succ = success(Path("runs") / "repro-ota", setup) if "success" in parts and not quick else None
-    return write_results(out, summarise(mech, succ, setup, quick))
+    previous = {} if quick or not (out / "summary.json").exists() else json.loads((out / "summary.json").read_text())
+    mech = mechanism(out, quick) if "mechanism" in parts else previous.get("mechanism")
+    setup, rows = success_setup or SuccessSetup(), previous.get("success") or []
+    if previous.get("success_setup"):
+        before = SuccessSetup(**{k: tuple(v) if isinstance(v, list) else v for k, v in previous["success_setup"].items()})
+        if "success" not in parts:
+            setup = before
+        elif before.scale() == setup.scale():  # one table: the union of datasets and arms
+            setup = dataclasses.replace(setup, datasets=tuple(dict.fromkeys(setup.datasets + before.datasets)),
+                                        option_lengths=tuple(dict.fromkeys(setup.option_lengths + before.option_lengths)))
+        else:
+            rows = []
+    if "success" in parts and not quick:
+        rows = success(Path("runs") / "repro-ota", setup, rows,
+                       save=lambda measured: write_results(out, summarise(mech, measured, setup, quick)))
+    return write_results(out, summarise(mech, rows or None, setup, quick))
 
 
 def summarise(mech: dict | None, succ: list | None, setup: SuccessSetup, quick: bool) -> dict[str, Any]:
@@ -309,6 +368,11 @@ def summarise(mech: dict | None, succ: list | None, setup: SuccessSetup, quick: 
                      f"{mech['setup']['diameter_steps']} steps through a slow target network (tau 0.005) in "
                      f"{mech['setup']['updates']} updates, while an option target propagates n steps per backup; part of "
                      "HIQL's deficit far from the goal may be under-training rather than noise in the value's order")
+    if succ and not quick:
+        missing = [d for d in SUCCESS_DATASETS if d not in {r["dataset"] for r in succ}]
+        notes.append(f"part 2 ran on {', '.join(dict.fromkeys(r['dataset'] for r in succ))} at {setup.updates:,} updates "
+                     "(the paper: 1M)" + (f"; not run: {', '.join(missing)}" if missing else "")
+                     + "; the command and expected time of the full protocol are in docs/offline.md")
     return {"claims": claims, "verdict": verdict, "quick": quick, "mechanism": mech, "success": succ,
             "success_setup": dataclasses.asdict(setup) if succ else None, "notes": notes}
 
@@ -316,6 +380,8 @@ def summarise(mech: dict | None, succ: list | None, setup: SuccessSetup, quick: 
 def write_results(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
     if summary["mechanism"]:
         plot(out / "ota.png", summary["mechanism"])
+    if summary["success"]:
+        plot_success(out / "ota_success.png", summary["success"])
     write_json_atomic(out / "summary.json", summary)
     write_report(out / "README.md", summary)
     return summary
@@ -363,14 +429,19 @@ def write_report(path: Path, summary: dict[str, Any]) -> None:
         u = summary["success_setup"]
         size = "1M (OGBench's default)" if u["dataset_size"] is None else f"{u['dataset_size']:,}"
         lines += [f"Scale: {u['hidden']} networks, batch {u['batch_size']}, {u['updates']:,} updates, {u['seeds']} seeds "
-                  f"vmapped, OTA n = {u['option_length']}, {u['episodes']} episodes on each of the 5 tasks, datasets of "
+                  f"vmapped, OTA n in {', '.join(map(str, u['option_lengths']))} (HIQL: n = 1), {u['episodes']} episodes on each "
+                  "of the 5 tasks, datasets of "
                   f"{size} transitions generated locally with OGBench's recipe.", "",
+                  "![success rate by option length](ota_success.png)", "",
                   "| dataset | agent | success (mean of seeds) | per seed | paper | updates/s (all seeds) |",
                   "|---|---|---|---|---|---|"]
-        for r in summary["success"]:
-            paper = PAPER[r["dataset"]][0 if r["agent"] == "hiql" else 1]
-            lines += [f"| {r['dataset']} | {r['agent']} | {r['success_mean']:.2f} | {', '.join(f'{x:.2f}' for x in r['success_per_seed'])} | {paper / 100:.2f} "
-                      f"| {r['updates_per_second']:.0f} |"]
+        order = {name: i for i, name in enumerate(dict.fromkeys(r["dataset"] for r in summary["success"]))}
+        for r in sorted(summary["success"], key=lambda r: (order[r["dataset"]], r.get("option_length") or 1)):
+            n = r.get("option_length")
+            paper = (f"{PAPER[r['dataset']][0] / 100:.2f}" if r["agent"] == "hiql" else
+                     f"{PAPER[r['dataset']][1] / 100:.2f}" if n == u["option_lengths"][0] else "-")
+            lines += [f"| {r['dataset']} | {'HIQL' if n is None else f'OTA n={n}'} | {r['success_mean']:.2f} | "
+                      f"{', '.join(f'{x:.2f}' for x in r['success_per_seed'])} | {paper} | {r['updates_per_second']:.0f} |"]
     else:
         lines += ["Not run in this output. The full protocol is `longhorizon repro ota` (both parts, `SuccessSetup()`'s "
                   "defaults): per dataset (large-stitch, giant-stitch, giant-navigate, 1M transitions each, generated "
