@@ -285,6 +285,11 @@ def success_arms(setup: SuccessSetup) -> list[tuple[str, int | None]]:
     return [("hiql", None)] + [("ota", n) for n in setup.option_lengths]
 
 
+def arm_row(rows: Sequence[dict[str, Any]], dataset: str, agent: str, n: int | None) -> dict[str, Any] | None:
+    """The measured row of one (dataset, agent, option length), or None."""
+    return next((r for r in rows if r["dataset"] == dataset and r["agent"] == agent and r.get("option_length") == n), None)
+
+
 def success(out: Path, setup: SuccessSetup, done: Sequence[dict[str, Any]] = (), save=None,
             log=print) -> list[dict[str, Any]]:
     """HIQL vs OTA (each n) success rates (mean over OGBench's 5 tasks) per dataset; run folders under
@@ -294,7 +299,7 @@ def success(out: Path, setup: SuccessSetup, done: Sequence[dict[str, Any]] = (),
     for name in setup.datasets:
         discount = "0.995" if "giant" in name else "0.99"  # OGBench's HIQL setting for the giant mazes
         for agent, n in success_arms(setup):
-            if any(r["dataset"] == name and r["agent"] == agent and r.get("option_length") == n for r in rows):
+            if arm_row(rows, name, agent, n) is not None:
                 continue
             overrides = {"discount": discount, "hidden": setup.hidden, "batch_size": str(setup.batch_size),
                          **({"option_length": str(n)} if agent == "ota" else {})}
@@ -315,16 +320,17 @@ def success_claims(rows: list[dict[str, Any]], setup: SuccessSetup) -> dict[str,
     """Per dataset, each OTA arm against HIQL; the first option length gives the headline claim."""
     claims = {}
     for name in dict.fromkeys(r["dataset"] for r in rows):
-        h = next((r for r in rows if r["dataset"] == name and r["agent"] == "hiql"), None)
+        h = arm_row(rows, name, "hiql", None)
         for n in setup.option_lengths:
-            o = next((r for r in rows if r["dataset"] == name and r["agent"] == "ota" and r.get("option_length") == n), None)
+            o = arm_row(rows, name, "ota", n)
             if h is None or o is None:
                 continue
             gap, se = _success_gap(h, o, episodes=5 * setup.episodes)
             verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
-            label = f"OTA beats HIQL on {name}" if n == setup.option_lengths[0] else f"OTA n={n} beats HIQL on {name}"
+            headline = n == setup.option_lengths[0]
+            label = f"OTA beats HIQL on {name}" if headline else f"OTA n={n} beats HIQL on {name}"
             claims[label] = (f"{verdict} ({o['success_mean']:.2f} vs {h['success_mean']:.2f}, 2 SE {2 * se:.2f}"
-                             + (f"; paper {PAPER[name][1] / 100:.2f} vs {PAPER[name][0] / 100:.2f})" if n == setup.option_lengths[0] else ")"))
+                             + (f"; paper {PAPER[name][1] / 100:.2f} vs {PAPER[name][0] / 100:.2f})" if headline else ")"))
     return claims
 
 
@@ -443,12 +449,17 @@ def write_report(path: Path, summary: dict[str, Any]) -> None:
             lines += [f"| {r['dataset']} | {'HIQL' if n is None else f'OTA n={n}'} | {r['success_mean']:.2f} | "
                       f"{', '.join(f'{x:.2f}' for x in r['success_per_seed'])} | {paper} | {r['updates_per_second']:.0f} |"]
     else:
+        full = SuccessSetup()
+        seed_updates = len(full.datasets) * len(success_arms(full)) * full.updates * full.seeds
+        hours = [round(seed_updates / rate / 3600) for rate in (25, 9)]
         lines += ["Not run in this output. The full protocol is `longhorizon repro ota` (both parts, `SuccessSetup()`'s "
                   "defaults): per dataset (large-stitch, giant-stitch, giant-navigate, 1M transitions each, generated "
-                  "locally with OGBench's recipe on first use, about 5 minutes each), HIQL and OTA (n = 5) with 256x256 "
-                  "networks, batch 256, 50,000 updates, 3 seeds vmapped, 10 episodes on each of the 5 tasks. That is "
-                  "900,000 seed-updates; at the 9-25 HIQL updates/s per seed measured on the shared 2-core machine "
-                  "(`benchmarks/offline_hiql_ogbench.py`) it takes about 10-30 hours there, minutes on a GPU."]
+                  "locally with OGBench's recipe on first use, about 5 minutes each), HIQL and OTA "
+                  f"(n = {', '.join(map(str, sorted(full.option_lengths)))}) with {full.hidden.replace(',', 'x')} networks, "
+                  f"batch {full.batch_size}, {full.updates:,} updates, {full.seeds} seeds vmapped, {full.episodes} episodes "
+                  f"on each of the 5 tasks. That is {seed_updates:,} seed-updates; at the 9-25 HIQL updates/s per seed "
+                  "measured on the shared 2-core machine (`benchmarks/offline_hiql_ogbench.py`) it takes about "
+                  f"{hours[0]}-{hours[1]} hours there, minutes on a GPU."]
     lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
     lines += [""] + [f"- Note: {note}" for note in summary.get("notes", [])]
     lines += ["", f"Overall: {summary['verdict']}", "",
