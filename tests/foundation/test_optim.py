@@ -7,7 +7,9 @@ import numpy as np
 import optax
 import pytest
 
-from longhorizon.core.optim import make_optimizer, radam
+from jax.flatten_util import ravel_pytree
+
+from longhorizon.core.optim import flat_step, init_flat, make_optimizer, radam
 
 
 def test_radam_matches_optax_across_the_rectification_threshold():
@@ -62,3 +64,35 @@ def test_make_optimizer_adam_passes_epsilon_and_keeps_a_constant_rate():
 def test_make_optimizer_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="adam"):
         make_optimizer(1e-3, 1.0, kind="sgd")
+
+
+def test_flat_step_by_hand_with_sgd_and_clipping():
+    # loss = 0.5 ||w||^2 + b . [1, 2]: grads w, [1, 2]; global norm 5 for w = [3, 0], clipped to 1: step = -lr g / 5
+    params = {"w": jnp.array([3.0, 0.0]), "b": jnp.array([0.0, 0.0])}
+    loss = lambda p, scale: (scale * (0.5 * jnp.sum(p["w"] ** 2) + p["b"] @ jnp.array([1.0, 2.0])), scale)  # noqa: E731
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.5))
+    flat, unravel = ravel_pytree(params)
+    flat, _, aux = flat_step(optimizer, loss, unravel)(flat, init_flat(optimizer, params), 1.0)
+    new = unravel(flat)
+    g_norm = np.sqrt(9.0 + 1.0 + 4.0)
+    np.testing.assert_allclose(new["w"], [3.0 - 0.5 * 3.0 / g_norm, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(new["b"], [-0.5 * 1.0 / g_norm, -0.5 * 2.0 / g_norm], rtol=1e-6)
+    assert aux == 1.0
+
+
+@pytest.mark.parametrize("kind", ["adam", "radam"])
+def test_flat_step_equals_stepping_the_weight_tree(kind):
+    optimizer = make_optimizer(1e-2, 0.5, kind, anneal_steps=20)
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.arange(4.0)}
+    x = jax.random.normal(jax.random.PRNGKey(0), (8, 3))
+    loss = lambda p, x: (jnp.mean(jnp.tanh(x @ p["w"] + p["b"]) ** 2), None)  # noqa: E731
+    flat, unravel = ravel_pytree(params)
+    step, flat_state = jax.jit(flat_step(optimizer, loss, unravel)), init_flat(optimizer, params)
+    tree, tree_state = params, optimizer.init(params)
+    for _ in range(20):
+        flat, flat_state, _ = step(flat, flat_state, x)
+        grads = jax.grad(lambda p: loss(p, x)[0])(tree)
+        updates, tree_state = optimizer.update(grads, tree_state, tree)
+        tree = optax.apply_updates(tree, updates)
+    for a, b in zip(jax.tree.leaves(unravel(flat)), jax.tree.leaves(tree)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

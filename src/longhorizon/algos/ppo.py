@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from longhorizon.config import AlgoConfig
 from longhorizon.core import distributions as dist
@@ -32,7 +33,7 @@ from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss
 from longhorizon.core.minibatch import flatten_time, minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, ActorCritic, PolicyOutput
 from longhorizon.core.normalize import RunningMeanStd
-from longhorizon.core.optim import make_optimizer
+from longhorizon.core.optim import flat_step, init_flat, make_optimizer
 from longhorizon.core.returns import gae, vtrace
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.wrappers import NormalizeReward
@@ -230,8 +231,8 @@ def init(key: jax.Array, env, config: Config) -> State:
                         None if act_info.discrete else tuple(map(float, act_info.low.reshape(-1))),
                         None if act_info.discrete else tuple(map(float, act_info.high.reshape(-1))))
     drift = jax.tree.map(jnp.asarray, lpo.load_drift(config.drift)) if config.drift else None
-    return State(agent, optimizer(config).init(weights), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv,
-                 drift)
+    return State(agent, init_flat(optimizer(config), weights), env_state, obs, key, jnp.zeros((), jnp.int32), config,
+                 venv, drift)
 
 
 def num_updates(config: Config) -> int:
@@ -378,16 +379,18 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
 
     progress = state.update_step.astype(jnp.float32) / num_updates(config)  # n/N, for a lifetime-aware drift
 
+    flat_weights, unravel = ravel_pytree(agent.weights)  # the optimiser steps the flat vector (core.optim)
+    step = flat_step(optimizer(config), lambda weights, rows: loss(agent, weights, rows, config, state.drift, progress),
+                     unravel)
+
     def minibatch_step(carry, rows):
-        weights, opt_state = carry
-        grads, metrics = jax.grad(loss, argnums=1, has_aux=True)(agent, weights, rows, config, state.drift, progress)
-        updates, opt_state = optimizer(config).update(grads, opt_state, weights)
-        return (optax.apply_updates(weights, updates), opt_state), metrics
+        flat, opt_state, metrics = step(*carry, rows)
+        return (flat, opt_state), metrics
 
     key, epoch_key = jax.random.split(state.key)
-    (weights, opt_state), metrics = minibatch_epochs(minibatch_step, (agent.weights, state.opt_state), data, epoch_key,
-                                                     config.update_epochs, config.num_minibatches)
-    state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,
+    (flat_weights, opt_state), metrics = minibatch_epochs(minibatch_step, (flat_weights, state.opt_state), data,
+                                                          epoch_key, config.update_epochs, config.num_minibatches)
+    state = state.replace(agent=agent.replace(weights=unravel(flat_weights)), opt_state=opt_state, key=key,
                           update_step=state.update_step + 1)
     metrics = jax.tree.map(jnp.mean, metrics)
     if config.correction != "none":  # below 1 where the acting policy lagged: the correction at work

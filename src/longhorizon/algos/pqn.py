@@ -26,12 +26,13 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from longhorizon.config import AlgoConfig
 from longhorizon.core.distributions import epsilon_greedy
 from longhorizon.core.minibatch import flatten_time, minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, QNetwork, q_values
-from longhorizon.core.optim import make_optimizer
+from longhorizon.core.optim import flat_step, init_flat, make_optimizer
 from longhorizon.core.returns import lambda_returns
 from longhorizon.envs import env_name, true_next_obs, vectorize
 from longhorizon.envs.api import require_discrete_actions
@@ -171,7 +172,7 @@ def init(key: jax.Array, env, config: Config) -> State:
     obs, env_state = venv.reset(env_key)
     weights = network.init(net_key, jnp.zeros((1,) + obs_info.shape, jnp.float32))
     agent = AgentParams(weights, network, float(config.epsilon_end))
-    return State(agent, optimizer(config).init(weights["params"]), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv)
+    return State(agent, init_flat(optimizer(config), weights["params"]), env_state, obs, key, jnp.zeros((), jnp.int32), config, venv)
 
 
 def optimizer(config: Config) -> optax.GradientTransformation:
@@ -235,16 +236,20 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         loss = 0.5 * jnp.mean((chosen - target) ** 2)
         return loss, (dict(loss=loss, q_mean=chosen.mean()), batch_stats)
 
+    flat_params, unravel = ravel_pytree(agent.weights["params"])  # the optimiser steps the flat vector (core.optim)
+    step = flat_step(optimizer(config), loss_fn, unravel)
+
     def minibatch_step(carry, mb):
-        weights, opt_state = carry
-        params, batch_stats = weights["params"], {k: v for k, v in weights.items() if k != "params"}
-        grads, (metrics, batch_stats) = jax.grad(loss_fn, has_aux=True)(params, batch_stats, mb)
-        updates, opt_state = optimizer(config).update(grads, opt_state, params)
-        return ({"params": optax.apply_updates(params, updates), **batch_stats}, opt_state), metrics
+        flat, batch_stats, opt_state = carry
+        flat, opt_state, (metrics, batch_stats) = step(flat, opt_state, batch_stats, mb)
+        return (flat, batch_stats, opt_state), metrics
 
     key, epoch_key = jax.random.split(state.key)
-    (weights, opt_state), metrics = minibatch_epochs(minibatch_step, (agent.weights, state.opt_state), data, epoch_key,
-                                                     config.update_epochs, config.num_minibatches)
+    batch_stats = {k: v for k, v in agent.weights.items() if k != "params"}
+    (flat_params, batch_stats, opt_state), metrics = minibatch_epochs(
+        minibatch_step, (flat_params, batch_stats, state.opt_state), data, epoch_key, config.update_epochs,
+        config.num_minibatches)
+    weights = {"params": unravel(flat_params), **batch_stats}
     metrics = {**jax.tree.map(jnp.mean, metrics), "target_mean": targets.mean(),
                "epsilon": epsilon(config, state.update_step)}
     state = state.replace(agent=agent.replace(weights=weights), opt_state=opt_state, key=key,

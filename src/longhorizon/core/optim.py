@@ -16,7 +16,12 @@ RAdam (Liu et al., 2020, "On the Variance of the Adaptive Learning Rate and Beyo
           \begin{cases} r_t / (\sqrt{\hat v_t} + \epsilon) & \rho_t \ge 5 \\ 1 & \text{otherwise} \end{cases},
           \quad r_t = \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}}
 
-Same update as ``optax.radam``; everything that depends only on :math:`t` is folded into scalars first
+The on-policy learners step the *flat* vector of all weights (:func:`init_flat`, :func:`flat_step`):
+the update is the same, but on a CPU every leaf of a weight tree costs its own small kernels per step
+(global norm, moments, update), a visible share of a small network's minibatch step
+(``benchmarks/ppo_cartpole.py``).
+
+RAdam: same update as ``optax.radam``; everything that depends only on :math:`t` is folded into scalars first
 so that each parameter is read and written in one elementwise pass (the PQN learner spends a visible
 share of its time in the optimiser on CPU; see ``benchmarks/pqn_throughput.py``).
 """
@@ -28,6 +33,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 
 
 OPTIMIZERS = ("adam", "radam")
@@ -42,6 +48,24 @@ def make_optimizer(learning_rate: float, max_grad_norm: float, kind: str = "adam
     lr = optax.linear_schedule(learning_rate, 0.0, anneal_steps) if anneal_steps else learning_rate
     update = optax.adam(lr, eps=eps) if kind == "adam" else radam(lr, eps=eps)
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), update)
+
+
+def init_flat(optimizer: optax.GradientTransformation, params) -> optax.OptState:
+    """``optimizer``'s state for the flat vector of ``params`` (what :func:`flat_step` updates)."""
+    return optimizer.init(ravel_pytree(params)[0])
+
+
+def flat_step(optimizer: optax.GradientTransformation, loss_fn: Callable, unravel: Callable) -> Callable:
+    """``step(flat, opt_state, *args) -> (flat, opt_state, aux)``: one gradient step of
+    ``loss_fn(params, *args) -> (loss, aux)`` on the flat weight vector (``params = unravel(flat)``,
+    ``flat, unravel = jax.flatten_util.ravel_pytree(params)``)."""
+
+    def step(flat, opt_state, *args):
+        grads, aux = jax.grad(lambda f: loss_fn(unravel(f), *args), has_aux=True)(flat)
+        updates, opt_state = optimizer.update(grads, opt_state, flat)
+        return flat + updates, opt_state, aux
+
+    return step
 
 
 class RAdamState(NamedTuple):
