@@ -8,12 +8,15 @@ MLP, 5e5 env steps, one seed), interleaved over ``--repeats`` rounds:
 * ``rejax``: rejax's PPO at the same configuration, in its own virtual environment (it needs
   gymnax < 1.0), created on first use by ``peer_env.py``.
 
+``--baseline-src DIR`` adds ``longhorizon (baseline)``: the same measurement with another checkout's
+``src`` folder (e.g. ``git worktree add /tmp/base REV``), in a subprocess, to measure a change side by side.
+
 Compile time is measured separately (cold: the persistent cache is not used) and never counted in
 the rates. Rates are given per wall-clock second and per CPU-second of the process (the latter is
 far less sensitive to other jobs on a shared machine). Prints a markdown table (median and min..max
 over repeats, with the 1-minute load average beside each round) and writes JSON to ``benchmarks/out/ppo_cartpole.json``.
 
-    python benchmarks/ppo_cartpole.py --repeats 5
+    python benchmarks/ppo_cartpole.py --repeats 5 [--baseline-src /tmp/base/src]
 """
 
 from __future__ import annotations
@@ -123,6 +126,16 @@ def measure_rejax(python: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def measure_baseline(src: str) -> dict:
+    """``measure_longhorizon`` with the package imported from ``src`` (another checkout), in a subprocess."""
+    code = f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import ppo_cartpole as b; print(json.dumps(b.measure_longhorizon()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": src})
+    if proc.returncode != 0:
+        raise RuntimeError(f"baseline failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def summarise(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}..{max(values):,.0f})"
 
@@ -131,21 +144,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-rejax", action="store_true", help="skip the peer (no venv is built)")
+    parser.add_argument("--baseline-src", default="", help="another checkout's src folder, measured as 'longhorizon (baseline)'")
     args = parser.parse_args()
     os.environ.setdefault("LONGHORIZON_COMPILE_CACHE", "0")
 
     from peer_env import peer_python, peer_version
 
     python = None if args.no_rejax else peer_python("rejax", REJAX_REQUIREMENTS)
-    results: dict[str, list[dict]] = {"raw env": [], "longhorizon": [], "rejax": []}
+    if args.baseline_src and not (Path(args.baseline_src) / "longhorizon").is_dir():
+        parser.error(f"--baseline-src {args.baseline_src} holds no longhorizon package; pass a checkout's src folder.")
+    results: dict[str, list[dict]] = {"raw env": [], "longhorizon": [], "longhorizon (baseline)": [], "rejax": []}
     loads = []
     for i in range(args.repeats):
-        order = ["raw env", "longhorizon", "rejax"] if i % 2 == 0 else ["rejax", "longhorizon", "raw env"]
-        for name in order:
-            if name == "rejax" and python is None:
+        order = ["raw env", "longhorizon (baseline)", "longhorizon", "rejax"]
+        for name in (order if i % 2 == 0 else order[::-1]):
+            if (name == "rejax" and python is None) or (name == "longhorizon (baseline)" and not args.baseline_src):
                 continue
             load = os.getloadavg()[0]
             res = {"raw env": measure_raw_env, "longhorizon": measure_longhorizon,
+                   "longhorizon (baseline)": lambda: measure_baseline(args.baseline_src),
                    "rejax": lambda: measure_rejax(python)}[name]()
             res["load_1min"] = load
             results[name].append(res)
