@@ -118,22 +118,23 @@ REJAX_SCRIPT = textwrap.dedent(f"""
 
 
 
-def measure_rejax(python: Path) -> dict:
-    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
-    proc = subprocess.run([str(python), "-c", REJAX_SCRIPT], capture_output=True, text=True, env=env)
+def measure_in_subprocess(what: str, python, code: str, **env) -> dict:
+    """Run ``code`` (which prints one JSON result last) with ``python`` and the extra ``env``."""
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env={**os.environ, **env})
     if proc.returncode != 0:
-        raise RuntimeError(f"rejax failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure_rejax(python: Path) -> dict:
+    return measure_in_subprocess("rejax", python, REJAX_SCRIPT, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", ""))
 
 
 def measure_baseline(src: str) -> dict:
     """``measure_longhorizon`` with the package imported from ``src`` (another checkout), in a subprocess."""
-    code = f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import ppo_cartpole as b; print(json.dumps(b.measure_longhorizon()))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": src})
-    if proc.returncode != 0:
-        raise RuntimeError(f"baseline failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import ppo_cartpole as b; "
+            "print(json.dumps(b.measure_longhorizon()))")
+    return measure_in_subprocess("baseline", sys.executable, code, PYTHONPATH=src)
 
 
 def summarise(values: list[float]) -> str:

@@ -67,7 +67,8 @@ def test_make_optimizer_refuses_an_unknown_kind():
 
 
 def test_flat_step_by_hand_with_sgd_and_clipping():
-    # loss = 0.5 ||w||^2 + b . [1, 2]: grads w, [1, 2]; global norm 5 for w = [3, 0], clipped to 1: step = -lr g / 5
+    # loss = 0.5 ||w||^2 + b . [1, 2]: grads [3, 0] and [1, 2] at w = [3, 0]; global norm sqrt(14), clipped to 1:
+    # step = -lr g / sqrt(14)
     params = {"w": jnp.array([3.0, 0.0]), "b": jnp.array([0.0, 0.0])}
     loss = lambda p, scale: (scale * (0.5 * jnp.sum(p["w"] ** 2) + p["b"] @ jnp.array([1.0, 2.0])), scale)  # noqa: E731
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.5))

@@ -14,8 +14,8 @@ compiles once whatever the number of steps.
 The permutation (:func:`permutation`) is drawn like ``jax.random.permutation``, by rounds of sorting
 the rows by random keys, but each key is one ``uint32`` holding random high bits above the row's
 position in its low :math:`k = \lceil \log_2 B \rceil` bits. Sorting one array of such keys is about
-five times faster on a CPU than sorting keys with the rows as a second operand (4096 rows: 0.25 vs
-1.3 ms per round; the shuffle was about 40% of PPO's learn step on CartPole), ties in the random bits
+five times faster on a CPU than sorting keys with the rows as a second operand (``docs/benchmarks.md``,
+issue 16), ties in the random bits
 are broken by position (a stable sort), and the positions read back from the low bits are always an
 exact permutation. With :math:`32 - k` random bits a given pair of rows ties in one round with
 probability :math:`2^{k-32}`; :math:`r = \lceil 3k / (32 - k) \rceil` rounds keep it tied in every round

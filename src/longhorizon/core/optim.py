@@ -16,7 +16,7 @@ RAdam (Liu et al., 2020, "On the Variance of the Adaptive Learning Rate and Beyo
           \begin{cases} r_t / (\sqrt{\hat v_t} + \epsilon) & \rho_t \ge 5 \\ 1 & \text{otherwise} \end{cases},
           \quad r_t = \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}}
 
-The on-policy learners step the *flat* vector of all weights (:func:`init_flat`, :func:`flat_step`):
+PPO and PQN step the *flat* vector of all weights (:func:`init_flat`, :func:`flat_step`):
 the update is the same, but on a CPU every leaf of a weight tree costs its own small kernels per step
 (global norm, moments, update), a visible share of a small network's minibatch step
 (``benchmarks/ppo_cartpole.py``).
