@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.engine.fused import init_over_seeds, make_learn, over_seeds, summarize_chunk
+from longhorizon.engine.fused import compiled_init, make_learn, over_seeds, summarize_chunk
 from longhorizon.errors import UsageError
 
 MODES = ("sync", "async")
@@ -258,8 +258,8 @@ class CollectWorker:
         self._to_actor, self._from_actor = flow  # sync: which state leaves come in and go back (state_flow)
         self._leaves: list[Any] | None = None  # sync: this actor's copy of its share of the states
         self.calls, self.busy_seconds = 0, 0.0  # work done here, for utilisation and the overhead benchmark
-        self._init = jax.jit(init_over_seeds(lambda key: algo.init(key, env, config), num_seeds))
-        self._state_shape = jax.eval_shape(self._init, jax.eval_shape(lambda: seed_keys(0, num_seeds)))
+        self._init = compiled_init(lambda key: algo.init(key, env, config), num_seeds)
+        self._state_shape = jax.eval_shape(self._init.jitted, jax.eval_shape(lambda: seed_keys(0, num_seeds)))
         self._state_def = jax.tree.structure(self._state_shape)
         if mode == "sync":
             # Batched over seeds exactly as the fused engine batches the whole run: unbatched for a
@@ -345,7 +345,7 @@ class RayEngine:
         self.actor_restarts = 0
         self.wait_seconds = 0.0  # time the learner spent waiting for actors' results
         self._chunk_restarts = 0
-        self._init = jax.jit(init_over_seeds(lambda key: algo.init(key, env, config), num_seeds))
+        self._init = compiled_init(lambda key: algo.init(key, env, config), num_seeds)
 
         def summarize(metrics, state):  # per seed, over the chunk's updates (all of which ran), as the fused engine does
             return summarize_chunk(algo, metrics, state, jnp.ones(metrics["loss_finite"].shape, bool))

@@ -26,7 +26,7 @@ import numpy as np
 from longhorizon import __version__
 from longhorizon.config import apply_overrides
 from longhorizon.core.nets import tree_all_finite
-from longhorizon.engine.fused import init_over_seeds, mean_where, over_seeds
+from longhorizon.engine.fused import compiled_init, mean_where, over_seeds
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.offline import agents
 from longhorizon.offline.samplers import GoalData, goal_data
@@ -221,7 +221,7 @@ def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
     obs_dim, action_dim = data.observations.shape[-1], data.actions.shape[-1]
     results = ResultsDir(run.out)
     start_wall = time.perf_counter()
-    init = jax.jit(init_over_seeds(lambda k: agent.init(k, obs_dim, action_dim, config), spec.seeds))
+    init = compiled_init(lambda k: agent.init(k, obs_dim, action_dim, config), spec.seeds)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(spec.seed), i))(jnp.arange(spec.seeds))
     state, first_chunk, prior = init(keys), 0, {"train_seconds": 0.0, "compile_seconds": 0.0}
     if resume:

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.engine.fused import init_over_seeds, over_seeds
+from longhorizon.engine.fused import compiled_init, over_seeds
 from longhorizon.errors import TrainingDiverged
 from longhorizon.offline import agents, pushworld
 from longhorizon.offline import subgoal_diffusion as sd
@@ -65,7 +65,7 @@ def train_diffusion(data: dict, config: sd.Config, seeds: int, updates: int, see
     """The diffusion model trained by the offline loop's chunk (one chunk of ``updates``), seeds vmapped."""
     gd = goal_data(data)
     obs_dim = gd.observations.shape[-1]
-    init = jax.jit(init_over_seeds(lambda k: sd.init(k, obs_dim, 0, config), seeds))
+    init = compiled_init(lambda k: sd.init(k, obs_dim, 0, config), seeds)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed + 1), i))(jnp.arange(seeds))
     chunk = jax.jit(over_seeds(make_chunk(sd, config, updates), seeds, shared_args=2))
     state, metrics = chunk(init(keys), gd, jnp.int32(updates))
