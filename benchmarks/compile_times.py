@@ -8,11 +8,6 @@ cache folder; ``cached``: a second process reading the folder the first one fill
 the algorithms; the table gives the median and min..max of the per-process totals, with the 1-minute
 load average.
 
-Start-up (cold cache, fresh processes): the wall-clock seconds from building the run to a compiled
-chunk, an initial state and a first greedy evaluation, ``sequential`` (one compile after another) and
-``overlapped`` (the runner's way: the chunk and the evaluation compile on worker threads from the
-initial state's shapes while the initial state compiles and runs).
-
     python benchmarks/compile_times.py --rounds 3
 """
 
@@ -54,36 +49,14 @@ PROBE = textwrap.dedent("""
     print(json.dumps({"init": init_s, "chunk": chunk_s, "eval": eval_s}))
 """)
 
-STARTUP = textwrap.dedent("""
-    import json, sys, tempfile, time
-    t0 = time.perf_counter()
-    import jax
-    jax.config.update("jax_compilation_cache_dir", sys.argv[2])
-    from longhorizon.runner import run as run_module
-    from longhorizon.runner.evaluate import evaluate
-    from longhorizon.runner.run import Run, RunSpec
 
-    run = Run(RunSpec(algo=sys.argv[1], env="CartPole-v1", seeds=1, out=tempfile.mkdtemp(), quiet=True))
-    engine = run.engine
-    t1 = time.perf_counter()
-    if sys.argv[3] == "overlapped":
-        run_module._compile_ahead(run)
-    state = engine.init(0)
-    engine.compile(state)
-    jax.block_until_ready(evaluate(engine.algo, state, engine.env, jax.random.PRNGKey(0), 10))
-    print(json.dumps({"startup": time.perf_counter() - t1, "import": t1 - t0}))
-""")
-
-
-def probe(algo: str, cache: str, script: str = PROBE, *extra: str) -> dict:
+def probe(algo: str, cache: str) -> dict:
     env = {**os.environ, "LONGHORIZON_COMPILE_CACHE": "0"}
-    proc = subprocess.run([sys.executable, "-c", script, algo, cache, *extra], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", PROBE, algo, cache], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{algo} failed:\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    if script is PROBE:
-        out["total"] = out["init"] + out["chunk"] + out["eval"]
-    return {**out, "load": os.getloadavg()[0]}
+    return {**out, "total": out["init"] + out["chunk"] + out["eval"], "load": os.getloadavg()[0]}
 
 
 def fmt(values: list[float]) -> str:
@@ -96,32 +69,21 @@ def main() -> None:
     parser.add_argument("--algos", default=",".join(ALGOS))
     args = parser.parse_args()
     algos = args.algos.split(",")
-    kinds = ("cold", "cached", "sequential", "overlapped")
-    results = {(a, kind): [] for a in algos for kind in kinds}
+    results = {(a, kind): [] for a in algos for kind in ("cold", "cached")}
     for r in range(args.rounds):
         for algo in algos:
             with tempfile.TemporaryDirectory() as cache:
                 results[(algo, "cold")].append(probe(algo, cache))
                 results[(algo, "cached")].append(probe(algo, cache))
-            starts = ("sequential", "overlapped") if r % 2 == 0 else ("overlapped", "sequential")
-            for kind in starts:  # each with its own empty cache
-                with tempfile.TemporaryDirectory() as cache:
-                    results[(algo, kind)].append(probe(algo, cache, STARTUP, kind))
             cold, cached = results[(algo, "cold")][-1], results[(algo, "cached")][-1]
-            seq, over = results[(algo, "sequential")][-1], results[(algo, "overlapped")][-1]
-            print(f"round {r + 1} {algo}: cold {cold['total']:.1f} s, cached {cached['total']:.1f} s; start-up "
-                  f"sequential {seq['startup']:.1f} s, overlapped {over['startup']:.1f} s", flush=True)
-    print("\n| algorithm | cold total s | init / chunk / eval (cold, medians) | cached total s | start-up sequential s "
-          "| start-up overlapped s | overlapped / sequential, per round | 1-min load |")
-    print("|---|---|---|---|---|---|---|---|")
+            print(f"round {r + 1} {algo}: cold {cold['total']:.1f} s, cached {cached['total']:.1f} s", flush=True)
+    print("\n| algorithm | cold total s | init / chunk / eval (cold, medians) | cached total s | 1-min load |")
+    print("|---|---|---|---|---|")
     for algo in algos:
         cold, cached = results[(algo, "cold")], results[(algo, "cached")]
-        seq, over = ([x["startup"] for x in results[(algo, k)]] for k in ("sequential", "overlapped"))
         parts = " / ".join(f"{statistics.median(x[p] for x in cold):.1f}" for p in ("init", "chunk", "eval"))
         loads = ", ".join(f"{x['load']:.1f}" for x in cold)
-        ratios = [o / q for o, q in zip(over, seq)]
-        print(f"| {algo} | {fmt([x['total'] for x in cold])} | {parts} | {fmt([x['total'] for x in cached])} | "
-              f"{fmt(seq)} | {fmt(over)} | {statistics.median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {loads} |")
+        print(f"| {algo} | {fmt([x['total'] for x in cold])} | {parts} | {fmt([x['total'] for x in cached])} | {loads} |")
     out = HERE / "out" / "compile_times.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({f"{a}/{k}": v for (a, k), v in results.items()}, indent=1))

@@ -13,9 +13,7 @@ seeds (no communication: seeds are independent). A CPU host is split into device
 from __future__ import annotations
 
 import os
-import threading
 import time
-from concurrent.futures import Future
 from types import ModuleType
 from typing import Any
 
@@ -133,40 +131,17 @@ INITIALISE = {"xla_backend_optimization_level": 1}
 
 
 class RunOnce:
-    """``jax.jit(fn)`` compiled with ``compiler_options`` (default :data:`RUN_ONCE`) once for each argument
-    shape (``.jitted`` stays a plain ``jax.jit``, which can be traced inside other programs).
-
-    :meth:`compile_in_background` compiles for abstract arguments (``jax.ShapeDtypeStruct``) on a worker
-    thread (XLA releases the GIL while it compiles); a call with arguments of that shape waits for it."""
+    """``jax.jit(fn)`` compiled with ``compiler_options`` (default :data:`RUN_ONCE`) on the first call for
+    each argument shape (``.jitted`` stays a plain ``jax.jit``, which can be traced inside other programs)."""
 
     def __init__(self, fn, compiler_options: dict[str, Any] = RUN_ONCE):
-        self.jitted, self.compiler_options = jax.jit(fn), compiler_options
-        self._compiled: dict[Any, Future] = {}
-        self._lock = threading.Lock()
-
-    def compiled(self, *args):
-        """The executable for arguments shaped like ``args`` (arrays or ``jax.ShapeDtypeStruct``)."""
-        return self._request(*args).result()
-
-    def compile_in_background(self, *abstract_args) -> None:
-        threading.Thread(target=self._request, args=abstract_args, daemon=True).start()
-
-    def _request(self, *args) -> Future:
-        """The future executable for ``args``' shapes, compiled here unless another call already compiles it."""
-        signature = (jax.tree.structure(args), tuple((jnp.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(args)))
-        with self._lock:
-            future, owner = self._compiled.get(signature), False
-            if future is None:
-                future, owner = self._compiled.setdefault(signature, Future()), True
-        if owner:
-            try:
-                future.set_result(self.jitted.lower(*args).compile(compiler_options=self.compiler_options))
-            except BaseException as error:  # raised to whoever waits for this shape
-                future.set_exception(error)
-        return future
+        self.jitted, self._compiled, self.compiler_options = jax.jit(fn), {}, compiler_options
 
     def __call__(self, *args):
-        return self.compiled(*args)(*args)
+        signature = (jax.tree.structure(args), tuple((jnp.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(args)))
+        if signature not in self._compiled:
+            self._compiled[signature] = self.jitted.lower(*args).compile(compiler_options=self.compiler_options)
+        return self._compiled[signature](*args)
 
 
 def init_over_seeds(init, num_seeds: int):
@@ -287,7 +262,6 @@ class FusedEngine:
         else:
             self._init = compiled_init(lambda row: algo.init(row[0], env, row[1]), num_seeds)
         self._compiled = None
-        self._pending: Future | None = None  # a chunk compile started by compile_in_background
         self.compile_seconds = 0.0
 
     def seed_keys(self, seed: int) -> jax.Array:
@@ -308,38 +282,11 @@ class FusedEngine:
         or when it is already there."""
         return state if self.sharding is None else jax.device_put(state, self.sharding)
 
-    def abstract_state(self, seed: int):
-        """Shapes, dtypes and shardings of :meth:`init`'s result, without running or compiling it."""
-        keys = self.seed_keys(seed)
-        shapes = jax.eval_shape(self._init.jitted, keys if self.row_configs is None else (keys, self.row_configs))
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.sharding), shapes)
-
-    def compile_in_background(self, seed: int) -> None:
-        """Start compiling the chunk from :meth:`abstract_state` on a worker thread, so that initialisation
-        and other compiles overlap it; :meth:`compile` then waits for it."""
-        self._pending = pending = Future()
-
-        def work():
-            try:
-                pending.set_result(self._compile(self.abstract_state(seed)))
-            except BaseException as error:  # raised again by compile()
-                pending.set_exception(error)
-
-        threading.Thread(target=work, daemon=True).start()
-
-    def _compile(self, state):
-        start = time.perf_counter()
-        compiled = self._chunk.lower(state, jnp.int32(self.updates_per_chunk)).compile()
-        return compiled, time.perf_counter() - start
-
     def compile(self, state) -> float:
-        """Compile the chunk function ahead of time (or wait for :meth:`compile_in_background`); returns the
-        seconds the compile took."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._compiled, self.compile_seconds = pending.result()
-        else:
-            self._compiled, self.compile_seconds = self._compile(self.place(state))
+        """Compile the chunk function ahead of time; returns the seconds spent."""
+        start = time.perf_counter()
+        self._compiled = self._chunk.lower(self.place(state), jnp.int32(self.updates_per_chunk)).compile()
+        self.compile_seconds = time.perf_counter() - start
         return self.compile_seconds
 
     def run_chunk(self, state, num_updates: int | None = None):

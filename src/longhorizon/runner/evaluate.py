@@ -80,19 +80,6 @@ def _compiled_eval(algo: ModuleType, env: Any, num_episodes: int, greedy: bool):
     return RunOnce(jax.vmap(one_seed))
 
 
-def compile_evaluation_in_background(algo: ModuleType, state: Any, env: Any, num_episodes: int = 10,
-                                    greedy: bool = True) -> None:
-    """Start compiling :func:`evaluate`'s program for a seed-batched state shaped like ``state`` (abstract,
-    unsharded) on a worker thread; the first :func:`evaluate` of that shape waits for it. Host-stepped
-    environments compile nothing ahead."""
-    if is_host_env(env):
-        return
-    params = jax.eval_shape(algo.agent_params, state)
-    num_seeds = jax.tree.leaves(params)[0].shape[0]
-    keys = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), num_seeds))
-    _compiled_eval(algo, env, num_episodes, greedy).compile_in_background(params, keys)
-
-
 def evaluate(algo: ModuleType, state: Any, env: Any, key: jax.Array, num_episodes: int = 10,
              greedy: bool = True, seed_indices: list[int] | None = None) -> list[float]:
     """Mean greedy-evaluation return for each seed of a seed-vmapped training ``state``.

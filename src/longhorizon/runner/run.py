@@ -28,7 +28,7 @@ from longhorizon.envs import env_name, make, recorded_env_id
 from longhorizon.envs.gymnasium import is_host_env
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
-from longhorizon.runner.evaluate import compile_evaluation_in_background, evaluate
+from longhorizon.runner.evaluate import evaluate
 from longhorizon.runner.lock import FolderLock
 from longhorizon.runner.loggers import MetricsLoggers, require_wandb
 from longhorizon.runner.plots import plot_runs
@@ -241,7 +241,6 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
     spec, results, engine = run.spec, run.results, run.engine
     start_wall = time.perf_counter()
     check_folder(run.out, resume)
-    _compile_ahead(run)
     state = engine.init(spec.seed)
     first_chunk, prior, resume_step = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}, None
     if resume:
@@ -321,18 +320,6 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
     if status == "interrupted":
         raise KeyboardInterrupt(summary)
     return summary
-
-
-def _compile_ahead(run: Run) -> None:
-    """Start compiling the training chunk and the greedy evaluation on worker threads, from the initial
-    state's shapes, while the initial state compiles and runs (fused engine on one device; XLA releases
-    the GIL while it compiles, so on two cores the three compiles overlap)."""
-    engine = run.engine
-    if not hasattr(engine, "compile_in_background"):
-        return
-    engine.compile_in_background(run.spec.seed)
-    if engine.sharding is None:
-        compile_evaluation_in_background(run.algo, engine.abstract_state(run.spec.seed), run.env, run.spec.eval_episodes)
 
 
 def _metrics_row(metrics: dict[str, Any], chunk: int, env_steps: int, sps: float, wall_seconds: float) -> dict[str, Any]:
