@@ -48,7 +48,7 @@ def test_repeated_multi_seed_init_finishes():
     """The hang itself: a 4-seed PPO init called repeatedly, in a fresh process, with a deadline."""
     code = textwrap.dedent("""
         import jax
-        from longhorizon.algos import dqn, ppo, pqn, sqirl
+        from longhorizon.algos import ppo
         from longhorizon.engine.fused import FusedEngine
         from longhorizon.envs import make
         engine = FusedEngine(ppo, make("CartPole-v1"), ppo.Config(num_envs=8, num_steps=128), 4, 1)

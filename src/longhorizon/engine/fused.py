@@ -125,7 +125,7 @@ def shard_over_seeds(fn, num_seeds: int, mesh: Mesh, shared_args: int = 0):
 # compile time. Evaluation skips them (level 0): it halves that compile (PPO on CartPole: 3.2 -> 1.4
 # CPU-s) for a program that runs in milliseconds. Initialisation runs them at level 1: level 0 would
 # change its floats in the last bit, level 1 builds the same bits as the default level (tested for
-# every algorithm on CartPole) and compiles 20-45% faster (PPO 3.3 -> 2.3 CPU-s, PQN 3.6 -> 2.0).
+# every algorithm on CartPole) and compiles faster (docs/benchmarks.md, "Session 16").
 RUN_ONCE = {"xla_backend_optimization_level": 0}
 INITIALISE = {"xla_backend_optimization_level": 1}
 
