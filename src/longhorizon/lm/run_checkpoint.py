@@ -12,17 +12,30 @@ step is final, and no writer thread can outlive a Ctrl-C. The newest ``KEEP`` st
 A step holds three items: ``params`` (what ``--init`` reads), ``trainer`` (the rest of the arrays
 a step reads: optimiser state, PRNG key, reference parameters when the KL term reads them) and
 ``meta`` (JSON: step, counters, the sampler's state).
+
+Why a checksum: orbax's rename makes a step whole when written, but nothing notices bytes damaged
+later, and damaged array bytes can restore as other numbers. Once orbax has renamed the step into
+place, ``N/sha256.json`` records the SHA-256 over every file of the step (sorted by relative path,
+each name and size hashed before its bytes); it is written atomically (temporary file + rename)
+and deleted with its step. A restore without an explicit step reads the newest step whose files
+match their checksum, says in one line on stderr which damaged step it passed over, and raises a
+:class:`UsageError` when none is intact. A step without ``sha256.json`` (saved before checksums
+existed, or killed between orbax's rename and the checksum) is read unverified, as before.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from longhorizon.errors import UsageError
 
 KEEP = 2
+CHECKSUM = "sha256.json"
 
 
 def _orbax():
@@ -50,13 +63,43 @@ def latest_step(directory: str | os.PathLike) -> int | None:
     return found[-1] if found else None
 
 
+def _digest(step_dir: Path) -> str:
+    """SHA-256 over every file of a step but its checksum file, sorted by relative path."""
+    digest = hashlib.sha256()
+    files = sorted((p.relative_to(step_dir).as_posix(), p) for p in step_dir.rglob("*")
+                   if p.is_file() and not p.name.startswith(CHECKSUM))
+    for name, path in files:
+        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_checksum(step_dir: Path) -> None:
+    tmp = step_dir / (CHECKSUM + ".tmp")
+    tmp.write_text(json.dumps({"sha256": _digest(step_dir)}))
+    os.replace(tmp, step_dir / CHECKSUM)
+
+
+def _intact(step_dir: Path) -> bool | None:
+    """True when the step's files match its checksum, False when not, None when it has no checksum."""
+    try:
+        saved = json.loads((step_dir / CHECKSUM).read_text())["sha256"]
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return False
+    return _digest(step_dir) == saved
+
+
 class RunCheckpoints:
     """``with RunCheckpoints(folder) as store: store.save(step, params, trainer, meta)``; synchronous, atomic per step."""
 
     def __init__(self, directory: str | os.PathLike, *, read_only: bool = False):
         ocp = _orbax()
         self.directory = Path(directory).absolute()
-        self._ocp = ocp
+        self._ocp, self._read_only = ocp, read_only
         options = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else KEEP, create=not read_only,
                                                enable_async_checkpointing=False, read_only=read_only,
                                                cleanup_tmp_directories=not read_only)
@@ -70,15 +113,45 @@ class RunCheckpoints:
                                   meta=ocp.args.JsonSave(to_jsonable(meta)))
         self._manager.save(step, args=args, force=True)
         self._manager.wait_until_finished()
+        _write_checksum(self.directory / str(step))  # after orbax's rename: the step's files are final
+
+    def _readable_step(self, step: int | None, none_saved: str) -> tuple[int, bool]:
+        """``(step, verified)``: ``step`` if given (refused when damaged), else the newest intact step.
+
+        Passing over a damaged step is said in one line on stderr; ``verified`` is False for a step
+        without a checksum. A writable store (a resumed run) deletes the damaged steps it passed over:
+        the run saves those steps again, and orbax's keep-``KEEP`` window must hold intact ones.
+        """
+        candidates = [step] if step is not None else sorted(self._manager.all_steps(), reverse=True)
+        if not candidates:
+            raise UsageError(f"no checkpoint in {self.directory}; {none_saved}")
+        damaged = []
+        for candidate in candidates:
+            intact = _intact(self.directory / str(candidate))
+            if intact is None:
+                print(f"checkpoint {self.directory / str(candidate)} has no checksum (saved by an older longhorizon "
+                      "or killed while saving it), so it is read unverified.", file=sys.stderr)
+            if intact is False:
+                damaged.append(str(candidate))
+                continue
+            if damaged:
+                print(f"checkpoint step {' and '.join(damaged)} in {self.directory} is damaged (its files do not match "
+                      f"the checksum saved with them), so step {candidate} is used instead"
+                      f"{'' if self._read_only else ' and the damaged one is deleted'}.", file=sys.stderr)
+                for bad in [] if self._read_only else damaged:
+                    self._manager.delete(int(bad))
+            return candidate, bool(intact)
+        left = "" if step is not None else " and no intact step is left"
+        raise UsageError(f"checkpoint step {', '.join(damaged)} in {self.directory} is damaged (its files do not match "
+                         f"the checksum saved with them){left}; restore the folder from a backup or start the run "
+                         "again in a new folder.")
 
     def restore(self, params: Any = None, trainer: Any = None, step: int | None = None) -> tuple[Any, Any, dict]:
-        """``(params, trainer, meta)`` of ``step`` (default the newest), each array tree restored into its
-        template (``None``: as saved, numpy arrays)."""
+        """``(params, trainer, meta)`` of ``step`` (default the newest intact one), each array tree restored
+        into its template (``None``: as saved, numpy arrays)."""
         ocp = self._ocp
-        step = self._manager.latest_step() if step is None else step
-        if step is None:
-            raise UsageError(f"no checkpoint in {self.directory}; the run saved none before it stopped, "
-                             "so start it again without --resume.")
+        step, verified = self._readable_step(step, "the run saved none before it stopped, so start it again "
+                                                   "without --resume.")
 
         def item(template):
             return ocp.args.StandardRestore(template) if template is not None else ocp.args.StandardRestore()
@@ -88,21 +161,19 @@ class RunCheckpoints:
                                                                       meta=ocp.args.JsonRestore()))
         except Exception as error:  # orbax and tensorstore raise many types on a damaged or foreign folder
             raise UsageError(f"checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}: "
-                             f"{str(error)[:200]}); it does not match this configuration or is damaged.") from None
+                             f"{str(error)[:200]}); it does not match this configuration"
+                             f"{'' if verified else ' or is damaged'}.") from None
         return out.params, out.trainer, dict(out.meta)
 
     def restore_params(self, template: Any, step: int | None = None) -> Any:
-        """Only the policy parameters of ``step`` (default the newest), into ``template``."""
+        """Only the policy parameters of ``step`` (default the newest intact one), into ``template``."""
         ocp = self._ocp
-        step = self._manager.latest_step() if step is None else step
-        if step is None:
-            raise UsageError(f"no checkpoint in {self.directory}; that run saved none, so train it again or pick "
-                             "another folder.")
+        step, verified = self._readable_step(step, "that run saved none, so train it again or pick another folder.")
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(template)))
         except Exception as error:
             raise UsageError(f"checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}); it "
-                             "does not match this model configuration or is damaged.") from None
+                             f"does not match this model configuration{'' if verified else ' or is damaged'}.") from None
         return out.params
 
     def close(self) -> None:
