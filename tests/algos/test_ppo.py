@@ -74,8 +74,9 @@ def test_loss_by_hand():
     assert metrics["value_loss"] == pytest.approx(2.2525, rel=1e-6)
     assert metrics["entropy"] == pytest.approx(LN2, rel=1e-6)
     assert total == pytest.approx(0.4 + 0.5 * 2.2525 - 0.01 * LN2, rel=1e-6)
-    assert metrics["clip_fraction"] == pytest.approx(0.5)  # |2 - 1| > 0.2 in row 0 only
-    assert metrics["approx_kl"] == pytest.approx((1 - LN2) / 2, rel=1e-5)  # mean((r - 1) - ln r)
+    assert metrics["clipfrac"] == pytest.approx(0.5)  # |2 - 1| > 0.2 in row 0 only
+    assert metrics["approx_kl"] == pytest.approx((1 - LN2) / 2, rel=1e-5)  # mean((r - 1) - ln r), r = 2, 1
+    assert metrics["old_approx_kl"] == pytest.approx(-LN2 / 2, rel=1e-5)  # mean(-ln r)
 
 
 def test_loss_options_by_hand():
@@ -117,7 +118,7 @@ def _batch(behaviour_log_prob):
     return ppo.Batch(obs=None, next_obs=None, action=None, log_prob=column(behaviour_log_prob),
                      value=column([0.0, 0.0, 0.0]), reward=column([1.0, 2.0, 3.0]),
                      terminated=column([0, 1, 0], bool), truncated=column([0, 0, 0], bool),
-                     episode_return=None, episode_done=None)
+                     episode_return=None, episode_done=None, episode_length=None)
 
 
 NEXT_VALUES = jnp.array([[1.0], [1.5], [2.0]])  # V(s'_t)
@@ -209,6 +210,29 @@ def test_learn_reports_the_importance_weight_only_under_a_correction():
     # Acting policy 4x as likely as the learner's on every action: w = min(1, 1/4) everywhere.
     _, metrics = jax.jit(ppo.learn)(corrected, batch.replace(log_prob=batch.log_prob + math.log(4.0)))
     assert float(metrics["importance_weight"]) == pytest.approx(0.25, rel=1e-5)
+
+
+def test_learn_reports_cleanrls_learning_rate_and_explained_variance():
+    from longhorizon.core.losses import explained_variance
+
+    # 64 steps / 8 per update = 8 updates of 2 epochs x 2 minibatches: the rate anneals to 0 over N = 32
+    # optimiser steps and update u starts at step 4u, so lr_u = 0.01 (1 - 4u / 32).
+    config = ppo.Config(num_envs=2, num_steps=4, num_minibatches=2, update_epochs=2, hidden=(4,), total_steps=64,
+                        learning_rate=0.01)
+    state = ppo.init(jax.random.PRNGKey(0), Ramp(), config)
+    collect, learn = jax.jit(ppo.collect), jax.jit(ppo.learn)
+    for u in range(3):
+        state, batch = collect(state)
+        next_values = ppo.bootstrap_values(state.agent, batch, batch.value, ppo.max_truncations(config, state.env))
+        targets = ppo.advantages_and_targets(batch, next_values, batch.log_prob, batch.value, config)[1]
+        state, metrics = learn(state, batch)
+        assert float(metrics["learning_rate"]) == pytest.approx(0.01 * (1 - 4 * u / 32), rel=1e-6)
+        # The rollout's values against their targets, 1 - Var[G - V] / Var[G], once per update.
+        assert float(metrics["explained_variance"]) == pytest.approx(float(explained_variance(batch.value, targets)),
+                                                                     rel=1e-5, abs=1e-6)
+    constant = dataclasses.replace(config, anneal_lr=False)
+    _, metrics = learn(ppo.init(jax.random.PRNGKey(0), Ramp(), constant), collect(state)[1])
+    assert float(metrics["learning_rate"]) == pytest.approx(0.01)
 
 
 @pytest.mark.parametrize("env_id, overrides", [("CartPole-v1", {"max_steps_in_episode": 3}), ("Ramp", {})])

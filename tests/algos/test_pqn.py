@@ -50,7 +50,8 @@ def test_q_lambda_targets_by_hand():
     column = lambda xs, dtype=jnp.float32: jnp.asarray(xs, dtype)[:, None]  # noqa: E731  [T, N=1]
     batch = pqn.Batch(obs=None, action=None, reward=column([1, 2, 3, 4, 5]),
                       terminated=column([0, 1, 0, 0, 0], bool), truncated=column([0, 0, 0, 1, 0], bool),
-                      next_q_max=column([10, 20, 30, 40, 50]), episode_return=None, episode_done=None)
+                      next_q_max=column([10, 20, 30, 40, 50]), episode_return=None, episode_done=None,
+                      episode_length=None)
     config = pqn.Config(gamma=0.9, q_lambda=0.5, reward_scale=1.0)
     np.testing.assert_allclose(pqn.q_lambda_targets(batch, config)[:, 0], [6.4, 2.0, 34.5, 40.0, 50.0], rtol=1e-6)
     # Reward scaling multiplies rewards only: G4 = .5*5 + .9*50.
@@ -136,7 +137,7 @@ def test_train_resume_and_eval_end_to_end(tmp_path):
     assert summary["status"] == "completed" and summary["total_env_steps"] == 128
     assert len(summary["final_eval_return"]) == 2 and all(0 < r <= 10 for r in summary["final_eval_return"])
     rows = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
-    assert {"loss", "q_mean", "epsilon", "target_mean"} <= set(rows[-1])
+    assert {"td_loss", "q_values", "epsilon", "target_mean"} <= set(rows[-1])
     train(_spec(tmp_path / "split"), max_chunks=2)
     train(_spec(tmp_path / "split"), resume=True)
     for a, b in zip(jax.tree.leaves(_weights(tmp_path / "straight")), jax.tree.leaves(_weights(tmp_path / "split"))):
@@ -153,7 +154,7 @@ def test_batch_norm_option_learns_with_batch_statistics_and_acts_with_running_on
     state = pqn.init(jax.random.PRNGKey(0), make("CartPole-v1"), config)
     stats = state.agent.weights["batch_stats"]
     state2, metrics = jax.jit(lambda s: pqn.learn(*pqn.collect(s)))(state)
-    assert bool(jnp.isfinite(metrics["loss"]))
+    assert bool(jnp.isfinite(metrics["td_loss"]))
     moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), stats, state2.agent.weights["batch_stats"])
     assert max(jax.tree.leaves(moved)) > 0  # running statistics were updated by the learner
     # Acting uses the running statistics: a single observation gets the same Q-values alone or in a batch.

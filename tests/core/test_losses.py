@@ -1,13 +1,15 @@
 """core/losses.py on hand-computed numbers: PPO's clipped surrogate (both clip sides, asymmetric clip),
-the clipped value loss, and the Huber loss."""
+the clipped value loss, the Huber loss and the explained variance; and PPO's two KL estimates (core/kl.py)."""
 
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss, huber
+from longhorizon.core.kl import kl_k1, kl_k3
+from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss, explained_variance, huber
 
 
 def _surrogate(ratios, advantages, eps=0.2, eps_high=None):
@@ -61,3 +63,25 @@ def test_huber_by_hand():
     # delta = 2: |x| <= 2 quadratic; 3 -> 2 * (3 - 1) = 4
     assert [float(v) for v in huber(x, 2.0)] == pytest.approx([4.0, 0.125, 0.0, 0.32, 2.0])
     assert math.isclose(float(jax.grad(lambda v: huber(v))(5.0)), 1.0)  # gradient capped at delta
+
+
+def test_explained_variance_by_hand():
+    returns = jnp.array([1.0, 2.0, 3.0, 6.0])  # mean 3, Var = (4 + 1 + 0 + 9) / 4 = 3.5
+    # residuals G - V = [0, 1, -1, 0]: mean 0, Var = 2 / 4 = 0.5 -> 1 - 0.5 / 3.5 = 6/7
+    assert float(explained_variance(jnp.array([1.0, 1.0, 4.0, 6.0]), returns)) == pytest.approx(6 / 7, rel=1e-6)
+    assert float(explained_variance(returns, returns)) == pytest.approx(1.0)  # exact predictions
+    assert float(explained_variance(jnp.full(4, 3.0), returns)) == pytest.approx(0.0, abs=1e-7)  # the mean only
+    # residuals [1, 2, 3, 6] - [3, 2, 1, 0] = [-2, 0, 2, 6]: mean 1.5, Var = (12.25 + 2.25 + 0.25 + 20.25) / 4 = 8.75
+    assert float(explained_variance(jnp.array([3.0, 2.0, 1.0, 0.0]), returns)) == pytest.approx(1 - 8.75 / 3.5)
+    assert float(explained_variance(jnp.array([0.0, 1.0]), jnp.array([2.0, 2.0]))) == 0.0  # returns without variance
+
+
+def test_ppo_kl_estimates_by_hand():
+    # pi_old = [1/2, 1/4, 1/2], pi = [1/4, 1/2, 1/2]: rho = [1/2, 2, 1], log rho = [-ln 2, ln 2, 0].
+    old, new = jnp.log(jnp.array([0.5, 0.25, 0.5])), jnp.log(jnp.array([0.25, 0.5, 0.5]))
+    ln2 = math.log(2)
+    # old_approx_kl = mean(-log rho) = 0; approx_kl = mean((rho - 1) - log rho) = ((-1/2 + ln 2) + (1 - ln 2) + 0) / 3
+    assert float(jnp.mean(kl_k1(old, new))) == pytest.approx(0.0, abs=1e-7)
+    assert float(jnp.mean(kl_k3(old, new))) == pytest.approx(0.5 / 3, rel=1e-6)
+    np.testing.assert_allclose(kl_k1(old, new), [ln2, -ln2, 0.0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(kl_k3(old, new), [ln2 - 0.5, 1 - ln2, 0.0], rtol=1e-6, atol=1e-7)

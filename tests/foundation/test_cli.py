@@ -32,6 +32,18 @@ def test_usage_errors_exit_2_with_one_sentence(argv, needle, capsys):
     assert err.count("\n") == 0 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("path, needles", [
+    ("json:dumps", ("'json:dumps'", "TypeError", "factory")),  # importable, but calling it raises
+    ("os:getcwd", ("'os:getcwd'", "returned a str", "not a gymnax-style environment")),  # returns a non-environment
+])
+def test_an_import_path_whose_factory_fails_is_one_sentence(path, needles, capsys):
+    assert main(["train", "ppo", "--env", path, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and err.count("\n") == 0 and "Traceback" not in err
+    for needle in needles:
+        assert needle in err
+
+
 def test_console_script_exit_code_and_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "longhorizon.cli", "train", "ppo", "--env", "Breakout"],
                           capture_output=True, text=True, timeout=120)

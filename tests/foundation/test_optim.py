@@ -9,7 +9,7 @@ import pytest
 
 from jax.flatten_util import ravel_pytree
 
-from longhorizon.core.optim import flat_step, init_flat, make_optimizer, radam
+from longhorizon.core.optim import flat_step, init_flat, learning_rate_at, make_optimizer, radam
 
 
 def test_radam_matches_optax_across_the_rectification_threshold():
@@ -45,9 +45,11 @@ def test_make_optimizer_clips_the_global_norm_then_anneals_linearly_to_zero():
     opt = make_optimizer(0.5, max_grad_norm=1.0, kind="radam", anneal_steps=4)
     grads = {"x": jnp.array([3.0, -4.0])}
     state = opt.init(grads)
-    for lr in (0.5, 0.375, 0.25, 0.125, 0.0):
+    for t, lr in enumerate((0.5, 0.375, 0.25, 0.125, 0.0)):
         updates, state = opt.update(grads, state)
         np.testing.assert_allclose(updates["x"], [-0.6 * lr, 0.8 * lr], rtol=1e-6, atol=1e-12)
+        assert float(learning_rate_at(0.5, t, anneal_steps=4)) == pytest.approx(lr)  # the rate PPO logs
+    assert float(learning_rate_at(0.5, 9, anneal_steps=4)) == 0.0 and float(learning_rate_at(0.5, 9)) == 0.5
 
 
 def test_make_optimizer_adam_passes_epsilon_and_keeps_a_constant_rate():

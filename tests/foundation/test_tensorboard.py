@@ -3,6 +3,7 @@
 import json
 import struct
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +23,13 @@ TINY = {"num_envs": "4", "num_steps": "16", "num_minibatches": "2", "update_epoc
 # Row key -> tag, written out by hand so a wrong mapping in loggers.py fails here.
 EXPECTED_TAGS = {
     "episode_return_mean": "charts/episodic_return", "episode_return_min": "charts/episodic_return_min",
-    "episode_return_max": "charts/episodic_return_max", "eval_return_mean": "charts/eval_return",
+    "episode_return_max": "charts/episodic_return_max", "episode_length_mean": "charts/episodic_length",
+    "eval_return_mean": "charts/eval_return",
     "steps_per_second": "charts/SPS", "episodes": "charts/episodes", "chunk": "charts/chunk",
     "wall_seconds": "charts/wall_seconds", "updates": "charts/updates", "loss": "losses/loss",
     "policy_loss": "losses/policy_loss", "value_loss": "losses/value_loss", "entropy": "losses/entropy",
-    "approx_kl": "losses/approx_kl", "clip_fraction": "losses/clip_fraction",
+    "old_approx_kl": "losses/old_approx_kl", "approx_kl": "losses/approx_kl", "clipfrac": "losses/clipfrac",
+    "explained_variance": "losses/explained_variance", "learning_rate": "charts/learning_rate",
 }
 PER_SEED = {"episode_return_per_seed": "charts/episodic_return_seed", "eval_return_per_seed": "charts/eval_return_seed"}
 
@@ -182,3 +185,34 @@ def test_wandb_offline_run_logs_the_same_rows(tmp_path, monkeypatch):
     for row, logged in zip(rows, history):
         want = scalars(row)
         assert {k: v for k, v in logged.items() if not k.startswith("_")} == pytest.approx(want)
+
+
+# CleanRL's tags (cleanrl/ppo.py and ppo_continuous_action.py; cleanrl/dqn.py), written out by hand: a run of our
+# PPO or DQN must write each of them, under that name only.
+CLEANRL_TAGS = {
+    "ppo": ["charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "losses/value_loss",
+            "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac",
+            "losses/explained_variance", "charts/SPS"],
+    "dqn": ["charts/episodic_return", "charts/episodic_length", "losses/td_loss", "losses/q_values", "charts/SPS"],
+}
+OLD_NAMES = ["losses/clip_fraction", "losses/q_mean", "losses/episode_length_sum", "losses/episode_length_mean"]
+CLEANRL_RUNS = {  # tiny CartPole runs (episodes of at most 10 steps, so every chunk ends some)
+    "ppo": dict(TINY, total_steps="128"),
+    "dqn": {"num_envs": "2", "num_steps": "8", "gradient_steps": "2", "batch_size": "8", "buffer_size": "64",
+            "learning_starts": "16", "hidden": "16,16", "total_steps": "64"},
+}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_runs_write_cleanrls_tags(algo, tmp_path):
+    run = tmp_path / algo
+    train(RunSpec(algo=algo, env="CartPole-v1", config_overrides=dict(CLEANRL_RUNS[algo]),
+                  env_overrides={"max_steps_in_episode": 10}, seeds=1, out=str(run), num_chunks=2, quiet=True))
+    rows = rows_of(run)
+    tags = set().union(*(scalars(row) for row in rows[1:]))  # the last chunk: every learner has started
+    assert [tag for tag in CLEANRL_TAGS[algo] if tag not in tags] == []
+    assert [tag for tag in OLD_NAMES if tag in tags] == []
+    lengths = [row["episode_length_mean"] for row in rows]
+    assert all(1 <= length <= 10 for length in lengths)  # CartPole capped at 10 steps
+    docs = (Path(__file__).parents[2] / "docs" / "logging.md").read_text()
+    assert [tag for tag in CLEANRL_TAGS[algo] if f"`{tag}`" not in docs] == []

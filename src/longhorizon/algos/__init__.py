@@ -5,7 +5,8 @@
 ``collect(state) -> (state, batch)``, ``learn(state, batch) -> (state, metrics)``,
 ``agent_params(state)`` and ``act(params, obs, key, greedy)``.
 
-Batches expose ``episode_return`` and ``episode_done`` (time-major) for the engine's statistics.
+Batches expose ``episode_return`` and ``episode_done`` (time-major) for the engine's statistics, and
+optionally ``episode_length`` (``info["episode_length"]``; without it a run logs no episode lengths).
 
 Optional hooks: ``check_env(env, config)`` refuses an environment before compiling (e.g. a
 continuous action space for a Q-learning method); ``resolve_config(env, config) -> config`` fills in

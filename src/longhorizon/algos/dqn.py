@@ -150,6 +150,7 @@ class Batch:
     transition: Transition
     episode_return: jax.Array
     episode_done: jax.Array
+    episode_length: jax.Array
 
 
 # ----------------------------------------------------------------------------- acting
@@ -201,7 +202,7 @@ def collect(state: State) -> tuple[State, Batch]:
         done = jnp.logical_or(terminated, truncated)
         true_next = true_next_obs(next_obs, info, terminated, truncated)
         step = Batch(Transition(obs, action, reward, true_next, terminated, done),
-                     info["episode_return"], info["episode_done"])
+                     info["episode_return"], info["episode_done"], info["episode_length"])
         return (env_state, next_obs, env_steps + config.num_envs, key), step
 
     (env_state, obs, env_steps, key), batch = jax.lax.scan(
@@ -233,7 +234,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         chosen = jnp.take_along_axis(q, action[:, None].astype(jnp.int32), axis=-1)[:, 0]
         error = chosen - target
         loss = jnp.mean(huber(error) if config.loss == "huber" else 0.5 * error**2)
-        return loss, dict(loss=loss, q_mean=chosen.mean())
+        return loss, dict(td_loss=loss, q_values=chosen.mean())  # CleanRL's names
 
     def gradient_step(carry, _):
         weights, target_weights, opt_state, key, grad_steps = carry

@@ -14,6 +14,10 @@ Batches acted by an older policy mu (the Ray engine's asynchronous mode) are cor
 current, proximal policy pi_prox with ``--correction vtrace`` (V-trace advantages and targets,
 Espeholt et al., 2018) or ``--correction decoupled`` (the decoupled objective of Hilton et al., 2022,
 used by AReaL: E[min(w, rho_clip) min(r A, clip(r) A)], r = pi/pi_prox, w = pi_prox/mu).
+
+``learn`` reports CleanRL's diagnostics under CleanRL's names: ``policy_loss``, ``value_loss``,
+``entropy``, ``old_approx_kl``, ``approx_kl`` and ``clipfrac`` (means over the minibatches), and
+``explained_variance`` and ``learning_rate`` (once per update); also the total ``loss``.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from jax.flatten_util import ravel_pytree
 
 from longhorizon.config import AlgoConfig
 from longhorizon.core import distributions as dist
-from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss
+from longhorizon.core.kl import kl_k1, kl_k3
+from longhorizon.core.losses import clipped_surrogate_loss, clipped_value_loss, explained_variance
 from longhorizon.core.minibatch import flatten_time, minibatch_epochs
 from longhorizon.core.nets import ACTIVATIONS, ActorCritic, PolicyOutput
 from longhorizon.core.normalize import RunningMeanStd
-from longhorizon.core.optim import flat_step, init_flat, make_optimizer
+from longhorizon.core.optim import flat_step, init_flat, learning_rate_at, make_optimizer
 from longhorizon.core.returns import gae, vtrace
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.wrappers import NormalizeReward
@@ -168,6 +173,7 @@ class Batch:
     truncated: jax.Array
     episode_return: jax.Array
     episode_done: jax.Array
+    episode_length: jax.Array
 
 
 # ----------------------------------------------------------------------------- networks
@@ -242,8 +248,12 @@ def num_updates(config: Config) -> int:
 def optimizer(config: Config) -> optax.GradientTransformation:
     """Clipped Adam, learning rate linearly annealed to 0 if asked. Built where it is used, not stored in
     the state, because in a sweep its learning rate and clipping norm are traced values."""
-    anneal = num_updates(config) * config.update_epochs * config.num_minibatches if config.anneal_lr else None
-    return make_optimizer(config.learning_rate, config.max_grad_norm, "adam", anneal, eps=1e-5)
+    return make_optimizer(config.learning_rate, config.max_grad_norm, "adam", _anneal_steps(config), eps=1e-5)
+
+
+def _anneal_steps(config: Config) -> int | None:
+    """Optimiser steps over which the learning rate decays to 0 (None: constant)."""
+    return num_updates(config) * config.update_epochs * config.num_minibatches if config.anneal_lr else None
 
 
 # ----------------------------------------------------------------------------- collect
@@ -261,7 +271,7 @@ def collect(state: State) -> tuple[State, Batch]:
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, _to_env_action(agent, action))
         true_next = true_next_obs(next_obs, info, terminated, truncated)
         step = Batch(obs_n, _prepare(agent, true_next), action, log_prob, out.value, reward, terminated, truncated,
-                     info["episode_return"], info["episode_done"])
+                     info["episode_return"], info["episode_done"], info["episode_length"])
         return (env_state, next_obs, key), (step, obs)
 
     (env_state, obs, key), (batch, raw_obs) = jax.lax.scan(env_step, (state.env_state, state.obs, state.key), None,
@@ -321,7 +331,7 @@ def loss(agent: AgentParams, weights, rows: Rows, config: Config, drift=None, pr
         advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
     if config.correction == "decoupled":  # w * min(r A, clip(r) A) = min(r wA, clip(r) wA) for w >= 0
         advantage = rows.weight * advantage
-    policy_loss, clip_frac = clipped_surrogate_loss(log_prob, rows.old_log_prob, advantage, config.clip_eps)
+    policy_loss, clipfrac = clipped_surrogate_loss(log_prob, rows.old_log_prob, advantage, config.clip_eps)
     if drift is not None:
         policy_loss = -lpo.lpo_objective(lpo.config_of(drift), drift, log_prob, rows.old_log_prob, advantage,
                                          progress, float(num_updates(config)))
@@ -329,10 +339,11 @@ def loss(agent: AgentParams, weights, rows: Rows, config: Config, drift=None, pr
                                     config.clip_eps if config.clip_value else None)
     entropy = entropy.mean()
     total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    log_ratio = log_prob - rows.old_log_prob
-    approx_kl = jnp.mean((jnp.exp(log_ratio) - 1) - log_ratio)
+    # KL(pi_old || pi) on the minibatch's actions (drawn from pi_old), CleanRL's two estimates (core.kl).
+    old_approx_kl = jnp.mean(kl_k1(rows.old_log_prob, log_prob))
+    approx_kl = jnp.mean(kl_k3(rows.old_log_prob, log_prob))
     return total, dict(loss=total, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
-                       approx_kl=approx_kl, clip_fraction=clip_frac)
+                       old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
 
 def bootstrap_values(agent: AgentParams, batch: Batch, values: jax.Array, max_truncations: int) -> jax.Array:
@@ -387,12 +398,18 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
         flat, opt_state, metrics = step(*carry, rows)
         return (flat, opt_state), metrics
 
+    first_step = state.update_step * config.update_epochs * config.num_minibatches  # optimiser steps so far
+    learning_rate = learning_rate_at(config.learning_rate, first_step, _anneal_steps(config))
     key, epoch_key = jax.random.split(state.key)
     (flat_weights, opt_state), metrics = minibatch_epochs(minibatch_step, (flat_weights, state.opt_state), data,
                                                           epoch_key, config.update_epochs, config.num_minibatches)
     state = state.replace(agent=agent.replace(weights=unravel(flat_weights)), opt_state=opt_state, key=key,
                           update_step=state.update_step + 1)
     metrics = jax.tree.map(jnp.mean, metrics)
+    # Once per update, as CleanRL: the rollout's values against their targets, and the step size of the
+    # update's first optimiser step.
+    metrics["explained_variance"] = explained_variance(data.old_value, data.target)
+    metrics["learning_rate"] = learning_rate
     if config.correction != "none":  # below 1 where the acting policy lagged: the correction at work
         metrics["importance_weight"] = weight.mean()
     return state, metrics

@@ -137,6 +137,7 @@ class Batch:
     next_q_max: jax.Array  # max_a Q(s'_t, a) on the true next state, cached while acting
     episode_return: jax.Array
     episode_done: jax.Array
+    episode_length: jax.Array
 
 
 # ----------------------------------------------------------------------------- acting
@@ -203,7 +204,7 @@ def collect(state: State) -> tuple[State, Batch]:
         q_bootstrap = jax.lax.cond(truncated.any(), lambda: q_fn(true_next_obs(next_obs, info, terminated, truncated)),
                                    lambda: q_next)
         step = Batch(obs, action, reward, terminated, truncated, jnp.max(q_bootstrap, axis=-1),
-                     info["episode_return"], info["episode_done"])
+                     info["episode_return"], info["episode_done"], info["episode_length"])
         return (env_state, next_obs, q_next, key), step
 
     (env_state, obs, _, key), batch = jax.lax.scan(env_step, (state.env_state, state.obs, q_fn(state.obs), state.key),
@@ -234,7 +235,7 @@ def learn(state: State, batch: Batch) -> tuple[State, dict[str, jax.Array]]:
             q = q_values(agent.network, variables, obs)
         chosen = jnp.take_along_axis(q, action[:, None].astype(jnp.int32), axis=-1)[:, 0]
         loss = 0.5 * jnp.mean((chosen - target) ** 2)
-        return loss, (dict(loss=loss, q_mean=chosen.mean()), batch_stats)
+        return loss, (dict(td_loss=loss, q_values=chosen.mean()), batch_stats)  # CleanRL's names
 
     flat_params, unravel = ravel_pytree(agent.weights["params"])  # the optimiser steps the flat vector (core.optim)
     step = flat_step(optimizer(config), loss_fn, unravel)

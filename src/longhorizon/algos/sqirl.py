@@ -161,6 +161,7 @@ class Batch:
     prefix: jax.Array  # time steps below this followed the learned policy
     episode_return: jax.Array
     episode_done: jax.Array
+    episode_length: jax.Array
 
 
 # ----------------------------------------------------------------------------- acting
@@ -235,7 +236,7 @@ def collect(state: State) -> tuple[State, Batch]:
         next_obs, env_state, reward, terminated, truncated, info = venv.step(step_key, env_state, action)
         ended = jnp.logical_or(terminated, truncated)
         step = Batch(obs, action, reward, ended, true_next_obs(next_obs, info, terminated, truncated), alive, prefix,
-                     info["episode_return"], jnp.logical_and(info["episode_done"], alive))
+                     info["episode_return"], jnp.logical_and(info["episode_done"], alive), info["episode_length"])
         return (env_state, next_obs, jnp.logical_and(alive, ~ended), key), step
 
     alive = jnp.ones(config.num_envs, bool)

@@ -274,6 +274,7 @@ class Batch:
     transition: Transition
     episode_return: jax.Array
     episode_done: jax.Array
+    episode_length: jax.Array
 
 
 def world_model_network(config: Config) -> wm.WorldModel:
@@ -354,7 +355,7 @@ def collect(state: State) -> tuple[State, Batch]:
         row = Transition(obs, a, reward * config.reward_scale, true_next_obs(next_obs, info, terminated, truncated),
                          terminated.astype(jnp.float32), done.astype(jnp.float32))
         return (env_state, next_obs, env_steps + config.num_envs, key), Batch(row, info["episode_return"],
-                                                                              info["episode_done"])
+                                                                              info["episode_done"], info["episode_length"])
 
     (env_state, obs, env_steps, key), batch = jax.lax.scan(
         env_step, (state.env_state, state.obs, state.env_steps, state.key), None, config.num_steps)

@@ -9,6 +9,11 @@ KL divergence", 2020):
   ``exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1``).
 
 All functions are elementwise over arrays of per-token log-probabilities.
+
+PPO's diagnostics (CleanRL's names) are the means of k1 and k3 for ``KL(pi_old || pi)`` on the
+rollout's actions, drawn from ``pi_old``: with ``rho = pi(a|s) / pi_old(a|s)``,
+``old_approx_kl = mean(kl_k1(log pi_old, log pi)) = mean(-log rho)`` and
+``approx_kl = mean(kl_k3(log pi_old, log pi)) = mean((rho - 1) - log rho)``.
 """
 
 from __future__ import annotations

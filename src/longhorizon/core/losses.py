@@ -1,4 +1,4 @@
-"""Policy and value losses shared by the policy-gradient algorithms."""
+"""Policy and value losses shared by the policy-gradient algorithms, and the value function's explained variance."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 
 def clipped_surrogate_loss(log_prob: jax.Array, old_log_prob: jax.Array, advantage: jax.Array,
                            clip_eps: float, clip_eps_high: float | None = None) -> tuple[jax.Array, jax.Array]:
-    r"""PPO's clipped surrogate, as a loss to minimise, and the fraction of clipped ratios.
+    r"""PPO's clipped surrogate, as a loss to minimise, and the fraction of clipped ratios (CleanRL's
+    ``clipfrac``, :math:`\mathbb E[\mathbb 1(|\rho - 1| > \epsilon)]`).
 
     .. math::
         L = -\mathbb E\big[\min(\rho A,\ \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon_{high}) A)\big],
@@ -18,8 +19,8 @@ def clipped_surrogate_loss(log_prob: jax.Array, old_log_prob: jax.Array, advanta
     ratio = jnp.exp(log_prob - old_log_prob)
     unclipped = ratio * advantage
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + high) * advantage
-    clip_fraction = jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))
-    return -jnp.mean(jnp.minimum(unclipped, clipped)), clip_fraction
+    clipfrac = jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))
+    return -jnp.mean(jnp.minimum(unclipped, clipped)), clipfrac
 
 
 def clipped_value_loss(value: jax.Array, old_value: jax.Array, target: jax.Array,
@@ -34,6 +35,20 @@ def clipped_value_loss(value: jax.Array, old_value: jax.Array, target: jax.Array
         return 0.5 * jnp.mean(squared)
     clipped_value = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
     return 0.5 * jnp.mean(jnp.maximum(squared, (clipped_value - target) ** 2))
+
+
+def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:
+    r"""How much of the returns' variance the value predictions explain, over all elements:
+
+    .. math:: \mathrm{EV} = 1 - \frac{\mathrm{Var}[G - V]}{\mathrm{Var}[G]}
+
+    (population variances). 1: perfect predictions; 0: no better than the returns' mean; negative:
+    worse. Where the returns do not vary (:math:`\mathrm{Var}[G] = 0`) it is 0, not CleanRL's NaN,
+    which a training loop would read as divergence.
+    """
+    var_returns = jnp.var(returns)
+    safe = jnp.where(var_returns > 0, var_returns, 1.0)
+    return jnp.where(var_returns > 0, 1.0 - jnp.var(returns - values) / safe, 0.0)
 
 
 def huber(x: jax.Array, delta: float = 1.0) -> jax.Array:

@@ -50,6 +50,15 @@ def make_optimizer(learning_rate: float, max_grad_norm: float, kind: str = "adam
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), update)
 
 
+def learning_rate_at(learning_rate, step, anneal_steps: int | None = None) -> jax.Array:
+    r"""The learning rate :func:`make_optimizer` applies at optimiser step ``step`` (counted from 0):
+    :math:`\alpha_t = \alpha \max(0, 1 - t/N)` with :math:`N` = ``anneal_steps``, or :math:`\alpha` without."""
+    learning_rate = jnp.asarray(learning_rate, jnp.float32)
+    if not anneal_steps:
+        return learning_rate
+    return learning_rate * jnp.maximum(0.0, 1.0 - jnp.asarray(step, jnp.float32) / anneal_steps)
+
+
 def init_flat(optimizer: optax.GradientTransformation, params) -> optax.OptState:
     """``optimizer``'s state for the flat vector of ``params`` (what :func:`flat_step` updates)."""
     return optimizer.init(ravel_pytree(params)[0])

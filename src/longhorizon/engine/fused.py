@@ -28,10 +28,15 @@ from longhorizon.errors import UsageError
 SEEDS = "seeds"  # the mesh axis the seeds are sharded over
 
 
-def chunk_statistics(batches_return: jax.Array, batches_done: jax.Array) -> dict[str, jax.Array]:
-    """Sum and count of the returns of episodes that finished inside a chunk."""
+def chunk_statistics(batches_return: jax.Array, batches_done: jax.Array,
+                     batches_length: jax.Array | None = None) -> dict[str, jax.Array]:
+    """Sum of the returns (and, given ``batches_length``, of the lengths) of the episodes that finished
+    inside a batch, and their count."""
     done = batches_done.astype(jnp.float32)
-    return {"episode_return_sum": jnp.sum(batches_return * done), "episodes": jnp.sum(done)}
+    stats = {"episode_return_sum": jnp.sum(batches_return * done), "episodes": jnp.sum(done)}
+    if batches_length is not None:
+        stats["episode_length_sum"] = jnp.sum(batches_length.astype(jnp.float32) * done)
+    return stats
 
 
 def over_seeds(fn, num_seeds: int, shared_args: int = 0):
@@ -172,7 +177,8 @@ def make_learn(algo: ModuleType):
 
     def learn(state, batch):
         state, metrics = algo.learn(state, batch)
-        stats = chunk_statistics(batch.episode_return, batch.episode_done)
+        # episode_length is optional: an algorithm whose batches lack it gets no episode-length statistics.
+        stats = chunk_statistics(batch.episode_return, batch.episode_done, getattr(batch, "episode_length", None))
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(metrics)] or [jnp.asarray(True)]))
         return state, {**metrics, **stats, "loss_finite": finite}
 
@@ -189,7 +195,7 @@ def make_update(algo: ModuleType):
     return update
 
 
-SUMMED = ("episode_return_sum", "episodes")  # summed over a chunk; every other metric is averaged
+SUMMED = ("episode_return_sum", "episode_length_sum", "episodes")  # summed over a chunk; every other metric is averaged
 
 
 def mean_where(values: jax.Array, ran: jax.Array) -> jax.Array:
@@ -263,6 +269,9 @@ class FusedEngine:
             self._init = compiled_init(lambda row: algo.init(row[0], env, row[1]), num_seeds)
         self._compiled = None
         self.compile_seconds = 0.0
+
+    def close(self) -> None:
+        """Nothing to release: the fused engine holds no workers or host environments (engines that do override it)."""
 
     def seed_keys(self, seed: int) -> jax.Array:
         indices = jnp.asarray(self.row_seeds, jnp.int32)

@@ -144,6 +144,7 @@ def _from_import_path(path: str, env_params: Any, overrides: dict[str, Any]) -> 
     if not module_name or not attr:
         raise UsageError(f"'{path}' is not an import path; write package.module:name (e.g. my_pkg.envs:make_env).")
     found = _import_attr(module_name, attr, path)
+    what = f"'{path}'"
     if callable(found) and not _is_env_object(found):
         try:
             names = set(inspect.signature(found).parameters)
@@ -151,8 +152,22 @@ def _from_import_path(path: str, env_params: Any, overrides: dict[str, Any]) -> 
             names = set()
         ctor = {k: v for k, v in overrides.items() if k in names}
         overrides = {k: v for k, v in overrides.items() if k not in ctor}
-        found = found(**ctor)
-    return _from_object(found, env_params, overrides, what=path, env_id=path)
+        try:
+            found = found(**ctor)
+        except UsageError:  # already one sentence (e.g. the factory called make with a bad id)
+            raise
+        except Exception as error:  # a user's factory can fail in any way; name it and stop
+            raise UsageError(f"calling '{path}' to build the environment raised {type(error).__name__} "
+                             f"({_brief(error)}); point --env at a gymnax-style environment, or at a factory that "
+                             f"returns one when called with no arguments (or only --env-arg settings).") from None
+        what = f"'{path}' returned a {type(found).__name__}, which"
+    return _from_object(found, env_params, overrides, what=what, env_id=path)
+
+
+def _brief(error: Exception, limit: int = 160) -> str:
+    """An exception's message on one line, cut to ``limit`` characters."""
+    text = " ".join(str(error).split()) or "no message"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _is_env_object(obj: Any) -> bool:
@@ -169,7 +184,7 @@ def _from_object(obj: Any, env_params: Any, overrides: dict[str, Any], what: str
                              f"instead of passing overrides or env_params.")
         return obj
     if type(obj).__module__.split(".")[0] == "gymnasium" or hasattr(obj, "np_random"):
-        raise UsageError(f"{what} is a gymnasium environment, which is stepped on the host; pass it as "
+        raise UsageError(f"{what} is a gymnasium environment (stepped on the host); pass it as "
                          f"'gymnasium:ID' or 'gymnasium:package.module:Class' instead of an object.")
     if not _is_env_object(obj) or not hasattr(obj, "default_params"):
         raise UsageError(f"{what} is not a gymnax-style environment (needs reset, step, observation_space, "

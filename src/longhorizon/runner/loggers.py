@@ -2,7 +2,9 @@
 
 Every row the runner appends to ``metrics.jsonl`` is also written as scalars at global step =
 ``env_steps`` (environment steps per seed), so one TensorBoard over ``runs/`` compares runs of any
-algorithm on one axis. Tags follow CleanRL, whose names RL users already know:
+algorithm on one axis. Tags follow CleanRL, whose names RL users already know; each quantity has one
+key and so one tag (``docs/logging.md`` has the full table, and the test suite checks CleanRL's PPO
+and DQN tags against runs of ours):
 
 ==========================  =====================================================================
 row key                     tag
@@ -10,6 +12,7 @@ row key                     tag
 episode_return_mean         ``charts/episodic_return``
 episode_return_min / _max   ``charts/episodic_return_min`` / ``charts/episodic_return_max``
 episode_return_per_seed     ``charts/episodic_return_seed{i}`` (seed index ``i``)
+episode_length_mean         ``charts/episodic_length``
 eval_return_mean            ``charts/eval_return``
 eval_return_per_seed        ``charts/eval_return_seed{i}``
 steps_per_second            ``charts/SPS``
@@ -18,10 +21,11 @@ chunk, updates              ``charts/chunk``, ``charts/updates`` (updates run in
 wall_seconds                ``charts/wall_seconds``
 epsilon, learning_rate,     ``charts/<key>`` (schedules, not losses)
 learning
-any other key               ``losses/<key>``: what the algorithm's ``learn`` reports, e.g.
-                            ``losses/loss``, ``losses/policy_loss``, ``losses/value_loss``,
-                            ``losses/entropy``, ``losses/approx_kl``, ``losses/clip_fraction``,
-                            ``losses/td_loss``, ``losses/q_mean``, ``losses/target_mean``
+any other key               ``losses/<key>``: what the algorithm's ``learn`` reports, e.g. PPO's
+                            ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
+                            ``losses/old_approx_kl``, ``losses/approx_kl``, ``losses/clipfrac``,
+                            ``losses/explained_variance``, ``losses/loss``; DQN's and PQN's
+                            ``losses/td_loss``, ``losses/q_values`` (PQN: ``losses/target_mean``)
 ==========================  =====================================================================
 
 ``env_steps`` is the step axis and ``time`` the event's wall time; neither is a tag (the LM loop,
@@ -54,6 +58,7 @@ RUNNER_TAGS = {
     "episode_return_min": "charts/episodic_return_min",
     "episode_return_max": "charts/episodic_return_max",
     "episode_return_per_seed": "charts/episodic_return_seed",
+    "episode_length_mean": "charts/episodic_length",
     "eval_return_mean": "charts/eval_return",
     "eval_return_per_seed": "charts/eval_return_seed",
     "steps_per_second": "charts/SPS",
