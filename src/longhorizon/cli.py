@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.runner.interrupts import INTERRUPTED_EXIT, Interrupted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Reinforcement learning over long horizons and at scale, in JAX.")
@@ -248,12 +249,7 @@ def train(
         _print_json({**resolved, "quiet": spec.quiet, "wandb": spec.wandb})  # run settings config.json leaves out
         return
     setup_compilation_cache()
-    try:
-        summary = run_train(spec, resume=resume is not None)
-    except KeyboardInterrupt as stop:
-        folder = spec.out
-        print(f"interrupted: checkpoint saved; continue with `longhorizon train --resume {folder}`.", file=sys.stderr)
-        raise typer.Exit(130) from stop
+    summary = run_train(spec, resume=resume is not None)  # Ctrl-C: main() prints what was saved, exit 130
     _print_summary(summary)
 
 
@@ -450,7 +446,7 @@ _register_plugins()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for usage errors)."""
+    """Entry point; returns the exit code (2 for usage errors, 130 for Ctrl-C)."""
     try:
         # click hands back a command's typer.Exit code instead of raising it when standalone_mode is off
         code = app(args=argv, standalone_mode=False, prog_name="longhorizon")
@@ -459,9 +455,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except typer.Exit as done:
         return done.exit_code
-    except typer.Abort:
-        print("aborted.", file=sys.stderr)
-        return 130
+    except Interrupted as stop:  # a run stopped by Ctrl-C at a safe point: what was saved, how to continue
+        print(stop, file=sys.stderr)
+        return INTERRUPTED_EXIT
+    except (KeyboardInterrupt, typer.Abort):  # Ctrl-C outside a run's safe points (or a second one)
+        from longhorizon.__main__ import NOT_SAVED
+
+        print(NOT_SAVED, file=sys.stderr)
+        return INTERRUPTED_EXIT
     except typer.TyperException as error:  # typer's own usage errors: keep them to one line
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         if type(error).__name__ == "NoArgsIsHelpError":

@@ -1,6 +1,7 @@
 """Runner: results folder, exact resume, Ctrl-C and NaN handling (tiny PPO runs)."""
 
 import json
+import signal
 
 import jax
 import numpy as np
@@ -11,6 +12,7 @@ from longhorizon.engine.fused import FusedEngine
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
 from longhorizon.runner.evaluate import evaluate
+from longhorizon.runner.interrupts import Interrupted
 from longhorizon.runner.replay import load_run
 from longhorizon.runner.run import RunSpec, train
 
@@ -39,13 +41,17 @@ def test_results_folder_and_summary(tmp_path):
         assert key in saved
     assert saved["total_env_steps"] == 512 and len(saved["final_eval_return"]) == 2
     # The reported returns are the final checkpoint's greedy policy evaluated on 10 episodes (CartPole pays
-    # +1 per step, so each is a mean of 10 whole returns) with the runner's final-evaluation key.
+    # +1 per step, so each is a mean of 10 whole returns) with the last chunk's evaluation key.
     assert all(1 <= r <= 500 and (10 * r) == pytest.approx(round(10 * r), abs=1e-3) for r in saved["final_eval_return"])
     loaded, state = load_run(run)
-    again = evaluate(loaded.algo, state, loaded.env, jax.random.fold_in(jax.random.PRNGKey(0 + 10_000), 10**6), 10)
+    again = evaluate(loaded.algo, state, loaded.env, jax.random.fold_in(jax.random.PRNGKey(0 + 10_000), 4), 10)
     assert again == saved["final_eval_return"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in rows] == [128, 256, 384, 512]
+    # one final evaluation, recorded everywhere: without --eval-every only the last row carries it
+    assert [("eval_return_mean" in r) for r in rows] == [False, False, False, True]
+    assert rows[-1]["eval_return_per_seed"] == saved["final_eval_return"]
+    assert rows[-1]["eval_return_mean"] == pytest.approx(saved["final_eval_return_mean"])
     assert {"episode_return_mean", "episode_return_min", "episode_return_max", "loss", "steps_per_second",
             "wall_seconds"} <= set(rows[-1])
     config = json.loads((run / "config.json").read_text())
@@ -75,13 +81,14 @@ def test_ctrl_c_saves_the_last_finished_chunk(tmp_path, monkeypatch):
     def interrupt_third(self, state, num_updates=None):
         calls["n"] += 1
         if calls["n"] == 3:
-            raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)  # a real Ctrl-C while chunk 3 runs: it finishes and is saved
         return real(self, state, num_updates)
 
     monkeypatch.setattr(FusedEngine, "run_chunk", interrupt_third)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted, match=r"chunk 3 of 4 is saved") as stop:
         train(spec(tmp_path / "run"))
-    assert checkpoint.latest_meta(tmp_path / "run" / "checkpoints")["chunk"] == 2
+    assert f"longhorizon train --resume {tmp_path / 'run'}" in str(stop.value)
+    assert checkpoint.latest_meta(tmp_path / "run" / "checkpoints")["chunk"] == 3
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
     monkeypatch.setattr(FusedEngine, "run_chunk", real)
     assert train(spec(tmp_path / "run"), resume=True)["status"] == "completed"

@@ -14,6 +14,7 @@ from longhorizon.offline import agents, samplers as S
 from longhorizon.offline import train as T
 from longhorizon.offline.agents import hiql, ota
 from longhorizon.offline.nets import expectile_value_loss, td_targets
+from longhorizon.runner.interrupts import Interrupted
 
 GAMMA = 0.9
 
@@ -244,7 +245,7 @@ def test_ctrl_c_saves_the_last_finished_chunk_and_resume_continues(tmp_path, mon
 
     monkeypatch.setattr(T.ChunkProgress, "update", interrupt_after_first)
     spec = T.OfflineSpec("gcbc", LINE, SMALL, num_updates=300, num_chunks=2, out=str(tmp_path / "run"), quiet=True)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted, match="chunk 1 of 2 is saved"):
         T.train(spec)
     assert json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())["chunk"] == 1
     summary = T.train(spec, resume=True)

@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import UsageError
+from longhorizon.runner.results import write_json_atomic
 
 evolve_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Learning algorithms found by evolution (discovered PPO objectives).")
@@ -71,31 +72,41 @@ def drift(
         print(json.dumps(plan, indent=2))
         return
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(plan, indent=2))
+    write_json_atomic(folder / "config.json", plan)
     trainer = meta_ppo.EnvMetaTrainer(drift_config, inner, es, seed=seed)
     print(f"meta-training {plan['objective']} on {env}: {generations} generations x {steps:,} inner env steps "
           "(the first generation compiles)")
     curve, status, start = [], "completed", time.perf_counter()
-    try:
-        with open(folder / "meta_fitness.jsonl", "a") as rows:
-            for generation in range(1, generations + 1):
-                t0 = time.perf_counter()
-                fitness = trainer.generation()
-                curve.append(fitness)
-                lpo.save_drift(folder / "drift.npz", trainer.params())  # after every generation: Ctrl-C loses nothing
-                rows.write(json.dumps({"generation": generation, "mean_fitness": fitness,
-                                       "seconds": time.perf_counter() - t0}) + "\n")
-                rows.flush()
-                print(f"  generation {generation}/{generations}: mean normalised return {fitness:.3f} "
-                      f"({time.perf_counter() - t0:.1f} s)")
-    except KeyboardInterrupt:
-        status = "interrupted"
-        print(f"interrupted after {len(curve)} generations; the drift of the last one is saved.")
+    from longhorizon.runner.interrupts import Interrupted, StopRequest
+
+    # Ctrl-C: the generation in flight finishes (its drift is saved), then the run stops with code 130
+    with StopRequest("generation") as stop:
+        try:
+            with open(folder / "meta_fitness.jsonl", "a") as rows:
+                for generation in range(1, generations + 1):
+                    if stop.requested:
+                        status = "interrupted"
+                        break
+                    t0 = time.perf_counter()
+                    fitness = trainer.generation()
+                    curve.append(fitness)
+                    lpo.save_drift(folder / "drift.npz", trainer.params())  # after every generation
+                    rows.write(json.dumps({"generation": generation, "mean_fitness": fitness,
+                                           "seconds": time.perf_counter() - t0}) + "\n")
+                    rows.flush()
+                    print(f"  generation {generation}/{generations}: mean normalised return {fitness:.3f} "
+                          f"({time.perf_counter() - t0:.1f} s)")
+        except KeyboardInterrupt:  # a second Ctrl-C: the generation in flight is dropped
+            status = "interrupted"
     summary = {**plan, "status": status, "generations_done": len(curve), "mean_fitness": curve,
                "wall_seconds": time.perf_counter() - start, "drift": str(folder / "drift.npz")}
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json_atomic(folder / "summary.json", summary)
     if curve:
         _plot(folder / "meta_fitness.png", curve, plan)
+    if status == "interrupted":
+        raise Interrupted(f"interrupted after {len(curve)} of {generations} generations: "
+                          + (f"the drift of generation {len(curve)} is saved in {folder / 'drift.npz'}."
+                             if curve else "nothing was saved."))
     print(f"wrote {folder}/drift.npz; train with it: longhorizon train ppo --env {env} --drift {folder}/drift.npz")
 
 

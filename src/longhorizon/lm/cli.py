@@ -135,6 +135,7 @@ def plan_or_run(spec, command: str, resume: bool, dry_run: bool) -> dict | None:
 
 
 def _interrupted(command: str, folder, step: int) -> typer.Exit:
+    """Say which step a run stopped by Ctrl-C saved and how to continue; exit code 130."""
     from longhorizon.lm.resume import INTERRUPTED_EXIT
 
     print(f"interrupted: checkpoint saved at step {step}; continue with `longhorizon {command} --resume {folder}`.",
@@ -209,6 +210,13 @@ def _sft_setup(o: dict) -> dict:
 
 
 def _run_sft(o: dict, resume: bool) -> None:
+    from longhorizon.runner.lock import FolderLock
+
+    with FolderLock(o["out"]):  # one writer per results folder, as for every other run
+        _run_sft_locked(o, resume)
+
+
+def _run_sft_locked(o: dict, resume: bool) -> None:
     import jax
 
     from longhorizon.lm.evaluate import evaluate

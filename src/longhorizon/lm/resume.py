@@ -12,42 +12,12 @@ Either way a resumed run continues with the same numbers an uninterrupted run wo
 
 from __future__ import annotations
 
-import signal
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from longhorizon.errors import UsageError
-
-INTERRUPTED_EXIT = 130
-
-
-class StopRequest:
-    """While active (``with``), the first SIGINT sets :attr:`requested`; a second one raises ``KeyboardInterrupt``."""
-
-    def __init__(self, what: str = "step"):
-        self.requested = False
-        self.what = what
-        self._previous = None
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(f"\nstopping after this {self.what} to save a checkpoint (Ctrl-C again to abort without saving)",
-              file=sys.stderr, flush=True)
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+from longhorizon.runner.interrupts import INTERRUPTED_EXIT, StopRequest  # noqa: F401  (one Ctrl-C policy for every run)
 
 
 def rng_state(rng: np.random.Generator) -> dict:
@@ -62,7 +32,9 @@ def set_rng_state(rng: np.random.Generator, state: dict) -> None:
 def check_fresh(results, resume: bool) -> None:
     """A new run must not overwrite another run's folder."""
     from longhorizon.runner import checkpoint
+    from longhorizon.runner.lock import refuse_if_held
 
+    refuse_if_held(results.root)
     if not resume and (results.metrics_path.exists() or checkpoint.latest_meta(results.checkpoints)):
         raise UsageError(f"{results.root} already holds a run; pass --resume {results.root} to continue it or choose another --out.")
 
@@ -91,7 +63,7 @@ def reject_changes(ctx, allowed: tuple[str, ...] = ("resume",)) -> None:
 
 
 def load_params(directory: Path, template):
-    """Policy parameters from the newest msgpack checkpoint (``lm sft``, and ``lm rl`` before orbax).
+    """Policy parameters from the newest intact msgpack checkpoint (``lm sft``, and ``lm rl`` before orbax).
 
     Those checkpoints hold the whole run state (``{"params", "opt_state", ...}``); older ones hold
     the parameters alone. Both restore into ``template`` (freshly initialised parameters). Orbax
@@ -101,13 +73,14 @@ def load_params(directory: Path, template):
 
     from longhorizon.runner import checkpoint
 
-    meta = checkpoint.latest_meta(directory)
-    if meta is None:
+    if checkpoint.latest_meta(directory) is None:
         raise UsageError(f"no checkpoint in {directory}; that run saved none, so train it again or pick another folder.")
-    path = Path(directory) / meta["file"]
+    data, record, verified = checkpoint.read_verified(directory)  # the newest intact one
+    path = Path(directory) / record["file"]
     try:
-        raw = serialization.msgpack_restore(path.read_bytes())
+        raw = serialization.msgpack_restore(data)
         return serialization.from_state_dict(template, raw.get("params", raw))
     except Exception as error:  # msgpack and flax raise several types on a damaged or foreign file
+        cause = "" if verified else " or is damaged"
         raise UsageError(f"checkpoint {path} cannot be read ({type(error).__name__}); it does not match this model "
-                         "configuration or is damaged.") from None
+                         f"configuration{cause}.") from None

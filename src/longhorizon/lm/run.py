@@ -37,6 +37,7 @@ from longhorizon.errors import UsageError
 from longhorizon.lm.data import DatasetSpec
 from longhorizon.lm.grpo import GRPOConfig
 from longhorizon.lm.resume import INTERRUPTED_EXIT  # noqa: F401  (re-exported: the CLI's exit code)
+from longhorizon.runner.interrupts import Interrupted as RunInterrupted
 
 OFFLOAD = ("none", "host")  # host: the update streams the model from host memory (lm.offload)
 
@@ -266,11 +267,11 @@ def _is_llama(init) -> bool:
     return "pretrained" in policy_config(init)
 
 
-class Interrupted(KeyboardInterrupt):
+class Interrupted(RunInterrupted):
     """Ctrl-C stopped :func:`run_rl` after a whole step; ``step`` is saved in ``folder``."""
 
     def __init__(self, folder: Path, step: int):
-        super().__init__(f"interrupted: checkpoint saved at step {step} in {folder}")
+        super().__init__(f"interrupted: checkpoint saved at step {step} in {folder}; continue with --resume {folder}.")
         self.folder, self.step = folder, step
 
 
@@ -301,13 +302,16 @@ def run_rl(spec: RLSpec, *, resume: bool = False, quiet: bool = False) -> dict:
     """
     from longhorizon.runner.lock import FolderLock
 
+    from longhorizon.runner.interrupts import StopRequest
+
     spec.check()
-    lock = FolderLock(spec.out)  # one writer per results folder; released however this ends
-    try:
-        lock.acquire()
-        return _run(spec, resume, quiet)
-    finally:
-        lock.release()
+    with StopRequest() as stop:  # from here on the first Ctrl-C stops at the next step boundary, saved
+        lock = FolderLock(spec.out)  # one writer per results folder; released however this ends
+        try:
+            lock.acquire()
+            return _run(spec, resume, quiet, stop)
+        finally:
+            lock.release()
 
 
 def _saved_config_matches(saved: dict, config: dict) -> None:
@@ -320,11 +324,10 @@ def _saved_config_matches(saved: dict, config: dict) -> None:
                              "resume it with the settings it was started with (or start a new run elsewhere).")
 
 
-def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
+def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
     import numpy as np
 
     from longhorizon.lm.grpo import GRPOTrainer
-    from longhorizon.lm.resume import StopRequest
     from longhorizon.lm.run_checkpoint import RunCheckpoints
     from longhorizon.runner.loggers import MetricsLoggers
     from longhorizon.runner.results import ResultsDir, read_json, write_json_atomic
@@ -392,7 +395,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool) -> dict:
             return ev_spec.run(trainer.params, policy)
 
         last_eval = None
-        with _progress(quiet) as bar, StopRequest() as stop:
+        with _progress(quiet) as bar:
             if not resume and hasattr(sampler, "prepare"):
                 bar.console.print(f"{type(spec.sampler).__name__}: preparing (one pass before the first step)")
                 sampler_record = sampler.prepare(trainer)

@@ -138,8 +138,6 @@ def train(
     """Train an offline goal-conditioned agent on a dataset; writes a results folder (metrics, curve, checkpoints).
 
     Any agent config field can also be set as --field value (e.g. --option-length 10), as with --set."""
-    import sys
-
     from longhorizon.cli import _parse_extra
     from longhorizon.offline import train as offline_train
 
@@ -175,12 +173,7 @@ def train(
     from longhorizon.cli import setup_compilation_cache
 
     setup_compilation_cache()
-    try:
-        summary = offline_train.train(spec, resume=resume is not None)
-    except KeyboardInterrupt as stop:
-        print(f"interrupted: checkpoint saved; continue with `longhorizon offline train --resume {plan['out']}`.",
-              file=sys.stderr)
-        raise typer.Exit(130) from stop
+    summary = offline_train.train(spec, resume=resume is not None)  # Ctrl-C: the CLI says what was saved
     summary.pop("state", None)
     print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict)) or k == "final"},
                      indent=2, default=str))

@@ -31,6 +31,7 @@ from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.offline import agents
 from longhorizon.offline.samplers import GoalData, goal_data
 from longhorizon.runner import checkpoint
+from longhorizon.runner.interrupts import Interrupted, StopRequest
 from longhorizon.runner.lock import FolderLock
 from longhorizon.runner.loggers import MetricsLoggers
 from longhorizon.runner.progress import ChunkProgress
@@ -205,17 +206,18 @@ def dry_run(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
 def train(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
     """Train ``spec`` to completion (or continue a stopped run with ``resume``); returns ``summary.json``'s
     contents plus ``state``, the final training state (leading seed axis), for callers that go on computing."""
-    run = OfflineRun(spec)
-    lock = FolderLock(run.out)
-    try:
-        lock.acquire()
-        check_folder(run.out, resume)
-        return _train(run, resume)
-    finally:
-        lock.release()
+    with StopRequest("chunk") as stop:  # Ctrl-C: start-up and the chunk in flight finish, then it saves
+        run = OfflineRun(spec)
+        lock = FolderLock(run.out)
+        try:
+            lock.acquire()
+            check_folder(run.out, resume)
+            return _train(run, resume, stop)
+        finally:
+            lock.release()
 
 
-def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
+def _train(run: OfflineRun, resume: bool, stop: StopRequest) -> dict[str, Any]:
     spec, agent, config = run.spec, run.agent, run.config
     data = run.data  # a malformed dataset fails here, before the folder is written
     obs_dim, action_dim = data.observations.shape[-1], data.actions.shape[-1]
@@ -237,7 +239,15 @@ def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(state, data, jnp.int32(run.updates_per_chunk)).compile()
     compile_seconds = time.perf_counter() - t0
+    resume_hint = f"continue with `longhorizon offline train --resume {run.out}`"
+    if stop.requested:
+        loggers.close()
+        raise Interrupted(f"interrupted before training resumed: {results.checkpoints} still holds chunk "
+                          f"{first_chunk}; {resume_hint}." if resume else
+                          f"interrupted before the first chunk finished: nothing was saved; run the same command "
+                          f"again to start {run.out} afresh.")
     train_seconds, chunk, status, last_eval = prior["train_seconds"], first_chunk, "completed", None
+    saved = first_chunk if resume else None
 
     def save(done: int, good_state) -> None:
         checkpoint.save(results.checkpoints, done, good_state, {
@@ -264,15 +274,19 @@ def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
                        **{k: float(np.mean(v)) for k, v in metrics.items() if k != "finite"},
                        "updates_per_second": spec.seeds * updates / elapsed, "steps_per_second": spec.seeds * updates / elapsed,
                        "wall_seconds": time.perf_counter() - start_wall}
-                if spec.eval_every and (chunk % spec.eval_every == 0 or chunk == run.num_chunks):
+                # the last chunk's evaluation is the run's final one, in metrics.jsonl and summary.json alike
+                if (spec.eval_every and chunk % spec.eval_every == 0) or (chunk == run.num_chunks and spec.eval_episodes):
                     last_eval = evaluate_seeds(run, state, chunk)
                     row.update(eval_return_mean=float(np.mean(last_eval)), eval_return_per_seed=last_eval)
                 loggers.log(results.append_metrics(row))
                 save(chunk, state)
+                saved = chunk
                 progress.update(run.updates_after(chunk), row)
-    except KeyboardInterrupt:
+                if stop.requested:
+                    status = "interrupted"
+                    break
+    except KeyboardInterrupt:  # a second Ctrl-C: the chunk in flight is dropped, the saved ones stay
         status = "interrupted"
-        save(chunk, state)
     except TrainingDiverged:
         _finish(run, results, chunk, "diverged", None, compile_seconds + prior["compile_seconds"], train_seconds, start_wall)
         raise
@@ -280,10 +294,13 @@ def _train(run: OfflineRun, resume: bool) -> dict[str, Any]:
         loggers.close()
     final = None
     if status == "completed" and spec.eval_episodes:
-        final = last_eval if last_eval is not None and spec.eval_every else evaluate_seeds(run, state, chunk)
+        final = last_eval if last_eval is not None else evaluate_seeds(run, state, chunk)
     summary = _finish(run, results, chunk, status, final, compile_seconds + prior["compile_seconds"], train_seconds, start_wall)
     if status == "interrupted":
-        raise KeyboardInterrupt(summary)
+        raise Interrupted(f"interrupted: chunk {saved} of {run.num_chunks} is saved in {results.checkpoints}; "
+                          f"{resume_hint}." if saved is not None else
+                          f"interrupted before the first chunk finished: nothing was saved; run the same command "
+                          f"again to start {run.out} afresh.", summary)
     return {**summary, "state": state}
 
 

@@ -37,8 +37,7 @@ class FolderLock:
             handle.seek(0)
             holder = _describe(handle.read())
             handle.close()
-            raise UsageError(f"{self.folder} is being written by another run ({holder}); wait for it to finish "
-                             f"or stop it, or choose another --out.") from None
+            raise _busy(self.folder, holder) from None
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
@@ -57,6 +56,35 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def refuse_if_held(folder: str | os.PathLike) -> None:
+    """Raise UsageError naming the live process that writes ``folder``, if another one does.
+
+    Checked before any other test of the folder (does it hold a run? a checkpoint?), so a second
+    command on a folder in use always names its holder rather than giving advice that a live run
+    makes wrong. This process's own lock does not count.
+    """
+    path = Path(folder) / LOCK_NAME
+    if not path.exists():
+        return
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = handle.read()
+            try:
+                if int(json.loads(text)["pid"]) == os.getpid():
+                    return  # held by this process (the run that is checking its own folder)
+            except (ValueError, KeyError, TypeError):
+                pass
+            raise _busy(Path(folder), _describe(text)) from None
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _busy(folder: Path, holder: str) -> UsageError:
+    return UsageError(f"{folder} is being written by another run ({holder}); wait for it to finish "
+                      f"or stop it, or choose another --out.")
 
 
 def _describe(text: str) -> str:

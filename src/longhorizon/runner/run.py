@@ -14,6 +14,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from longhorizon.envs.gymnasium import is_host_env
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
 from longhorizon.runner.evaluate import evaluate
-from longhorizon.runner.lock import FolderLock
+from longhorizon.runner.interrupts import Interrupted, StopRequest
+from longhorizon.runner.lock import FolderLock, refuse_if_held
 from longhorizon.runner.loggers import MetricsLoggers, require_wandb
 from longhorizon.runner.plots import plot_runs
 from longhorizon.runner.progress import ChunkProgress
@@ -192,9 +194,7 @@ def dry_run(spec: RunSpec, resume: bool = False) -> dict[str, Any]:
     compiled, initialised or written, and no folder is created.
     """
     run = Run(spec)
-    close = getattr(run.engine, "close", None)
-    if close is not None:
-        close()
+    run.engine.close()
     check_folder(run.out, resume)
     return {"out": str(run.out), **run.resolved_config()}
 
@@ -205,6 +205,7 @@ def check_folder(out: Path, resume: bool, saved: bool | None = None) -> None:
     ``saved`` says whether ``out/checkpoints`` holds one, for runs whose checkpoints are not this
     runner's msgpack files (the LM loop's orbax steps); by default the msgpack index is read.
     """
+    refuse_if_held(out)  # a live writer is named first, whatever else the folder holds
     if saved is None:
         saved = checkpoint.latest_meta(out / "checkpoints") is not None
     if resume and not saved:
@@ -222,25 +223,44 @@ def _as_cli(value: Any) -> str:
 
 def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None, run: Run | None = None) -> dict[str, Any]:
     """Run training to completion (or ``max_chunks`` more chunks) and return the summary; ``run``, if
-    given, is ``spec`` already resolved (a sweep passes one whose engine trains a config per seed row)."""
-    run = Run(spec) if run is None else run
-    lock = FolderLock(run.out)  # one writer per results folder; released however this process ends
+    given, is ``spec`` already resolved (a sweep passes one whose engine trains a config per seed row).
+
+    Ctrl-C (:class:`~longhorizon.runner.interrupts.StopRequest`) lets start-up and the chunk in flight
+    finish, saves, and raises :class:`~longhorizon.runner.interrupts.Interrupted` saying what was saved."""
+    with StopRequest("chunk") as stop:
+        run = Run(spec) if run is None else run
+        lock = FolderLock(run.out)  # one writer per results folder; released however this process ends
+        try:
+            lock.acquire()
+            return _train(run, resume, max_chunks, stop)
+        finally:
+            lock.release()
+            if run.loggers is not None:
+                run.loggers.close()
+            run.engine.close()  # distributed and host engines release their workers and environments
+
+
+def completed_summary(out: Path) -> dict[str, Any] | None:
+    """The summary of a run in ``out`` that has finished (completed or reached its target), else None."""
+    path = Path(out) / "summary.json"
+    if not path.exists():
+        return None
     try:
-        lock.acquire()
-        return _train(run, resume, max_chunks)
-    finally:
-        lock.release()
-        if run.loggers is not None:
-            run.loggers.close()
-        close = getattr(run.engine, "close", None)  # distributed engines release their workers
-        if close is not None:
-            close()
+        summary = read_json(path)
+    except ValueError:
+        return None
+    return summary if summary.get("status") in ("completed", "target_reached") else None
 
 
-def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
+def _train(run: Run, resume: bool, max_chunks: int | None, stop: StopRequest) -> dict[str, Any]:
     spec, results, engine = run.spec, run.results, run.engine
     start_wall = time.perf_counter()
     check_folder(run.out, resume)
+    if resume and (done := completed_summary(run.out)) is not None:
+        print(f"{run.out} holds a finished run (status {done['status']}); nothing to resume, nothing changed.",
+              file=sys.stderr)
+        return done
+    resume_hint = f"continue with `longhorizon train --resume {run.out}`"
     state = engine.init(spec.seed)
     first_chunk, prior, resume_step = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}, None
     if resume:
@@ -254,6 +274,11 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
                                  resume_step=resume_step)
 
     compile_seconds = engine.compile(state) if first_chunk < run.num_chunks else 0.0
+    if stop.requested:  # Ctrl-C while starting: start-up was let finish, no chunk has run
+        raise Interrupted(f"interrupted before training resumed: {results.checkpoints} still holds chunk "
+                          f"{first_chunk}; {resume_hint}." if resume else
+                          f"interrupted before the first chunk finished: nothing was saved; run the same command "
+                          f"again to start {run.out} afresh.")
     eval_key = jax.random.PRNGKey(spec.seed + 10_000)
     status, train_seconds, chunk = "completed", prior["train_seconds"], first_chunk
     last_eval: list[float] | None = None
@@ -270,6 +295,7 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
 
     progress = ChunkProgress(total_steps=run.env_steps_after(run.num_chunks), description=f"{spec.algo} · {spec.env}",
                              quiet=spec.quiet, completed=run.env_steps_after(first_chunk))
+    saved = first_chunk if resume else None
     try:
         with progress:
             while chunk < stop_at:
@@ -278,10 +304,11 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
                 elapsed = time.perf_counter() - t0
                 if not np.all(metrics["finite"]):
                     bad = [i for i, ok in enumerate(np.atleast_1d(metrics["finite"])) if not ok]
+                    kept = f"the last good checkpoint (chunk {saved}) is kept in {results.checkpoints}" \
+                        if saved is not None else "no checkpoint was saved before it"
                     raise TrainingDiverged(
                         f"NaN or Inf in the loss or parameters during chunk {chunk + 1} (seed index {bad}); "
-                        f"the last good checkpoint (chunk {chunk}) is kept in {results.checkpoints}; "
-                        f"lower --learning-rate or --max-grad-norm and start again.")
+                        f"{kept}; lower --learning-rate or --max-grad-norm and start again.")
                 state, chunk = new_state, chunk + 1
                 train_seconds += elapsed
                 chunk_steps = run.env_steps_after(chunk) - run.env_steps_after(chunk - 1)
@@ -291,34 +318,42 @@ def _train(run: Run, resume: bool, max_chunks: int | None) -> dict[str, Any]:
                     row.update(last_returns)  # no episode ended in this chunk: carry the last figures
                 elif row["episode_return_mean"] is not None:
                     last_returns = {k: row[k] for k in ("episode_return_mean", "episode_return_min", "episode_return_max")}
-                if spec.eval_every and (chunk % spec.eval_every == 0 or chunk == run.num_chunks):
+                # The last chunk is always evaluated: that evaluation is the run's final one, the same
+                # number in metrics.jsonl, TensorBoard, the curve and summary.json.
+                if (spec.eval_every and chunk % spec.eval_every == 0) or chunk == run.num_chunks:
                     last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
                                          seed_indices=getattr(engine, "row_seeds", None))
                     row["eval_return_mean"] = float(np.mean(last_eval))
                     row["eval_return_per_seed"] = last_eval
                 run.loggers.log(results.append_metrics(row))
                 save(chunk, state)
+                saved = chunk
                 progress.update(run.env_steps_after(chunk), row)
                 if spec.target_return is not None and last_eval is not None and np.mean(last_eval) >= spec.target_return:
                     status = "target_reached"
                     break
+                if stop.requested:
+                    status = "interrupted"
+                    break
         if chunk < run.num_chunks and status == "completed":
             status = "stopped"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C: the chunk in flight is dropped, the saved ones stay
         status = "interrupted"
-        save(chunk, state)  # the last finished chunk; an in-flight chunk is lost
     except TrainingDiverged:
         _finish(run, state, chunk, "diverged", None, compile_seconds, prior, train_seconds, wall(), eval_key)
         raise
 
-    final_eval = None
-    if status in ("completed", "target_reached"):
-        final_eval = last_eval if (last_eval is not None and spec.eval_every and status == "target_reached") else \
-            evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, 10**6), spec.eval_episodes,
-                     seed_indices=getattr(engine, "row_seeds", None))
+    final_eval = last_eval if status in ("completed", "target_reached") else None
+    if status == "completed" and final_eval is None:  # resumed after the last chunk's save, before its summary
+        final_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
+                              seed_indices=getattr(engine, "row_seeds", None))
     summary = _finish(run, state, chunk, status, final_eval, compile_seconds, prior, train_seconds, wall(), eval_key)
     if status == "interrupted":
-        raise KeyboardInterrupt(summary)
+        if saved is None:
+            raise Interrupted(f"interrupted before the first chunk finished: nothing was saved; run the same command "
+                              f"again to start {run.out} afresh.", summary)
+        raise Interrupted(f"interrupted: chunk {saved} of {run.num_chunks} is saved in {results.checkpoints}; "
+                          f"{resume_hint}.", summary)
     return summary
 
 
@@ -334,8 +369,11 @@ def _metrics_row(metrics: dict[str, Any], chunk: int, env_steps: int, sps: float
                    episode_return_per_seed=[None if not np.isfinite(v) else float(v) for v in per_seed])
     else:
         row.update(episode_return_mean=None, episode_return_min=None, episode_return_max=None)
+    if "episode_length_sum" in metrics:  # CleanRL's episodic_length: mean per seed, then over the seeds with episodes
+        lengths = np.asarray(metrics["episode_length_sum"], dtype=np.float64) / np.maximum(episodes, 1)
+        row["episode_length_mean"] = float(np.mean(lengths[has])) if has.any() else None
     for key, value in metrics.items():
-        if key not in ("episodes", "episode_return_sum", "finite"):
+        if key not in ("episodes", "episode_return_sum", "episode_length_sum", "finite"):
             row[key] = float(np.mean(value))
     row.update(steps_per_second=sps, wall_seconds=wall_seconds)
     return row

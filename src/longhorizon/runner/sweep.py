@@ -27,7 +27,6 @@ import itertools
 import json
 import math
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -121,7 +120,6 @@ class Plan:
 
 def plan(spec, grid_items: list[str]) -> Plan:
     """Check the whole sweep (every combination's config is built and validated) before compiling anything."""
-    from longhorizon.engine.fused import FusedEngine
     from longhorizon.runner.run import Run, default_out_dir
 
     if spec.engine != "fused":
@@ -132,8 +130,12 @@ def plan(spec, grid_items: list[str]) -> Plan:
         raise UsageError(f"--seeds must be at least 1 (got {spec.seeds}); pass --seeds 1 or more.")
     run = Run(spec)  # the algorithm, environment and fixed settings, checked as `train` checks them
     algo, env, base = run.algo, run.env, run.config
-    if not isinstance(run.engine, FusedEngine):
-        raise UsageError(f"a sweep needs an environment that runs inside XLA; {spec.env} is stepped on the host.")
+    # By the engine's name, not isinstance: the host engine subclasses the fused one, and its rows would
+    # step host environments that a stacked-config program does not drive (no episode would ever end).
+    if run.engine.name != "fused":
+        run.engine.close()
+        raise UsageError(f"a sweep needs an environment that runs inside XLA and {spec.env} is stepped on the host "
+                         f"({run.engine.name} engine); train each setting with `longhorizon train` instead.")
     grid = parse_grid(grid_items, base)
     fixed = sorted(set(grid) & set(spec.config_overrides))
     if fixed:
@@ -371,11 +373,12 @@ def register(app) -> None:
             _print_json({**record, "quiet": quiet})
             return
         setup_compilation_cache()
+        from longhorizon.runner.interrupts import Interrupted
+
         try:
             record = sweep(spec, grid or [])
-        except KeyboardInterrupt as stop:
-            print(f"interrupted: the finished chunks' checkpoints are in {sweep_plan.spec.out}; a sweep cannot be "
-                  "resumed, so run it again with another --out.", file=sys.stderr)
-            raise typer.Exit(130) from stop
+        except (KeyboardInterrupt, Interrupted):
+            raise Interrupted(f"interrupted: a sweep cannot be resumed, so what finished stays in "
+                              f"{sweep_plan.spec.out} as it is; run the sweep again with another --out.") from None
         print(markdown(record))
         print(f"results: {record['out']} (sweep.md, sweep.json, sweep.png)")
