@@ -1,4 +1,6 @@
-"""`longhorizon repro NAME`: run a paper-claim reproduction and write docs/results/NAME/."""
+"""`longhorizon repro NAME`: run a paper-claim reproduction and write docs/results/NAME/.
+
+`longhorizon repro board` writes the claims board, docs/claims.md, from every docs/results/*/summary.json."""
 
 from __future__ import annotations
 
@@ -83,15 +85,40 @@ REPROS = {
 DEFAULT_OUT = {"effective-horizon": Path("runs") / "effective-horizon"}
 
 
+BOARD = "board"
+
+
+def _board(out: Optional[Path], quick: bool, dry_run: bool) -> None:
+    """`longhorizon repro board`: docs/claims.md from docs/results/*/summary.json (run from the repository root)."""
+    from longhorizon.repro import board
+    from longhorizon.repro.papers import PAPERS
+
+    if quick:
+        raise UsageError("--quick cannot act on `repro board`: the board only reads docs/results; drop --quick.")
+    results, page = Path("docs") / "results", out or Path("docs") / "claims.md"
+    if not results.is_dir():
+        raise UsageError(f"no {results}/ here: run `longhorizon repro board` from the repository root.")
+    if dry_run:
+        judged = sorted(folder for folder, s in board.load(results).items() if s)
+        print(json.dumps({"board": str(page), "results": str(results), "papers": len(PAPERS), "judged": judged}, indent=2))
+        return
+    board.write(results, page)
+    print(f"wrote {page}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def repro(
-        name: str = typer.Argument(..., help=f"One of: {', '.join(REPROS)}."),
-        out: Optional[Path] = typer.Option(None, help="Output folder (default: docs/results/NAME; runs/NAME for effective-horizon)."),
+        name: str = typer.Argument(..., help=f"One of: {', '.join(REPROS)}; or board (write docs/claims.md)."),
+        out: Optional[Path] = typer.Option(None, help="Output folder (default: docs/results/NAME; runs/NAME for effective-horizon; "
+                                                      "for board, the page: docs/claims.md)."),
         quick: bool = typer.Option(False, help="A smaller, faster version (for smoke tests)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Check NAME and print what would run, as JSON; train and write nothing."),
     ) -> None:
         """Reproduce a paper's claim at small scale; writes a table, a plot and a verdict."""
+        if name == BOARD:
+            _board(out, quick, dry_run)
+            return
         if name not in REPROS:
             raise UsageError(f"unknown reproduction '{name}'; choose one of: {', '.join(sorted(REPROS))}.")
         module_name, claim = REPROS[name]

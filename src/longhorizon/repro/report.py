@@ -18,8 +18,17 @@ def mean_se(values) -> tuple[float, float]:
 
 
 def write(out: Path, summary: dict, lines: list[str]) -> None:
+    """Write ``summary.json`` and ``README.md`` into ``out``. A summary in the claims schema (it has a
+    ``paper`` key: :func:`longhorizon.repro.claims.summary`) is validated first and refused if it departs."""
     from longhorizon.runner.results import write_json_atomic
 
+    if "paper" in summary:
+        from longhorizon.repro.claims import validate_summary
+
+        problems = validate_summary(summary)
+        if problems:
+            raise ValueError("the summary does not follow the claims schema: " + "; ".join(problems))
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "summary.json", summary)
     (out / "README.md").write_text("\n".join(lines) + "\n")
