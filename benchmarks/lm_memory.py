@@ -114,7 +114,7 @@ def _grpo_step(cfg, params) -> dict:
 
     tok = from_gguf(smollm2_path(fetch=False))
     problems = make_problems(tok, 0, 2 * PROMPTS)
-    gcfg = GRPOConfig(num_generations=GENERATIONS, beta=0.0, loss_type="dapo", learning_rate=LEARNING_RATE,
+    gcfg = GRPOConfig(lr_scheduler_type="constant", num_generations=GENERATIONS, beta=0.0, loss_type="dapo", learning_rate=LEARNING_RATE,
                       max_prompt_length=max(len(tok.encode(p.prompt)) for p in problems),
                       max_completion_length=MAX_NEW, temperature=1.0)
     trainer = GRPOTrainer(model_cfg=cfg, params=params, tokenizer=tok, cfg=gcfg, reward_fn=reward)

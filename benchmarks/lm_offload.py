@@ -50,7 +50,7 @@ def setup(args):
 
     cfg = llama.LlamaConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=8,
                             n_kv_heads=4, d_ff=3 * args.d_model, max_len=1024)
-    gcfg = grpo.GRPOConfig(num_generations=args.group, learning_rate=1e-5)
+    gcfg = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=args.group, learning_rate=1e-5)
     rng = np.random.default_rng(0)
     g, s, p, n = args.groups, args.group, args.prompt, args.completion
     valid = np.ones((g * s, n), bool)

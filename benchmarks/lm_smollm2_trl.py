@@ -121,7 +121,7 @@ def worker_longhorizon(seed: int, steps: int) -> dict:
     load_s = time.perf_counter() - t0
     problems = make_problems(tok, seed, PROMPTS * (steps + 1))
     plen = max(len(tok.encode(p.prompt)) for p in problems)
-    gcfg = GRPOConfig(num_generations=GENERATIONS, beta=0.0, loss_type="dapo", epsilon=0.2,
+    gcfg = GRPOConfig(lr_scheduler_type="constant", num_generations=GENERATIONS, beta=0.0, loss_type="dapo", epsilon=0.2,
                       learning_rate=LEARNING_RATE, max_grad_norm=1.0, weight_decay=0.0, temperature=1.0, top_p=1.0,
                       max_prompt_length=plen, max_completion_length=MAX_NEW)
     trainer = GRPOTrainer(model_cfg=cfg, params=params, tokenizer=tok, cfg=gcfg, reward_fn=reward, seed=seed)

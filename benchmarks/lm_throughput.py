@@ -74,7 +74,7 @@ def worker_longhorizon(size: str, seed: int, steps: int) -> dict:
     problems, plen, clen = _problems(seed, PROMPTS * (steps + 1))
     model_cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=d, n_layers=n_layers, n_heads=n_heads, max_len=128)
     params = init_params(jax.random.PRNGKey(seed), model_cfg)
-    cfg = GRPOConfig(num_generations=GENERATIONS, beta=0.0, loss_type="dapo", learning_rate=LEARNING_RATE,
+    cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=GENERATIONS, beta=0.0, loss_type="dapo", learning_rate=LEARNING_RATE,
                      max_prompt_length=plen, max_completion_length=clen, temperature=1.0)
     trainer = GRPOTrainer(model_cfg, params, tok, cfg, seed=seed)
     t0 = time.perf_counter()

@@ -87,7 +87,7 @@ class Env:
 
 
 def _trainer(tiny, **grpo_kw):
-    cfg = grpo.GRPOConfig(num_generations=2, learning_rate=1e-3, batch_multiple=4, **grpo_kw)
+    cfg = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=2, learning_rate=1e-3, batch_multiple=4, **grpo_kw)
     agent = AgentConfig(max_turns=2, max_action_tokens=8, max_context_tokens=256, tool_format="tags",
                         describe_tools=False, length_bucket=16)
     return AgentTrainer(tiny.cfg, tiny.params, tiny.tokenizer, cfg, agent, Env, seed=0)

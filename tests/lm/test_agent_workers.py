@@ -15,7 +15,7 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance: keep these test
 
 AGENT = AgentConfig(max_turns=2, max_action_tokens=12, max_context_tokens=768, tool_format="tags", describe_tools=False,
                     length_bucket=256)
-GRPO = GRPOConfig(num_generations=2, learning_rate=1e-3, batch_multiple=4)
+GRPO = GRPOConfig(lr_scheduler_type="constant", num_generations=2, learning_rate=1e-3, batch_multiple=4)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,8 @@ def test_sft_rl_eval_write_results_folders(tmp_path):
                             "--eval-horizons", "1-2", "--eval-problems", "4", "--eval-every", "1"])
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
-    assert [row["horizon"] for row in rows] == [1, 2]  # one stage per horizon
+    assert [row["step"] for row in rows] == [0, 1, 2] and "eval_accuracy" in rows[0]  # step 0: the base
+    assert [row["horizon"] for row in rows[1:]] == [1, 2]  # one stage per horizon
     summary = json.loads((tuned / "summary.json").read_text())
     assert set(summary["eval"]["by_horizon"]) == {"1", "2"} and summary["training_tokens"] > 0
     scaler = tmp_path / "scaler"
@@ -43,7 +44,7 @@ def test_sft_rl_eval_write_results_folders(tmp_path):
                             "--eval-horizons", "1-2", "--eval-problems", "4"])
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in (scaler / "metrics.jsonl").read_text().splitlines()]
-    assert all("difficulty" in row for row in rows)
+    assert all("difficulty" in row for row in rows[1:])
     r = runner.invoke(app, ["lm", "eval", "--init", str(tuned), "--horizons", "1-2", "--problems", "4"])
     assert r.exit_code == 0, r.output
     assert "accuracy" in r.output

@@ -118,11 +118,11 @@ def test_segment_advantages_hand_computed():
 
 def test_config_validation():
     with pytest.raises(UsageError):
-        GRPOConfig(loss_type="ppo")
+        GRPOConfig(lr_scheduler_type="constant", loss_type="ppo")
     with pytest.raises(UsageError):
-        GRPOConfig(scale_rewards="std")
+        GRPOConfig(lr_scheduler_type="constant", scale_rewards="std")
     with pytest.raises(UsageError):
-        GRPOConfig(num_generations=1)
+        GRPOConfig(lr_scheduler_type="constant", num_generations=1)
 
 
 # ----------------------------------------------------------------------------- model-level checks
@@ -148,7 +148,7 @@ def test_update_loss_equals_hand_value_at_ratio_one(params, loss_type, n_micro):
     mask = MASK  # completion lengths 1, 2, 3, 2 with EOS
     batch = {"tokens": tokens, "valid": valid, "mask": mask, "old_logp": old, "ref_logp": old, "advantages": -TOKEN_LOSS}
     expected = HAND[loss_type][n_micro - 1]
-    cfg = GRPOConfig(loss_type=loss_type, gradient_accumulation_steps=n_micro, max_completion_length=3)
+    cfg = GRPOConfig(lr_scheduler_type="constant", loss_type=loss_type, gradient_accumulation_steps=n_micro, max_completion_length=3)
     opt = rl_optimizer(1e-3, 0.0, 1.0)
     p = jax.tree_util.tree_map(jnp.array, params)
     _, _, m = update(p, opt.init(p), batch, model_cfg=MCFG, cfg=cfg, optimizer=opt)
@@ -160,7 +160,7 @@ def test_update_loss_equals_hand_value_at_ratio_one(params, loss_type, n_micro):
 def test_trainer_step_dynamic_sampling_and_token_accounting(params):
     tcfg = TaskConfig(names="sequential")
     problems = make_problems("chain", 1, 4, seed=0, cfg=tcfg)
-    cfg = GRPOConfig(num_generations=4, max_prompt_length=16, max_completion_length=8, dynamic_sampling=True,
+    cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=4, max_prompt_length=16, max_completion_length=8, dynamic_sampling=True,
                      beta=0.04, batch_multiple=16)
     trainer = GRPOTrainer(MCFG, params, TOK, cfg, seed=0)
     m = trainer.step(problems)
@@ -177,7 +177,7 @@ def test_trainer_step_dynamic_sampling_and_token_accounting(params):
 
 def test_grpo_learns_a_trivial_preference(params):
     """End to end: reward 1 when the completion starts with a digit (base rate ~ 10/49) is learned."""
-    cfg = GRPOConfig(num_generations=8, max_prompt_length=16, max_completion_length=4, learning_rate=1e-2,
+    cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=8, max_prompt_length=16, max_completion_length=4, learning_rate=1e-2,
                      loss_type="dr_grpo", scale_rewards="none")
     trainer = GRPOTrainer(MCFG, params, TOK, cfg, seed=0, reward_fn=lambda p, t: float(t[:1].isdigit()))
     problems = make_problems("chain", 1, 8, seed=0)
@@ -189,7 +189,7 @@ def test_grpo_learns_a_trivial_preference(params):
 def test_update_with_shared_prompts_equals_per_row_update(params, dynamic_sampling):
     """The same rollout learned from in the shared-prompt layout and in the per-row layout gives the
     same loss and the same parameters (float summation order aside), dropped groups included."""
-    cfg = GRPOConfig(num_generations=4, max_prompt_length=16, max_completion_length=6, beta=0.04, batch_multiple=8,
+    cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=4, max_prompt_length=16, max_completion_length=6, beta=0.04, batch_multiple=8,
                      dynamic_sampling=dynamic_sampling, learning_rate=1e-2)
     problems = make_problems("chain", 1, 3, seed=0, cfg=TaskConfig(names="sequential"))
     trainer = GRPOTrainer(MCFG, params, TOK, cfg, seed=0, reward_fn=lambda p, t: float(len(t) % 2))

@@ -99,7 +99,7 @@ def test_gspo_sequence_ratio_by_hand():
     token_loss, token_ratio, _ = per_token_loss(logp, old, old, adv, epsilon=0.2, epsilon_high=0.2, beta=0.0)
     np.testing.assert_allclose(np.asarray(token_ratio)[0, :2], np.exp([0.1, 0.3]), rtol=1e-6)  # token level unchanged
     with pytest.raises(UsageError, match="importance_sampling_level"):
-        GRPOConfig(importance_sampling_level="tokens")
+        GRPOConfig(lr_scheduler_type="constant", importance_sampling_level="tokens")
 
 
 def test_reward_std_is_the_mean_within_group_std():
@@ -109,11 +109,11 @@ def test_reward_std_is_the_mean_within_group_std():
 
 
 def test_steps_per_generation_has_trls_meaning():
-    assert GRPOConfig().optimizer_steps_per_generation == 1 and GRPOConfig().learning_rate == 1e-6  # TRL's defaults
-    assert GRPOConfig(gradient_accumulation_steps=4).generation_micro_batches == 4
-    assert GRPOConfig(gradient_accumulation_steps=2, steps_per_generation=6).optimizer_steps_per_generation == 3
+    assert GRPOConfig(lr_scheduler_type="constant").optimizer_steps_per_generation == 1 and GRPOConfig(lr_scheduler_type="constant").learning_rate == 1e-6  # TRL's defaults
+    assert GRPOConfig(lr_scheduler_type="constant", gradient_accumulation_steps=4).generation_micro_batches == 4
+    assert GRPOConfig(lr_scheduler_type="constant", gradient_accumulation_steps=2, steps_per_generation=6).optimizer_steps_per_generation == 3
     with pytest.raises(UsageError, match="multiple of gradient_accumulation_steps"):
-        GRPOConfig(gradient_accumulation_steps=2, steps_per_generation=3)
+        GRPOConfig(lr_scheduler_type="constant", gradient_accumulation_steps=2, steps_per_generation=3)
 
 
 def test_trainer_steps_a_llama_policy(tiny):
@@ -122,7 +122,7 @@ def test_trainer_steps_a_llama_policy(tiny):
     cfg, params = tiny
     task = TaskConfig(digits=1, operators="+", names="sequential", fixed_width=False)
     problems = make_problems("chain", [1], 4, 0, task)
-    grpo = GRPOConfig(num_generations=4, max_prompt_length=12, max_completion_length=6, learning_rate=1e-3,
+    grpo = GRPOConfig(lr_scheduler_type="constant", num_generations=4, max_prompt_length=12, max_completion_length=6, learning_rate=1e-3,
                       steps_per_generation=4, gradient_accumulation_steps=2, batch_multiple=4,
                       importance_sampling_level="sequence")
     trainer = GRPOTrainer(cfg, params, Tokenizer(), grpo, seed=0, reward_fn=lambda p, text: float(len(text) % 2))
@@ -132,4 +132,4 @@ def test_trainer_steps_a_llama_policy(tiny):
     assert np.isfinite(m["loss"]) and m["ratio"] == pytest.approx(1.0, abs=0.05)  # pi_old is the sampler's exact pi
     assert not np.allclose(np.asarray(before), np.asarray(jax.tree_util.tree_leaves(trainer.params)[0]))
     with pytest.raises(UsageError, match="exceed the model's context"):
-        GRPOTrainer(cfg, params, Tokenizer(), GRPOConfig(max_prompt_length=250, max_completion_length=10))
+        GRPOTrainer(cfg, params, Tokenizer(), GRPOConfig(lr_scheduler_type="constant", max_prompt_length=250, max_completion_length=10))

@@ -132,6 +132,7 @@ def test_rl_sgpo_from_the_cli(base, tmp_path):
     # profiling is counted: 6 queries x 3 samples were generated before the first RL step
     assert stats["profiling_tokens"] > 0 and summary["counters"]["generations"] >= 18 + 1
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = rows[1:]  # after step 0, the base's evaluation
     assert len(rows) == 2 and all(2 <= r["group_size_mean"] <= 5 for r in rows)
     assert all(r["groups"] * 2 <= 8 for r in rows)  # a step holds at most prompts x generations samples
 

@@ -71,12 +71,14 @@ def test_dataset_run_resume_and_init(files, tmp_path, monkeypatch, capsys):
     assert config["sampler"]["sampler"] == "DatasetSpec" and len(config["sampler"]["train_sha256"]) == 16
     assert config["sampler"]["rewards"]["weights"] == [1.0, 0.5]
     got = rows(straight)
-    assert [r["step"] for r in got] == [1, 2, 3] and all("rewards/has_hello/mean" in r for r in got)
-    assert all(r["horizon"] in (1, 2) for r in got)  # the rows' horizon column
+    # step 0: the base policy's held-out evaluation, before any training (every curve starts at the base)
+    assert [r["step"] for r in got] == [0, 1, 2, 3] and all("rewards/has_hello/mean" in r for r in got[1:])
+    assert all(r["horizon"] in (1, 2) for r in got[1:])  # the rows' horizon column
     # the weighted sum of the two functions is the step's reward (NaN-free here: both always apply)
-    for r in got:
+    for r in got[1:]:
         assert r["reward"] == pytest.approx(r["rewards/has_hello/mean"] + 0.5 * r["rewards/shorter/mean"], abs=1e-9)
-    assert "eval_reward" in got[1] and "eval_reward" in got[2] and "eval_reward" not in got[0]
+    assert all("eval_reward" in got[i] for i in (0, 2, 3)) and "eval_reward" not in got[1]
+    assert "loss" not in got[0] and json.loads((straight / "summary.json").read_text())["eval_start"]["examples"] == 3
     summary = json.loads((straight / "summary.json").read_text())
     assert summary["eval"]["examples"] == 3 and set(summary["eval"]["by_horizon"]) == {"1", "2"}
     assert summary["eval"]["samples"][0]["prompt"].startswith("<|im_start|>user\nhello")
@@ -93,7 +95,7 @@ def test_dataset_run_resume_and_init(files, tmp_path, monkeypatch, capsys):
     with monkeypatch.context() as m:
         m.setattr(grpo.GRPOTrainer, "step", step)
         assert main(argv(files, resumed)) == 130
-    assert len(rows(resumed)) == 2
+    assert len(rows(resumed)) == 3  # steps 0, 1, 2
     assert main(["lm", "rl", "--resume", str(resumed)]) == 0
     assert [comparable(r) for r in rows(resumed)] == [comparable(r) for r in got]  # resumed equals uninterrupted
 
@@ -106,7 +108,7 @@ def test_dataset_run_resume_and_init(files, tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("change, message", [
-    (["--reward-funcs", "REWARDS:broken"], "reward function broken returned 1 values for 4 completions"),
+    (["--reward-funcs", "REWARDS:broken"], "reward function broken returned 1 values for 3 completions"),  # step 0
     (["--max-prompt-length", "3"], "more than --max-prompt-length 3"),
     (["--max-completion-length", "60"], "exceed the model's context of 64"),
 ])

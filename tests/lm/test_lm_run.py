@@ -103,7 +103,7 @@ def _spec(policy, out, sampler=None, **changes):
 
     tcfg = TaskConfig(names="split")
     plen, clen = max_lengths("chain", 2, tcfg)
-    cfg = grpo.GRPOConfig(num_generations=2, beta=0.04, max_prompt_length=plen + 1, max_completion_length=clen + 1)
+    cfg = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=2, beta=0.04, max_prompt_length=plen + 1, max_completion_length=clen + 1)
     source = samplers.TaskSource("chain", tcfg, seed=1)
     held = tuple(make_problems("chain", [1, 2], 4, seed=9, cfg=tcfg))
     spec = RLSpec(out=str(out), init=policy, grpo=cfg, sampler=sampler or samplers.Scaler(source, lo=1, hi=2),
@@ -150,7 +150,8 @@ def test_run_rl_interrupted_then_resumed_equals_uninterrupted(policy, tmp_path, 
     with pytest.raises(UsageError, match="'steps'"):  # a resume runs the spec it was started with
         run_rl(_spec(policy, resumed, steps=5), resume=True, quiet=True)
     again = run_rl(_spec(policy, resumed), resume=True, quiet=True)
-    assert _rows(straight) == _rows(resumed) and len(_rows(resumed)) == 4
+    assert _rows(straight) == _rows(resumed) and len(_rows(resumed)) == 5  # step 0 (the base's evaluation) .. 4
+    assert _rows(straight)[0]["eval_accuracy"] == summary["eval_start"]["accuracy"] == again["eval_start"]["accuracy"]
     assert again["counters"] == summary["counters"]
     assert {k: v for k, v in again["eval"].items() if k != "tokens_per_s"} == \
         {k: v for k, v in summary["eval"].items() if k != "tokens_per_s"}

@@ -15,7 +15,7 @@ from longhorizon.lm import grpo, llama, offload
 # 4 blocks that outweigh the embedding, so that the device-memory bound counts layers
 TIED = llama.LlamaConfig(vocab_size=61, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64)
 UNTIED = dataclasses.replace(TIED, n_layers=2, tie_embeddings=False, qkv_bias=True)
-GRPO = grpo.GRPOConfig(num_generations=3, beta=0.1, learning_rate=1e-3, max_grad_norm=0.05)  # clipping acts
+GRPO = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=3, beta=0.1, learning_rate=1e-3, max_grad_norm=0.05)  # clipping acts
 
 
 def _batch(layout: str, groups: int, seed: int, vocab: int = 61, s: int = 3, p: int = 5, n: int = 4) -> dict:
@@ -102,7 +102,7 @@ def test_the_trainer_runs_its_step_through_the_streamed_updater():
     from longhorizon.lm.tasks import TaskConfig, make_problems
 
     tiny = tiny_random()
-    cfg = grpo.GRPOConfig(num_generations=4, learning_rate=1e-3, max_prompt_length=24, max_completion_length=6,
+    cfg = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=4, learning_rate=1e-3, max_prompt_length=24, max_completion_length=6,
                           batch_multiple=4)
     calls = []
 

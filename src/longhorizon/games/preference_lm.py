@@ -183,7 +183,7 @@ class PairwiseTrainer(GRPOTrainer):
             raise UsageError(f"pairwise loss {loss!r} is unknown; use one of {PAIR_LOSSES}.")
         if inner_steps < 1:
             raise UsageError(f"inner_steps={inner_steps} must be at least 1; pass 1 for one optimiser step per batch.")
-        super().__init__(model_cfg, params, tokenizer, cfg, seed=seed)
+        super().__init__(model_cfg, params, tokenizer, cfg, ref_params=params, seed=seed)  # pairs read the reference
         self.loss, self.oracle, self.tau, self.eta, self.inner_steps = loss, oracle, tau, eta, inner_steps
         self.rng = np.random.default_rng(seed + 17)
 
@@ -275,4 +275,4 @@ class NashMPTrainer(GRPOTrainer):
 
 def reward_model_trainer(model_cfg, params, tokenizer, cfg, seed: int = 0) -> GRPOTrainer:
     """Reward-model GRPO: the transitive part of the oracle, the verifier's correctness ``c(y)``, as the reward."""
-    return GRPOTrainer(model_cfg, params, tokenizer, cfg, seed=seed, reward_fn=score)
+    return GRPOTrainer(model_cfg, params, tokenizer, cfg, ref_params=params, seed=seed, reward_fn=score)  # KL is reported

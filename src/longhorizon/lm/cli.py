@@ -69,7 +69,7 @@ def _print_eval(ev: dict) -> None:
     from rich.table import Table
 
     dataset = "examples" in ev
-    table = Table(title="held-out reward (greedy)" if dataset else "held-out accuracy (final answer, greedy)")
+    table = Table(title="mean reward" if dataset else "held-out accuracy (final answer, greedy)")
     table.add_column("horizon")
     table.add_column("reward" if dataset else "accuracy")
     for h, value in ev.get("by_horizon", {"all": ev["reward"]} if dataset else {}).items():
@@ -78,7 +78,17 @@ def _print_eval(ev: dict) -> None:
     if dataset:
         means = "  ".join(f"{k[len('rewards/'):-len('/mean')]} {v:.3f}" for k, v in ev.items()
                           if k.startswith("rewards/") and v is not None)
-        print(f"mean reward {ev['reward']:.3f}  ({means})  {ev['tokens_per_s']:.0f} tokens/s")
+        if "accuracy" not in ev:  # an evaluation saved before accuracy was measured
+            print(f"mean reward {ev['reward']:.3f}  ({means})  {ev['tokens_per_s']:.0f} tokens/s")
+            return
+        n = ev["num_samples"]  # standard errors over the prompts' means (longhorizon.core.stats)
+        decoding = f"temperature {ev['temperature']:g}" if ev.get("temperature") else "greedy"
+        print(f"mean reward {ev['reward']:.3f} +- {ev['reward_se']:.3f}  accuracy {ev['accuracy']:.3f} +- "
+              f"{ev['accuracy_se']:.3f}  (correct: reward >= {ev['correct_threshold']:g}; +- one standard error over "
+              f"{ev['examples']} prompts x {n} completion{'s' if n > 1 else ''}, {decoding})")
+        if n > 1:
+            print("  ".join(f"pass@{k} {v:.3f} +- {ev['pass_at_k_se'][k]:.3f}" for k, v in ev["pass_at_k"].items()))
+        print(f"per function: {means}  {ev['tokens_per_s']:.0f} tokens/s")
         return
     print(f"mean reward {ev['reward']:.3f}  all-correct {ev['all_correct']:.3f}  {ev['tokens_per_s']:.0f} tokens/s")
 
@@ -339,6 +349,7 @@ def rl(
     importance_sampling_level: str = typer.Option("token", help="token (GRPO) or sequence (GSPO's length-normalised "
                                                   "sequence ratio)."),
     learning_rate: float = typer.Option(1e-6, help="AdamW learning rate (TRL's default 1e-6)."),
+    lr_scheduler_type: str = typer.Option("linear", help="linear (TRL's default: decays to 0 by the last step) or constant."),
     temperature: float = typer.Option(1.0),
     top_p: float = typer.Option(1.0),
     dynamic_sampling: bool = typer.Option(False, help="Drop groups whose rewards are all equal (DAPO)."),
@@ -444,6 +455,7 @@ def _rl_spec(o: dict, out: str):
         loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], num_iterations=o["num_iterations"],
         steps_per_generation=o["steps_per_generation"], gradient_accumulation_steps=o["gradient_accumulation_steps"],
         importance_sampling_level=o["importance_sampling_level"], learning_rate=o["learning_rate"],
+        lr_scheduler_type=o.get("lr_scheduler_type", "constant"),  # absent only from runs recorded before it existed
         temperature=o["temperature"], top_p=o["top_p"], dynamic_sampling=o["dynamic_sampling"],
     )
     record = {"command": "lm rl", "options": o}
@@ -452,6 +464,11 @@ def _rl_spec(o: dict, out: str):
 
         weights = None if not o.get("reward_weights") else [_float(w, "--reward-weights") for w in o["reward_weights"].split(",")]
         rewards = RewardFunctions.from_specs([f.strip() for f in o["reward_funcs"].split(",") if f.strip()], weights)
+        from longhorizon.lm.data import read_rows
+        from longhorizon.lm.evaluate import check_reward_columns
+
+        for path in filter(None, (o["dataset"], o["eval_dataset"])):  # a column a reward function needs, before a step
+            check_reward_columns(rewards, read_rows(path), path)
         # max_prompt_length is measured from the rendered prompts when the run starts (DatasetSpec.bind)
         grpo_cfg = GRPOConfig(max_prompt_length=1, max_completion_length=o["max_completion_length"] or 256, **grpo_fields)
         sampler = DatasetSpec(str(o["dataset"]), rewards, eval=o["eval_dataset"] and str(o["eval_dataset"]),
@@ -500,52 +517,169 @@ def _rl_spec(o: dict, out: str):
 
 # ----------------------------------------------------------------------------- eval
 
+# `lm eval` options that only one kind of evaluation reads: a built-in task (--init) or a --dataset.
+_EVAL_TASK_ONLY = ("task", "horizons", "problems")
+_EVAL_DATASET_ONLY = ("model", "dtype", "reward_funcs", "reward_weights", "num_samples", "correct_threshold", "limit",
+                      "max_completion_length", "max_prompt_length")
+
 
 @lm_app.command("eval")
 def eval_cmd(
-    init: Path = typer.Option(..., help="A folder written by `longhorizon lm sft` or `lm rl`."),
+    ctx: typer.Context,
+    init: Optional[Path] = typer.Option(None, help="A folder written by `longhorizon lm sft` or `lm rl` (instead of "
+                                        "--model)."),
+    model: Optional[str] = typer.Option(None, help="--dataset: a pretrained model as `lm rl --model` takes it: smollm2 "
+                                        "(fetched on first use), tiny-random, a .gguf file or a Hugging Face folder."),
+    dtype: Optional[str] = typer.Option(None, help="--model parameters and compute: float32 (default) or bfloat16."),
+    dataset: Optional[Path] = typer.Option(None, help="Prompts to score, as `lm rl --dataset` takes them: a "
+                                           "JSONL/JSON/Parquet file with a `prompt` column (text or chat messages)."),
+    reward_funcs: Optional[str] = typer.Option(None, help="--dataset: TRL-style reward functions, comma-separated "
+                                               "module:function or file.py:function."),
+    reward_weights: Optional[str] = typer.Option(None, help="--reward-funcs: one weight each, comma-separated (default 1)."),
+    num_samples: int = typer.Option(1, help="--dataset: completions per prompt; pass@k is reported for k = 1, 2, 4, .. "
+                                    "and N (more than 1 needs --temperature > 0)."),
+    correct_threshold: float = typer.Option(1.0, help="--dataset: a completion is correct when its reward (the weighted "
+                                            "sum) is >= this; accuracy and pass@k count correct completions."),
+    limit: Optional[int] = typer.Option(None, help="--dataset: evaluate only the first N rows."),
+    max_completion_length: int = typer.Option(256, help="--dataset: tokens generated per completion at most."),
+    max_prompt_length: int = typer.Option(0, help="--dataset: prompt slots (0: the longest prompt; none is truncated)."),
     task: str = typer.Option("chain", help=_TASK_HELP),
     horizons: str = typer.Option("1-8"),
     problems: int = typer.Option(256, help="Held-out problems per horizon."),
     temperature: float = typer.Option(0.0, help="0 for greedy decoding."),
     out: Optional[Path] = typer.Option(None, help="Also write config.json and summary.json here."),
     seed: int = typer.Option(0, help="Draws the held-out problems (and the samples when --temperature > 0)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check the policy folder and options, print what would run; "
-                                 "evaluate and write nothing."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (the summary.json --out writes)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the policy, the dataset, the reward functions and the "
+                                 "options, print what would run; evaluate and write nothing."),
 ) -> None:
-    """Accuracy per horizon on held-out problems."""
+    """Measure a policy: a pretrained --model or an --init run on a --dataset scored by reward functions (mean reward,
+    accuracy with standard errors, pass@k), or an --init run's accuracy per horizon on a built-in task."""
+    given = _given(ctx)
+    if dataset is not None:
+        _eval_dataset(ctx.params, given)
+        return
+    for name in sorted(given & set(_EVAL_DATASET_ONLY)):
+        raise UsageError(f"--{name.replace('_', '-')} applies to --dataset evaluations only; add --dataset FILE or drop it.")
+    if init is None:
+        raise UsageError("lm eval needs a policy and what to measure: --dataset FILE --reward-funcs F with --model M (or "
+                         "--init RUN), or --init RUN alone for accuracy on a built-in task.")
     from longhorizon.lm.evaluate import evaluate
+    from longhorizon.lm.run import EvalSpec, policy_config
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths, parse_horizons
     from longhorizon.runner.results import ResultsDir
 
     if problems < 1:
         raise UsageError(f"--problems must be at least 1 (got {problems}); pass 256 for example.")
+    EvalSpec((), 1, 1, temperature=temperature)  # the evaluation's own checks
+    config = policy_config(init)
+    task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
+    hs = parse_horizons(horizons)
+    plen, clen = max_lengths(task, max(hs), task_cfg)  # an unknown task fails here
+    record = {"command": "lm eval", "init": str(init), "task": task, "horizons": hs, "problems": problems,
+              "temperature": temperature, "seed": seed}
     if dry_run:
-        from longhorizon.lm.run import policy_config
-
-        config = policy_config(init)
-        task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
-        hs = parse_horizons(horizons)
-        max_lengths(task, max(hs), task_cfg)  # an unknown task fails here
-        _print_plan({"command": "lm eval", "init": str(init), "task": task, "horizons": hs, "problems": problems,
-                     "temperature": temperature, "seed": seed, "out": out and str(out)})
+        _print_plan({**record, "out": out and str(out)})
         return
     from longhorizon.lm.run import load_policy
 
-    policy = load_policy(init)
-    params, model_cfg, tokenizer, config = policy.params, policy.model_cfg, policy.tokenizer, policy.config
-    task_cfg = _task_cfg(config.get("task_config"), None, None, None, None, None, None)
-    hs = parse_horizons(horizons)
-    plen, clen = max_lengths(task, max(hs), task_cfg)
+    policy = _quietly(json_out, load_policy, init)
     held = make_problems(task, hs, problems * len(hs), seed + HELD_OUT_OFFSET, task_cfg)
-    ev = evaluate(params, model_cfg, tokenizer, held, max_prompt_length=plen + 1, max_new_tokens=clen + 1,
-                  temperature=temperature, seed=seed)
-    _print_eval(ev)
+    ev = evaluate(policy.params, policy.model_cfg, policy.tokenizer, held, max_prompt_length=plen + 1,
+                  max_new_tokens=clen + 1, temperature=temperature, seed=seed)
+    _eval_output({"eval": ev}, json_out)
     if out is not None:
         results = ResultsDir(out)
-        results.write_config({"command": "lm eval", "init": str(init), "task": task, "horizons": hs,
-                              "temperature": temperature, "seed": seed})
+        results.write_config(record)
         results.write_summary({"eval": ev})
+
+
+def _quietly(json_out: bool, fn, *args):
+    """``fn(*args)``, its prints (e.g. a model's first download) sent to stderr when stdout carries ``--json``."""
+    import contextlib
+
+    if not json_out:
+        return fn(*args)
+    with contextlib.redirect_stdout(sys.stderr):
+        return fn(*args)
+
+
+def _eval_output(summary: dict, json_out: bool) -> None:
+    if json_out:
+        _print_plan(summary)
+    else:
+        _print_eval(summary["eval"])
+
+
+def _eval_dataset(o: dict, given: set[str]) -> None:
+    """``lm eval --dataset``: one :class:`longhorizon.lm.run.EvalSpec` over the file's rows, as `lm rl` evaluates."""
+    import dataclasses
+
+    from longhorizon.core.stats import pass_at_k_ks
+    from longhorizon.lm.data import RewardFunctions, file_digest, prepare, read_rows
+    from longhorizon.lm.evaluate import check_reward_columns
+    from longhorizon.lm.run import EvalSpec, Pretrained, policy_config
+    from longhorizon.runner.results import ResultsDir
+
+    for name in sorted(given & set(_EVAL_TASK_ONLY)):
+        raise UsageError(f"--{name.replace('_', '-')} belongs to the built-in tasks, not to --dataset evaluations; drop it.")
+    init, dataset = o["init"], o["dataset"]
+    if init is not None and "model" in given:
+        raise UsageError("--init measures an `lm sft`/`lm rl` policy and --model a pretrained one; give only one of them.")
+    if init is not None and "dtype" in given:
+        raise UsageError("--dtype sets a pretrained --model's precision; an --init policy keeps its own, so drop --dtype.")
+    if init is None and o["model"] is None:
+        raise UsageError("lm eval --dataset needs the policy to measure: --model M (e.g. smollm2, or a .gguf file) or "
+                         "--init RUN.")
+    if not o["reward_funcs"]:
+        raise UsageError("--dataset needs --reward-funcs module:function (TRL-style reward functions) to score completions.")
+    if o["limit"] is not None and o["limit"] < 1:
+        raise UsageError(f"--limit must be at least 1 (got {o['limit']}).")
+    if o["max_completion_length"] < 1:
+        raise UsageError(f"--max-completion-length must be at least 1 (got {o['max_completion_length']}).")
+    if o["max_prompt_length"] < 0:
+        raise UsageError(f"--max-prompt-length must be 0 (the longest prompt) or positive, got {o['max_prompt_length']}.")
+    weights = None if not o["reward_weights"] else [_float(w, "--reward-weights") for w in o["reward_weights"].split(",")]
+    rewards = RewardFunctions.from_specs([f.strip() for f in o["reward_funcs"].split(",") if f.strip()], weights)
+    spec = EvalSpec((), 1, o["max_completion_length"], rewards=rewards, num_samples=o["num_samples"],
+                    temperature=o["temperature"], correct_threshold=o["correct_threshold"], seed=o["seed"])
+    rows = read_rows(dataset)[: o["limit"]]
+    check_reward_columns(rewards, rows, dataset)
+    if init is not None:
+        policy_config(init)
+        source = {"init": str(init)}
+    else:
+        pretrained = Pretrained(o["model"], o["dtype"] or "float32")
+        pretrained.check()
+        source = {"init": None, "pretrained": dataclasses.asdict(pretrained)}
+    record = {"command": "lm eval", **source, "dataset": str(dataset), "dataset_sha256": file_digest(dataset),
+              "rows": len(rows), "limit": o["limit"], "rewards": rewards.describe(),
+              "num_samples": spec.num_samples, "pass_at_k": pass_at_k_ks(spec.num_samples),
+              "temperature": spec.temperature, "correct_threshold": spec.correct_threshold, "seed": spec.seed,
+              "max_completion_length": o["max_completion_length"], "max_prompt_length": o["max_prompt_length"]}
+    if o["dry_run"]:
+        _print_plan({**record, "out": o["out"] and str(o["out"])})
+        return
+    from longhorizon.lm.run import load_policy
+
+    policy = _quietly(o["json_out"], load_policy, Path(init) if init is not None else pretrained)
+    examples = prepare(rows, policy.tokenizer)
+    longest = max(len(policy.tokenizer.encode(e.prompt)) for e in examples)
+    length = o["max_prompt_length"] or longest
+    if longest > length:
+        raise UsageError(f"a prompt of {dataset} has {longest} tokens, more than --max-prompt-length {length}; raise it "
+                         "(or 0: the longest prompt) or shorten the prompt.")
+    context = getattr(policy.model_cfg, "context_length", None)
+    if context is not None and length + o["max_completion_length"] > context:
+        raise UsageError(f"prompts of {length} tokens + --max-completion-length {o['max_completion_length']} exceed the "
+                         f"model's context of {context}; shorten the prompts or lower --max-completion-length.")
+    spec = dataclasses.replace(spec, problems=tuple(examples), max_prompt_length=length)
+    summary = {"eval": spec.run(policy.params, policy)}
+    _eval_output(summary, o["json_out"])
+    if o["out"] is not None:
+        results = ResultsDir(o["out"])
+        results.write_config({**record, "max_prompt_length": length})
+        results.write_summary(summary)
 
 
 # ----------------------------------------------------------------------------- fetch

@@ -77,42 +77,95 @@ def evaluate_dataset(
     batch_size: int = 64,
     seed: int = 0,
     keep_samples: int = 3,
+    num_samples: int = 1,
+    correct_threshold: float = 1.0,
 ) -> dict:
-    """Mean reward of one completion per example (greedy when ``temperature == 0``) under ``rewards``
-    (:class:`longhorizon.lm.data.RewardFunctions`), in fixed-size batches (one compilation).
+    """``num_samples`` completions per example (greedy when ``temperature == 0``; the ``num_samples`` rows of an
+    example share its prompt's cache) scored by ``rewards`` (:class:`longhorizon.lm.data.RewardFunctions`), in
+    fixed-size batches of about ``batch_size`` rows (one compilation).
 
-    Returns ``reward``, ``rewards/NAME/mean`` per function, ``examples``, ``tokens_per_s`` and the first
+    A completion is *correct* when its reward (the weighted sum of the functions) is ``>= correct_threshold``
+    (default 1.0: ``examples/lm/rewards.py:correct_answer`` gives 1.0 to a right answer, alone or with a format
+    bonus). Returns ``reward`` and ``accuracy`` (means over all completions) with their standard errors
+    ``reward_se`` / ``accuracy_se`` over the examples' means (:mod:`longhorizon.core.stats`), ``pass_at_k``
+    ``{k: value}`` and ``pass_at_k_se`` for k = 1, 2, 4, .., ``num_samples`` (unbiased estimator; pass@1 is
+    the accuracy), ``rewards/NAME/mean`` per function, ``examples``, ``num_samples``, ``correct_threshold``,
+    ``tokens_per_s``, ``by_horizon`` (mean reward per ``horizon`` column, when every row has one) and the first
     ``keep_samples`` (prompt, completion, reward) triples, for reading what the model writes.
     """
+    from longhorizon.core.stats import mean_se, pass_at_k_ks, pass_at_k_mean_se
+
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1 (got {num_samples}).")
     key = jax.random.PRNGKey(seed)
+    per_batch = max(1, batch_size // num_samples)  # prompts per batch: about batch_size rows
     scores, texts, n_tokens = [], [], 0
     t0 = time.perf_counter()
-    for start in range(0, len(examples), batch_size):
-        chunk = list(examples[start : start + batch_size])
-        ptok, pvalid = tokenizer.encode_prompts([e.prompt for e in chunk] + [""] * (batch_size - len(chunk)),
+    for start in range(0, len(examples), per_batch):
+        chunk = list(examples[start : start + per_batch])
+        ptok, pvalid = tokenizer.encode_prompts([e.prompt for e in chunk] + [""] * (per_batch - len(chunk)),
                                                 max_prompt_length)
         key, sub = jax.random.split(key)
         gen = generate(params, ptok, pvalid, sub, cfg=model_cfg, max_new_tokens=max_new_tokens, temperature=temperature,
-                       eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id)
-        tokens, valid = np.asarray(gen.tokens)[: len(chunk)], np.asarray(gen.valid)[: len(chunk)]
-        n_tokens += int(valid.sum() + pvalid[: len(chunk)].sum())
+                       eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id, group_size=num_samples)
+        rows = len(chunk) * num_samples  # example i's samples are rows i*S .. i*S+S-1
+        tokens, valid = np.asarray(gen.tokens)[:rows], np.asarray(gen.valid)[:rows]
+        n_tokens += int(valid.sum() + pvalid[: len(chunk)].sum())  # each prompt is computed once
         chunk_texts = tokenizer.decode_batch(tokens)
-        scores.append(rewards.scores(chunk, chunk_texts, [row[v].tolist() for row, v in zip(tokens, valid)]))
+        repeated = [e for e in chunk for _ in range(num_samples)]
+        scores.append(rewards.scores(repeated, chunk_texts, [row[v].tolist() for row, v in zip(tokens, valid)]))
         texts.extend(chunk_texts)
     elapsed = time.perf_counter() - t0
     per_fn = np.concatenate(scores) if scores else np.zeros((0, len(rewards.names)))
     total = np.nansum(per_fn * rewards.weights, axis=1)
-    out = {"reward": float(total.mean()) if total.size else 0.0, "examples": len(examples),
+    by_example = total.reshape(len(examples), num_samples)
+    correct = by_example >= correct_threshold
+    out = {"examples": len(examples), "num_samples": num_samples, "temperature": float(temperature),
+           "correct_threshold": float(correct_threshold),
            "tokens_per_s": n_tokens / max(elapsed, 1e-9)}
+    if len(examples):
+        out["reward"], out["reward_se"] = mean_se(by_example.mean(axis=1))
+        out["accuracy"], out["accuracy_se"] = mean_se(correct.mean(axis=1))
+        passes = {k: pass_at_k_mean_se(num_samples, correct.sum(axis=1), k) for k in pass_at_k_ks(num_samples)}
+        out["pass_at_k"] = {k: v for k, (v, _) in passes.items()}
+        out["pass_at_k_se"] = {k: se for k, (_, se) in passes.items()}
+    else:
+        out.update(reward=0.0, reward_se=0.0, accuracy=0.0, accuracy_se=0.0, pass_at_k={}, pass_at_k_se={})
     for j, name in enumerate(rewards.names):
         scored = per_fn[:, j][~np.isnan(per_fn[:, j])]
         out[f"rewards/{name}/mean"] = float(scored.mean()) if scored.size else None
     horizons = [getattr(e, "horizon", None) for e in examples]
     if examples and None not in horizons:  # rows with a horizon column: the mean reward at each horizon
         by_h: dict[int, list[float]] = defaultdict(list)
-        for h, r in zip(horizons, total):
+        for h, r in zip(horizons, by_example.mean(axis=1)):
             by_h[h].append(float(r))
         out["by_horizon"] = {int(h): float(np.mean(v)) for h, v in sorted(by_h.items())}
     out["samples"] = [{"prompt": e.prompt, "completion": t, "reward": float(r)}
-                      for e, t, r in zip(examples[:keep_samples], texts, total)]
+                      for e, t, r in zip(examples[:keep_samples], texts[::num_samples], total[::num_samples])]
     return out
+
+
+def reward_columns(fn) -> list[str]:
+    """The dataset columns a TRL-style reward function names as parameters without a default (besides
+    ``prompts``, ``completions`` and ``completion_ids``): the columns every row must have for it."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature: nothing to check
+        return []
+    return [p.name for p in parameters
+            if p.name not in ("prompts", "completions", "completion_ids") and p.default is inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+
+
+def check_reward_columns(rewards, rows: Sequence[dict], dataset) -> None:
+    """Refuse, in one sentence naming it, a column a reward function needs that a row of ``dataset`` lacks."""
+    from longhorizon.errors import UsageError
+
+    for fn, name in zip(rewards.funcs, rewards.names):
+        for column in reward_columns(fn):
+            missing = next((i for i, row in enumerate(rows) if column not in row), None)
+            if missing is not None:
+                raise UsageError(f"reward function {name} needs the column {column!r}, which row {missing + 1} of "
+                                 f"{dataset} lacks; add that column to the dataset or choose another reward function.")

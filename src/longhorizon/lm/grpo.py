@@ -64,6 +64,7 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
 IMPORTANCE_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 ADVANTAGES = ("sequence", "segment")
+LR_SCHEDULERS = ("linear", "constant")
 STD_EPS = 1e-4
 
 
@@ -80,6 +81,8 @@ class GRPOConfig:
     gradient_accumulation_steps: int = 1
     importance_sampling_level: str = "token"  # "sequence": GSPO's length-normalised sequence ratio
     learning_rate: float = 1e-6  # TRL's default
+    lr_scheduler_type: str = "linear"  # TRL's default: decays linearly to 0 over max_steps; or "constant"
+    max_steps: int = 0  # optimiser steps the linear schedule spans (lm rl sets it from --steps); 0: not known
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     temperature: float = 1.0
@@ -119,6 +122,10 @@ class GRPOConfig:
                 "make it a multiple (or leave it unset).")
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate={self.learning_rate} must be positive.")
+        if self.lr_scheduler_type not in LR_SCHEDULERS:
+            raise UsageError(f"lr_scheduler_type={self.lr_scheduler_type!r} is unknown; use one of {LR_SCHEDULERS}.")
+        if self.max_steps < 0:
+            raise UsageError(f"max_steps={self.max_steps} must be 0 (not known) or positive.")
         if self.temperature <= 0:
             raise UsageError(f"temperature={self.temperature} must be positive for RL sampling; use e.g. 1.0.")
         if not 0 < self.top_p <= 1:
@@ -137,17 +144,32 @@ class GRPOConfig:
     def optimizer_steps_per_generation(self) -> int:
         return self.generation_micro_batches // self.gradient_accumulation_steps
 
+    def for_run(self, generation_batches: int) -> GRPOConfig:
+        """This config with ``max_steps`` set for a run of ``generation_batches`` steps (if not set already):
+        each batch makes ``optimizer_steps_per_generation`` optimiser steps, ``num_iterations`` times."""
+        if self.max_steps:
+            return self
+        return dataclasses.replace(self, max_steps=generation_batches * self.optimizer_steps_per_generation
+                                   * self.num_iterations)
+
 
 # ----------------------------------------------------------------------------- advantages
 
 
 def group_advantages(rewards, group_ids, scale_rewards: str = "group") -> np.ndarray:
-    """Group-relative advantages (module docstring); ``group_ids[i]`` names the query of sample i."""
+    """Group-relative advantages (module docstring); ``group_ids[i]`` names the query of sample i.
+
+    A NaN reward (every reward function returned None: none applies) leaves its completion out of
+    its group's mean and standard deviation and gives it advantage 0; a group counts its scored
+    completions only."""
     rewards = np.asarray(rewards, np.float64)
-    _, inverse, counts = np.unique(np.asarray(group_ids), return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, rewards)
-    mean = (sums / counts)[inverse]
-    centred = rewards - mean
+    scored = np.isfinite(rewards)
+    r = np.where(scored, rewards, 0.0)
+    _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
+    counts = np.bincount(inverse, scored.astype(np.float64))
+    sums = np.bincount(inverse, r)
+    mean = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)[inverse]
+    centred = np.where(scored, r - mean, 0.0)
     if scale_rewards == "none":
         adv = centred
     elif scale_rewards == "group":
@@ -155,33 +177,39 @@ def group_advantages(rewards, group_ids, scale_rewards: str = "group") -> np.nda
         std = np.sqrt(np.divide(sq, counts - 1, out=np.zeros_like(sq), where=counts > 1))[inverse]
         adv = centred / (std + STD_EPS)
     elif scale_rewards == "batch":
-        std = rewards.std(ddof=1) if rewards.size > 1 else 0.0
+        std = rewards[scored].std(ddof=1) if scored.sum() > 1 else 0.0
         adv = centred / (std + STD_EPS)
     else:
         raise UsageError(f"scale_rewards={scale_rewards!r} is unknown; use one of {SCALE_REWARDS}.")
-    adv[counts[inverse] < 2] = 0.0
+    adv[(counts[inverse] < 2) | ~scored] = 0.0
     return adv.astype(np.float32)
 
 
 def mean_group_std(rewards, group_ids) -> float:
     """TRL's ``reward_std``: the mean over groups of each group's unbiased standard deviation
-    (groups of one count as 0)."""
+    (groups of one count as 0; unscored (NaN) completions are left out)."""
     rewards = np.asarray(rewards, np.float64)
-    _, inverse, counts = np.unique(np.asarray(group_ids), return_inverse=True, return_counts=True)
-    centred = rewards - (np.bincount(inverse, rewards) / counts)[inverse]
+    scored = np.isfinite(rewards)
+    r = np.where(scored, rewards, 0.0)
+    _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
+    counts = np.bincount(inverse, scored.astype(np.float64))
+    mean = np.divide(np.bincount(inverse, r), counts, out=np.zeros(counts.shape), where=counts > 0)
+    centred = np.where(scored, r - mean[inverse], 0.0)
     sq = np.bincount(inverse, centred**2)
     return float(np.mean(np.sqrt(np.divide(sq, counts - 1, out=np.zeros_like(sq), where=counts > 1))))
 
 
 def all_equal_groups(rewards, group_ids) -> np.ndarray:
-    """Per sample: True if every reward in its group is equal (such a group carries no signal)."""
+    """Per sample: True if every scored reward in its group is equal (such a group carries no signal;
+    unscored (NaN) completions do not count)."""
     rewards = np.asarray(rewards, np.float64)
+    scored = np.isfinite(rewards)
     _, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
     hi = np.full(inverse.max() + 1, -np.inf)
     lo = np.full(inverse.max() + 1, np.inf)
-    np.maximum.at(hi, inverse, rewards)
-    np.minimum.at(lo, inverse, rewards)
-    return np.isclose(hi, lo)[inverse]
+    np.maximum.at(hi, inverse[scored], rewards[scored])
+    np.minimum.at(lo, inverse[scored], rewards[scored])
+    return (np.isclose(hi, lo) | (hi < lo))[inverse]  # hi < lo: a group with nothing scored
 
 
 # ----------------------------------------------------------------------------- loss
@@ -209,14 +237,18 @@ def per_token_loss(logp, old_logp, ref_logp, advantages, *, epsilon: float, epsi
     return loss + beta * kl, ratio, kl
 
 
-def reduce_loss(token_loss, mask, loss_type: str, *, max_completion_length: int, total_tokens, n_micro: int = 1):
+def reduce_loss(token_loss, mask, loss_type: str, *, max_completion_length: int, total_tokens, n_micro: int = 1,
+                rows=None):
     """One micro-batch's share of the optimiser-batch loss (module docstring).
 
-    ``mask`` is ``[B, T]`` (0 rows are dropped sequences, they do not count); ``total_tokens``
-    is the masked-token count of the whole optimiser batch (used by ``dapo``).
+    ``mask`` is ``[B, T]``; ``rows`` ``[B]`` is 1 for the batch's real completions and 0 for the
+    padding rows that keep shapes stable (default: the rows with a masked token). As in TRL, a real
+    completion whose tokens are all masked (``mask_truncated_completions``) still counts in the
+    ``grpo`` and ``dr_grpo`` averages, contributing 0. ``total_tokens`` is the masked-token count of
+    the whole optimiser batch (used by ``dapo``).
     """
     masked = (token_loss * mask).sum()
-    rows = (mask.sum(-1) > 0).astype(token_loss.dtype)
+    rows = (mask.sum(-1) > 0).astype(token_loss.dtype) if rows is None else rows.astype(token_loss.dtype)
     n_rows = jnp.maximum(rows.sum(), 1.0)
     if loss_type == "grpo":
         per_seq = (token_loss * mask).sum(-1) / jnp.maximum(mask.sum(-1), 1.0)
@@ -266,7 +298,8 @@ def completion_loss(logp, entropy, batch, total_tokens, *, cfg: GRPOConfig, n_mi
         logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
         epsilon=cfg.epsilon, epsilon_high=cfg.eps_high, beta=cfg.beta, mask=mask, level=cfg.importance_sampling_level,
     )
-    loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=mask.shape[1], total_tokens=total_tokens, n_micro=n_micro)
+    loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=mask.shape[1], total_tokens=total_tokens,
+                       n_micro=n_micro, rows=batch.get("rows"))
     adv = batch["advantages"]
     low = ((ratio < 1 - cfg.epsilon) & (adv < 0)).astype(jnp.float32)
     high = ((ratio > 1 + cfg.eps_high) & (adv > 0)).astype(jnp.float32)
@@ -318,9 +351,22 @@ def completion_logprobs(params, batch, *, model_cfg: ModelConfig, temperature: f
 
 
 @functools.lru_cache(maxsize=32)
-def rl_optimizer(learning_rate: float, weight_decay: float, max_grad_norm: float):
-    """AdamW at a constant learning rate after global-norm clipping (cached: same args, same object)."""
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adamw(learning_rate, weight_decay=weight_decay))
+def rl_optimizer(learning_rate: float, weight_decay: float, max_grad_norm: float, max_steps: int = 0):
+    """AdamW after global-norm clipping (cached: same args, same object). ``max_steps`` > 0: the learning
+    rate decays linearly from ``learning_rate`` at the first step to 0 after ``max_steps`` (TRL's
+    ``lr_scheduler_type="linear"`` without warm-up: ``lr_t = lr (1 - t / max_steps)``); 0: constant."""
+    rate = optax.linear_schedule(learning_rate, 0.0, max_steps) if max_steps else learning_rate
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adamw(rate, weight_decay=weight_decay))
+
+
+def optimizer_for(cfg: GRPOConfig):
+    """The optimiser ``cfg`` asks for; a linear schedule needs the run's length (``cfg.max_steps``)."""
+    if cfg.lr_scheduler_type == "linear" and not cfg.max_steps:
+        raise UsageError("lr_scheduler_type='linear' decays the learning rate to 0 over max_steps optimiser steps, and "
+                         "max_steps is not set; set it (GRPOConfig.for_run(steps) does; `lm rl` sets it from --steps) "
+                         "or use lr_scheduler_type='constant'.")
+    return rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm,
+                        cfg.max_steps if cfg.lr_scheduler_type == "linear" else 0)
 
 
 def _round_up(n: int, m: int) -> int:
@@ -363,9 +409,11 @@ class GRPOTrainer:
         self.model_cfg, self.cfg, self.tokenizer = model_cfg, cfg, tokenizer
         store = jnp.array if updater is None else updater.to_store
         self.params = jax.tree_util.tree_map(store, params)
-        self.ref_params = self.params if ref_params is None else ref_params
-        self.ref_params = jax.tree_util.tree_map(store, self.ref_params)
-        self.optimizer = rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
+        # The KL term is the reference's only reader here: with beta = 0 no copy is kept unless one is
+        # given (trainers that read it otherwise, e.g. preference games, pass ``ref_params``).
+        keep = cfg.beta != 0.0 or ref_params is not None
+        self.ref_params = jax.tree_util.tree_map(store, self.params if ref_params is None else ref_params) if keep else None
+        self.optimizer = optimizer_for(cfg)
         self.opt_state = (self.optimizer if updater is None else updater).init(self.params)
         self.updater = updater or functools.partial(update, model_cfg=model_cfg, cfg=cfg, optimizer=self.optimizer)
         self.key = jax.random.PRNGKey(seed)
@@ -393,6 +441,7 @@ class GRPOTrainer:
                        temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size,
                        eos_ids=tuple(tok.eos_ids), pad_id=tok.pad_id)
         ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
+        prompt_tokens = int(pvalid[: len(units)].sum())  # a shared prompt is run (and counted) once
         ptok, pvalid = (np.repeat(x, group_size, axis=0) if group_size > 1 else x for x in (ptok, pvalid))
         texts = tok.decode_batch(ctok)
         reward_metrics = {}
@@ -405,7 +454,7 @@ class GRPOTrainer:
         n_real = len(rows)
         self.counters["generations"] += n_real
         self.counters["generated_tokens"] += int(cvalid.sum())
-        self.counters["rollout_tokens"] += int(cvalid.sum() + pvalid[:n_real].sum())
+        self.counters["rollout_tokens"] += int(cvalid.sum()) + prompt_tokens
         return {
             "rows": rows, "texts": texts, "rewards": rewards, "group_ids": np.array([q for q, _ in rows]),
             "prompt_tokens": ptok[:n_real], "prompt_valid": pvalid[:n_real],
@@ -465,7 +514,8 @@ class GRPOTrainer:
         if keep.any():
             batch = self._train_batch(ro, adv, mask, keep)
             n_opt = cfg.optimizer_steps_per_generation
-            kept_tokens = int(ro["valid"][keep].sum() + ro["prompt_valid"][keep].sum())
+            prompts_run = ro["prompt_valid"][keep][:: ro["group_size"]] if ro["group_size"] else ro["prompt_valid"][keep]
+            kept_tokens = int(ro["valid"][keep].sum() + prompts_run.sum())  # a shared prompt is run once
             for _ in range(cfg.num_iterations):
                 for s in range(n_opt):
                     mb = {k: v[s * (len(v) // n_opt) : (s + 1) * (len(v) // n_opt)] for k, v in batch.items()}
@@ -511,7 +561,8 @@ class GRPOTrainer:
             return np.concatenate([x, np.full((n,) + x.shape[1:], fill, x.dtype)]) if n else x
 
         old_logp = take(ro["logprobs"])
-        batch = {"mask": take(mask), "old_logp": old_logp, "advantages": take(adv), "ref_logp": old_logp}
+        batch = {"mask": take(mask), "old_logp": old_logp, "advantages": take(adv), "ref_logp": old_logp,
+                 "rows": take(np.ones(len(ro["rows"]), np.float32))}  # 0: a padding row, counted nowhere
         if group_size:
             first = groups * group_size  # each group's prompt, from its first row
             pad_id = self.tokenizer.pad_id

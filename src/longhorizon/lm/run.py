@@ -3,10 +3,13 @@
 ``lm rl`` and the reproductions only build specs. The loop owns the results folder (one writer:
 :class:`longhorizon.runner.lock.FolderLock`): ``config.json``, ``metrics.jsonl`` (one row per RL
 step, also as TensorBoard events in ``tensorboard/``), ``summary.json``, ``curve.png`` and
-``checkpoints/`` (orbax, :mod:`longhorizon.lm.run_checkpoint`). Per step::
+``checkpoints/`` (orbax, :mod:`longhorizon.lm.run_checkpoint`). A fresh run with an :class:`EvalSpec`
+first evaluates the starting policy (a metrics row at step 0 and ``summary["eval_start"]``, so that every
+curve starts at the base; a resumed run does not evaluate it again). Per step::
 
     items, sizes = sampler.sample(prompts_per_step)
     metrics = trainer.step(items, sizes)            # GRPO family (lm.grpo.GRPOTrainer)
+    row = metrics + groups_no_signal_fraction       # groups_all_equal / groups: groups without a GRPO signal
     evaluation = evaluate(...)  on steps k * every and the last step, else None
     row |= sampler.observe(metrics, evaluation)     # curriculum gates, SCALER's level, ...
     append the row; checkpoint every `checkpoint_every` steps, at the end and on Ctrl-C
@@ -149,34 +152,59 @@ def _policy_record(init: str | Path | Policy | Pretrained) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
-    """Held-out evaluation, greedy, every ``every`` steps (0: only after the last step, which is always
-    evaluated): accuracy per horizon of task problems (:func:`longhorizon.lm.evaluate.evaluate`), or,
-    with ``rewards``, the mean reward of dataset examples (:func:`longhorizon.lm.evaluate.evaluate_dataset`)."""
+    """Held-out evaluation every ``every`` steps (0: only after the last step, which is always evaluated)
+    and, with ``at_start``, of the starting policy before a fresh run's first step (a metrics row at step 0):
+    accuracy per horizon of task problems (:func:`longhorizon.lm.evaluate.evaluate`), or, with ``rewards``,
+    the mean reward, accuracy (reward >= ``correct_threshold``) and pass@k of ``num_samples`` completions per
+    dataset example (:func:`longhorizon.lm.evaluate.evaluate_dataset`). Greedy unless ``temperature`` > 0
+    (``seed`` then draws the samples). ``lm eval --dataset`` runs one of these on its own."""
 
     problems: tuple = dataclasses.field(compare=False, repr=False)
     max_prompt_length: int
     max_new_tokens: int
     every: int = 0
     rewards: Any = dataclasses.field(default=None, compare=False, repr=False)
+    num_samples: int = 1
+    temperature: float = 0.0
+    correct_threshold: float = 1.0
+    seed: int = 0
+    at_start: bool = True
+
+    def __post_init__(self):
+        if self.num_samples < 1:
+            raise UsageError(f"--num-samples must be at least 1 (got {self.num_samples}).")
+        if self.temperature < 0:
+            raise UsageError(f"--temperature must be 0 (greedy) or positive (got {self.temperature}).")
+        if self.num_samples > 1 and self.rewards is None:
+            raise UsageError("--num-samples (pass@k) applies to --dataset evaluations scored by --reward-funcs; drop it.")
+        if self.num_samples > 1 and self.temperature == 0:
+            raise UsageError(f"--num-samples {self.num_samples} draws {self.num_samples} completions per prompt, which "
+                             "greedy decoding (--temperature 0) makes identical; pass --temperature (e.g. 1.0) or drop "
+                             "--num-samples.")
 
     def describe(self) -> dict:
+        defaults = {"num_samples": 1, "temperature": 0.0, "correct_threshold": 1.0, "seed": 0, "at_start": True}
         return {"problems": len(self.problems), "max_prompt_length": self.max_prompt_length,
                 "max_new_tokens": self.max_new_tokens, "every": self.every,
-                "horizons": sorted({int(p.horizon) for p in self.problems if hasattr(p, "horizon")})}
+                "horizons": sorted({int(p.horizon) for p in self.problems if hasattr(p, "horizon")}),
+                **{k: getattr(self, k) for k, v in defaults.items() if getattr(self, k) != v}}
 
     def run(self, params, policy: Policy) -> dict:
         from longhorizon.lm.evaluate import evaluate, evaluate_dataset
 
         if self.rewards is not None:
             return evaluate_dataset(params, policy.model_cfg, policy.tokenizer, list(self.problems), self.rewards,
-                                    max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens)
+                                    max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens,
+                                    temperature=self.temperature, seed=self.seed, num_samples=self.num_samples,
+                                    correct_threshold=self.correct_threshold)
         return evaluate(params, policy.model_cfg, policy.tokenizer, list(self.problems),
-                        max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens)
+                        max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens,
+                        temperature=self.temperature, seed=self.seed)
 
     def row(self, evaluation: dict) -> dict:
         """The metrics-row fields of one evaluation."""
         if self.rewards is not None:
-            return {"eval_reward": evaluation["reward"],
+            return {"eval_reward": evaluation["reward"], "eval_accuracy": evaluation["accuracy"],
                     **({"eval_by_horizon": evaluation["by_horizon"]} if "by_horizon" in evaluation else {})}
         return {"eval_accuracy": evaluation["accuracy"], "eval_by_horizon": evaluation["by_horizon"]}
 
@@ -212,6 +240,11 @@ class RLSpec:
     rewards: Any = None
     agent: Any = None  # longhorizon.lm.agents.spec.AgentSpec: multi-turn episodes of a tool environment
     offload: str = "none"
+
+    def __post_init__(self):
+        # the learning-rate schedule spans the run: TRL's linear decay reaches 0 at the last optimiser step
+        if isinstance(self.grpo, GRPOConfig) and isinstance(self.steps, int) and self.steps > 0:
+            object.__setattr__(self, "grpo", self.grpo.for_run(self.steps))
 
     def check(self) -> None:
         """Refuse settings that cannot act, before anything loads or compiles."""
@@ -361,7 +394,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
     store = RunCheckpoints(results.checkpoints)
     loggers = None
     try:
-        first, prior_wall, sampler_record = 0, 0.0, None
+        first, prior_wall, sampler_record, eval_start = 0, 0.0, None, None
         if resume:
             _saved_config_matches(read_json(results.config_path), config)
             params, arrays, meta = store.restore(trainer.params, trainer_arrays())
@@ -371,6 +404,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
             trainer.counters = {k: int(v) for k, v in meta["counters"].items()}
             sampler.restore(meta["sampler"])
             first, prior_wall = int(meta["step"]), float(meta.get("wall_s", 0.0))
+            eval_start = meta.get("eval_start")
             results.truncate_metrics(first, key="step")
             if (results.root / "sampler.json").exists():
                 sampler_record = read_json(results.root / "sampler.json")
@@ -388,7 +422,8 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
         def save(step: int) -> None:
             nonlocal last_saved
             store.save(step, trainer.params, trainer_arrays(),
-                       {"step": step, "counters": trainer.counters, "sampler": sampler.state(), "wall_s": wall()})
+                       {"step": step, "counters": trainer.counters, "sampler": sampler.state(), "wall_s": wall(),
+                        **({"eval_start": eval_start} if eval_start is not None else {})})
             last_saved = step
 
         def run_eval() -> dict:
@@ -402,6 +437,13 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                 if sampler_record is not None:
                     write_json_atomic(results.root / "sampler.json", sampler_record)
             job = bar.add_task("rl", total=spec.steps, info="", completed=first)
+            if not resume and getattr(ev_spec, "at_start", False) and not stop.requested:
+                # the starting policy, so that every curve starts at the base (a row at step 0, no training fields)
+                bar.console.print("evaluating the starting policy (step 0)")
+                eval_start = run_eval()
+                written = results.append_metrics({"step": 0, **ev_spec.row(eval_start)})
+                rows.append(written)
+                loggers.log(written)
             step = first
             for step in range(first + 1, spec.steps + 1):
                 if stop.requested:
@@ -416,6 +458,8 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                 if horizons and None not in horizons:
                     row["horizon"] = int(max(horizons))
                 row.update(metrics)
+                if metrics.get("groups"):  # groups whose rewards are all equal carry no GRPO signal
+                    row["groups_no_signal_fraction"] = metrics["groups_all_equal"] / metrics["groups"]
                 if sizes is not None:
                     row["group_size_mean"] = float(np.mean(sizes))
                 evaluation = None
@@ -436,9 +480,10 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
             raise Interrupted(results.root, step)
         evaluation = last_eval if last_eval is not None or ev_spec is None else run_eval()
         counters = trainer.counters
-        summary = {"status": "completed", "steps": spec.steps, "eval": evaluation, "counters": counters,
-                   "training_tokens": counters["rollout_tokens"] + counters["update_tokens"],
-                   "mean_tokens_per_s": sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1),
+        steps_rows = [r for r in rows if "tokens_per_s" in r]  # not the step-0 evaluation row
+        summary = {"status": "completed", "steps": spec.steps, "eval_start": eval_start, "eval": evaluation,
+                   "counters": counters, "training_tokens": counters["rollout_tokens"] + counters["update_tokens"],
+                   "mean_tokens_per_s": sum(r["tokens_per_s"] for r in steps_rows) / max(len(steps_rows), 1),
                    "wall_s": wall()}
         if sampler_record is not None:
             summary["sampler"] = sampler_record.get("stats", sampler_record)

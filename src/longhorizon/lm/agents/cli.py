@@ -39,6 +39,7 @@ def agent(
     loss_type: str = typer.Option("dapo", help="grpo, dr_grpo, dapo or bnpo."),
     scale_rewards: str = typer.Option("group", help="group, batch or none."),
     learning_rate: float = typer.Option(1e-6),
+    lr_scheduler_type: str = typer.Option("linear", help="linear (TRL's default: decays to 0 by the last step) or constant."),
     temperature: float = typer.Option(1.0),
     max_turns: int = typer.Option(6, help="Model turns per episode."),
     max_action_tokens: int = typer.Option(64, help="New tokens per model turn."),
@@ -174,7 +175,7 @@ def agent_spec(o: dict, out: str):
                               reward_weights=weights)
     grpo_cfg = GRPOConfig(num_generations=o["num_generations"], beta=o["beta"], epsilon=o["epsilon"],
                           loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], learning_rate=o["learning_rate"],
-                          temperature=o["temperature"], max_prompt_length=1, max_completion_length=o["max_context_tokens"] - 1)
+                          lr_scheduler_type=o.get("lr_scheduler_type", "constant"), temperature=o["temperature"], max_prompt_length=1, max_completion_length=o["max_context_tokens"] - 1)
     workers = None
     if o.get("actors"):
         from longhorizon.lm.agents.async_rollout import Config as WorkersConfig

@@ -116,9 +116,10 @@ class AgentTrainer:
         agent = dataclasses.replace(agent, temperature=cfg.temperature, top_p=cfg.top_p)
         self.model_cfg, self.cfg, self.tokenizer, self.agent, self.credit = model_cfg, cfg, tokenizer, agent, credit
         self.params = jax.tree_util.tree_map(jnp.array, params)
-        # a copy of its own: the update donates the policy's buffers
-        self.ref_params = jax.tree_util.tree_map(jnp.array, params if ref_params is None else ref_params)
-        self.optimizer = grpo.rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
+        # a copy of its own (the update donates the policy's buffers), kept only for the KL term's reader
+        keep = cfg.beta != 0.0 or ref_params is not None
+        self.ref_params = jax.tree_util.tree_map(jnp.array, params if ref_params is None else ref_params) if keep else None
+        self.optimizer = grpo.optimizer_for(cfg)
         self.opt_state = self.optimizer.init(self.params)
         self.key = jax.random.PRNGKey(seed)
         self.rollout = rollout or MultiTurnRollout(model_cfg, tokenizer, env_factory, agent)
