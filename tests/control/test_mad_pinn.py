@@ -152,21 +152,27 @@ def test_bad_configurations_are_refused_with_one_sentence():
 
 
 def test_claim_rules_decide_from_the_measured_values():
-    from longhorizon.repro.mad_pinn import CLAIMS, decide
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.mad_pinn import judge
 
-    def table(pinn_collisions, cbf_collisions, pinn_time, cbf_time):  # independent PPO collides like the CBF-QP
-        return {n: {"MAD-PINN": {"collision_rate": [pc], "time_to_goal": [pinn_time]},
-                    "CBF-QP": {"collision_rate": [cc], "time_to_goal": [cbf_time]},
-                    "independent PPO": {"collision_rate": [cc], "time_to_goal": [cbf_time]}}
-                for n, pc, cc in zip((8, 16), pinn_collisions, cbf_collisions)}
+    jitter = np.array([-0.01, 0.0, 0.01])
+
+    def verdicts(grid, pinn_collisions, cbf_collisions, pinn_time, cbf_time, success=0.9, ppo_arrival=0.5):
+        dep = {str(n): {"MAD-PINN": {"collision_rate": list(pc + jitter), "time_to_goal": list(pinn_time + jitter),
+                                     "success": [success] * 3},
+                        "CBF-QP": {"collision_rate": list(cc - jitter), "time_to_goal": list(cbf_time - jitter)},
+                        "independent PPO": {"collision_rate": list(cc - jitter), "time_to_goal": list(cbf_time - jitter)}}
+               for n, pc, cc in zip((8, 16), pinn_collisions, cbf_collisions)}
+        L = {"grid_check": grid, "deployment": dep,
+             "ppo_training": {"steps": 64, "episode_return": [0.0] * 3, "pair_arrival_rate": [ppo_arrival] * 3}}
+        return [c.verdict for c in judge(L)[0]]
 
     good = {"safe_set_agreement": 0.95, "value_mae": 0.05, "value_range": 2.0}
-    claims = decide(good, table((0.0, 0.0), (0.1, 0.2), 5.0, 8.0))
-    assert all(v.startswith("holds") for v in claims.values())
-    claims = decide({**good, "safe_set_agreement": 0.7}, table((0.3, 0.5), (0.0, 0.0), 9.0, 8.0))
-    assert all(claims[CLAIMS[k]].startswith("contradicted") for k in ("pinn", "safety", "cost", "scaling", "marl"))
-    claims = decide({**good, "safe_set_agreement": 0.85}, table((0.0, 0.08), (0.0, 0.0), 8.0, 8.0))
-    assert all(v.startswith("inconclusive") for v in claims.values())
+    assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0) == [C.HOLDS] * 5
+    bad = verdicts({**good, "safe_set_agreement": 0.7}, (0.3, 0.9), (0.0, 0.0), 9.0, 8.0)
+    assert bad == [C.CONTRADICTED] * 5
+    assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0, success=0.05)[1:] == [C.NO_SIGNAL] * 4  # no agent arrives
+    assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0, ppo_arrival=0.0)[4] == C.NO_SIGNAL  # PPO never arrives
 
 
 def test_quick_reproduction_writes_its_files(tmp_path):
@@ -174,10 +180,11 @@ def test_quick_reproduction_writes_its_files(tmp_path):
 
     summary = repro.run(str(tmp_path), quick=True)
     assert {p.name for p in tmp_path.iterdir()} >= {"README.md", "summary.json", "mad_pinn.png"}
+    from longhorizon.repro import claims as C
+
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
-    assert set(saved["claims"]) == set(repro.CLAIMS.values())
-    assert all(v.split(" (")[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
+    assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
+    assert [c["verdict"] for c in saved["claims"]] == [C.QUICK] * 5
     readme = (tmp_path / "README.md").read_text()
     assert "## Verdict" in readme and "longhorizon repro mad-pinn --quick" in readme and "mad_pinn.png" in readme
     assert "| 4 | independent PPO |" in readme and "independent PPO" in summary["deployment"]["4"]

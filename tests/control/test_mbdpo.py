@@ -214,17 +214,26 @@ def test_registered_for_the_runner():
 
 
 def test_claim_rules_by_hand():
+    from longhorizon.repro import claims as C
     from longhorizon.repro import mbdpo as repro
 
-    word, d, se = repro.compare([10.0, 12.0, 14.0], [0.0, 1.0, 2.0])
-    assert word == "holds" and d == pytest.approx(11.0) and se == pytest.approx(np.sqrt(4 / 3 + 1 / 3))
-    assert repro.compare([0.0, 1.0, 2.0], [10.0, 12.0, 14.0])[0] == "contradicted"
-    assert repro.compare([0.0, 5.0, 10.0], [1.0, 6.0, 11.0])[0] == "inconclusive"
-    rising = [[0.0, 1.0, 2.0], [5.0, 6.0, 7.0], [10.0, 11.0, 12.0]]
-    assert repro.scaling_claim(rising).startswith("holds")
-    assert repro.scaling_claim([rising[0], rising[2], rising[1]]).startswith("inconclusive")  # not monotone
-    assert repro.scaling_claim(rising[::-1]).startswith("contradicted")
-    assert repro.scaling_claim(rising[:1]).startswith("inconclusive")
+    def run(final, start=-1500.0):
+        return {"returns": [[start] * len(final), list(final)], "steps": [10, 20], "final": list(final)}
+
+    def verdicts(mb, mppi, ppo, widths=None):
+        runs = {"mbdpo-64": run(mb), "mppi": run(mppi), "ppo": run(ppo)}
+        runs.update({f"mbdpo-{w}": run(f) for w, f in (widths or {}).items()})
+        L = {"setup": {"total_steps": 20, "seeds": 3, "width": 64, "widths": [64, *(widths or {})]},
+             "runs": {"Pendulum-v1": runs}}
+        return [c.verdict for c in repro.judge(L)[0]]
+
+    good, bad = [-200.0, -210.0, -190.0], [-900.0, -950.0, -920.0]
+    assert verdicts(good, bad, bad) == [C.HOLDS, C.HOLDS]
+    assert verdicts(bad, good, good) == [C.CONTRADICTED, C.CONTRADICTED]
+    assert verdicts(good, bad, [-1300.0, -1250.0, -1400.0])[1] == C.NO_SIGNAL  # PPO no better than a random policy
+    rising = {128: [-150.0, -160.0, -140.0], 256: [-100.0, -110.0, -90.0]}
+    assert verdicts(good, bad, bad, rising)[2] == C.HOLDS  # the return rises with log2 width
+    assert verdicts(good[:2], bad[:2], bad[:2])[0] == C.INCONCLUSIVE  # two seeds never judge
 
 
 @pytest.mark.slow  # three compiled training programs (about 30 s of CPU each on 2 cores)
@@ -237,8 +246,10 @@ def test_quick_repro_writes_its_files(tmp_path):
     for name in ("README.md", "summary.json", "mbdpo.png"):
         assert (tmp_path / name).is_file()
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["quick"] is True and saved["claims"] == summary["claims"] and len(saved["claims"]) == 3
-    assert all(v.split(" ")[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
+    from longhorizon.repro import claims as C
+
+    assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
+    assert [c["verdict"] for c in saved["claims"]] == [C.QUICK] * 2
     readme = (tmp_path / "README.md").read_text()
     assert "## Verdict" in readme and "longhorizon repro mbdpo --quick" in readme and "mbdpo.png" in readme
     arms = saved["runs"]["Pendulum-v1"]

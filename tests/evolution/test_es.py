@@ -95,18 +95,30 @@ def test_centered_ranks_and_config_validation():
             es.ESConfig(**bad)
 
 
-def test_es_finetune_claim_rule_by_hand():
-    from longhorizon.repro.es_finetune import MARGIN, decide
+def _es_recorded(es, grpo, base=(0.5, 0.1), memory=None):
+    """Recorded numbers: per-seed held-out accuracy at h = 1 (training) and h = 2, the base's, compiled bytes."""
+    row = lambda a: {"1": a[0], "2": a[1]}  # noqa: E731
+    return {"accuracy_by_horizon": {"base": row(base)}, "seeds": len(es),
+            "accuracy_by_horizon_per_seed": {"es": [row(a) for a in es], "grpo": [row(a) for a in grpo]},
+            "memory_bytes": memory or {"population_generate": 2e6, "es_update": 1e6, "grpo_update": 5e6},
+            "setup": {"steps": 2, "train_horizons": [1], "eval_horizons": [1, 2]}}
 
-    acc = {"base": {1: 0.5, 2: 0.1}, "es": {1: 0.6, 2: 0.1}, "grpo": {1: 0.9, 2: 0.2}}
-    memory = {"population_generate": 2e6, "es_update": 1e6, "grpo_update": 5e6}
-    claims = list(decide(acc, memory, (1,), (1, 2)).values())
-    assert claims[0].startswith("holds")  # +0.1 on h=1
-    assert claims[1].startswith("holds")  # 2 MB < 5 MB
-    assert claims[2].startswith("contradicted")  # ES 0.35 vs GRPO 0.55
-    acc["es"] = {1: 0.5 + MARGIN / 2, 2: 0.2}
-    claims = list(decide(acc, {**memory, "grpo_update": 1e6}, (1,), (1, 2)).values())
-    assert claims[0].startswith("contradicted") and claims[1].startswith("contradicted")
+
+def test_es_finetune_claim_rule_by_hand():
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.es_finetune import judge
+
+    verdicts = lambda *a, **kw: [c.verdict for c in judge(_es_recorded(*a, **kw))[0]]  # noqa: E731
+    es = [(0.6, 0.1), (0.62, 0.1), (0.61, 0.12)]
+    grpo = [(0.9, 0.2), (0.88, 0.22), (0.91, 0.2)]
+    assert verdicts(es, grpo) == [C.HOLDS, C.HOLDS, C.CONTRADICTED]  # +0.1 on h=1; 2 MB < 5 MB; ES 0.35 vs GRPO 0.55
+    same = [(0.5, 0.1)] * 3
+    worse_memory = {"population_generate": 2e6, "es_update": 1e6, "grpo_update": 1e6}
+    assert verdicts(same, grpo, memory=worse_memory)[:2] == [C.INCONCLUSIVE, C.CONTRADICTED]
+    assert verdicts(same, grpo)[2] == C.NO_SIGNAL  # ES did not move off the base
+    assert verdicts(es, same)[2] == C.NO_SIGNAL  # GRPO no better than the base: a crippled baseline
+    assert verdicts(es[:2], grpo[:2])[0] == C.INCONCLUSIVE  # two seeds never judge
+    assert {c.verdict for c in judge(_es_recorded(es, grpo), quick=True)[0]} == {C.QUICK}
 
 
 def test_es_lm_config_refuses_bad_options():
@@ -128,24 +140,23 @@ def test_es_finetune_quick_writes_its_files(tmp_path):
     summary = es_finetune.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "es_vs_grpo.png"):
         assert (tmp_path / name).exists()
+    from longhorizon.repro import claims as C
+
     on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert on_disk["quick"] is True and len(on_disk["claims"]) == 3 and "## Verdict" in (tmp_path / "README.md").read_text()
+    assert C.validate_summary(on_disk) == [] and on_disk["quick"] is True and on_disk["claims"] == summary["claims"]
+    assert [c["verdict"] for c in on_disk["claims"]] == [C.QUICK] * 3 and "## Verdict" in (tmp_path / "README.md").read_text()
+    assert {p.name for p in (tmp_path / "curves").glob("*.csv")} == {"es.csv", "grpo.csv"}
     assert summary["rollouts_per_arm"] == 2 * 4 * 4
     assert summary["memory_bytes"]["grpo_update"] > 0
 
 
-def test_es_finetune_claim_bars_widen_with_the_spread_over_seeds():
-    from longhorizon.repro.es_finetune import decide
+def test_es_finetune_claims_follow_the_spread_over_seeds():
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.es_finetune import judge
 
-    memory = {"population_generate": 2e6, "es_update": 1e6, "grpo_update": 5e6}
-    base = {1: 0.5, 2: 0.1}
-    # ES gains +0.1 on h=1 on average, but the seeds disagree: 0.8 and 0.4 (SE 0.2, bar 0.4) -> not shown
-    per_seed = {"es": [{1: 0.8, 2: 0.1}, {1: 0.4, 2: 0.1}], "grpo": [{1: 0.8, 2: 0.1}, {1: 0.4, 2: 0.1}]}
-    acc = {"base": base, "es": {1: 0.6, 2: 0.1}, "grpo": {1: 0.6, 2: 0.1}}
-    claims = list(decide(acc, memory, (1,), (1, 2), per_seed).values())
-    assert claims[0].startswith("contradicted") and "bar 0.400" in claims[0]
-    # seeds that agree: ES +0.1 on both (SE 0) -> holds; ES - GRPO paired per seed = -0.05 twice -> contradicted
-    per_seed = {"es": [{1: 0.6, 2: 0.1}, {1: 0.6, 2: 0.1}], "grpo": [{1: 0.7, 2: 0.1}, {1: 0.7, 2: 0.1}]}
-    acc = {"base": base, "es": {1: 0.6, 2: 0.1}, "grpo": {1: 0.7, 2: 0.1}}
-    claims = list(decide(acc, memory, (1,), (1, 2), per_seed).values())
-    assert claims[0].startswith("holds") and claims[2].startswith("contradicted")
+    # ES gains +0.1 on h=1 on average, but the seeds disagree: 0.8, 0.4, 0.6 -> the interval contains 0
+    spread = [(0.8, 0.1), (0.4, 0.1), (0.6, 0.1)]
+    assert judge(_es_recorded(spread, spread))[0][0].verdict == C.INCONCLUSIVE
+    # seeds that agree: ES +0.1; ES - GRPO paired per seed about -0.1 -> contradicted
+    claims = judge(_es_recorded([(0.6, 0.1), (0.61, 0.1), (0.6, 0.11)], [(0.7, 0.2), (0.72, 0.2), (0.7, 0.21)]))[0]
+    assert claims[0].verdict == C.HOLDS and claims[2].verdict == C.CONTRADICTED

@@ -99,33 +99,48 @@ def test_bandit_advantages_and_score_by_hand():
                                rtol=1e-6)
 
 
+def _recorded(rise=0.1, runs=1):
+    """Recorded numbers: five drifts' meta-fitness curves (rising by ``rise``), bandit scores, PPO returns, grids."""
+    arms = ("LPO", "TA-LPO", "TA-LPO (meta-gradient)", "LPO (CartPole-v1)", "TA-LPO (CartPole-v1)")
+    envs = {"Acrobot-v1": {"8": {a: [0.5 + 0.1 * ("TA" in a)] * 3 for a in
+                                 ("PPO-clip 0.2", "LPO (bandit)", "TA-LPO (bandit)", "LPO (CartPole-v1)", "TA-LPO (CartPole-v1)")}}}
+    grid = np.ones((2, 5)).tolist()
+    return {"meta_fitness": {a: list(np.linspace(0.5, 0.5 + rise, 8)) for a in arms},
+            "scores": {a: {"4": [0.6 + 0.1 * ("TA" in a), 0.01], "8": [0.7, 0.01]} for a in arms[:3]},
+            "held_out_lifetimes": [4], "held_out_envs": envs,
+            "drift_grid": {"ta_early": grid, "ta_late": (1.5 * np.array(grid)).tolist(), "ta_control_early": grid,
+                           "ta_control_late": grid},
+            "setup": {"control": {"env": "CartPole-v1", "lifetimes": [8, 32]}}}
+
+
 def test_claim_rules_by_hand():
+    from longhorizon.repro import claims as C
     from longhorizon.repro import ta_lpo
 
-    lpo_scores = np.zeros((2, 4))
-    assert ta_lpo.generalisation_claim(lpo_scores, lpo_scores + np.array([0.1, 0.2, 0.1, 0.2])).startswith("holds")
-    assert ta_lpo.generalisation_claim(lpo_scores, lpo_scores - np.array([0.1, 0.2, 0.1, 0.2])).startswith("contradicted")
-    assert ta_lpo.generalisation_claim(lpo_scores, lpo_scores + np.array([0.1, -0.1, 0.2, -0.2])).startswith("inconclusive")
-    assert ta_lpo.es_vs_meta_gradient_claim(lpo_scores + np.array([0.1, 0.2, 0.1, 0.2]), lpo_scores).startswith("holds")
-    assert ta_lpo.es_vs_meta_gradient_claim(lpo_scores, lpo_scores + np.array([0.1, 0.2, 0.1, 0.2])).startswith("contradicted")
-    assert ta_lpo.env_transfer_claim(lpo_scores, lpo_scores + np.array([0.1, 0.2, 0.1, 0.2])).startswith("holds")
-    assert ta_lpo.env_transfer_claim(lpo_scores[:, :1], lpo_scores[:, :1] + 0.5).startswith("inconclusive (one seed")
-    grid = np.ones((2, 5))
-    assert ta_lpo.lifetime_change_claim(grid, 1.5 * grid).startswith("holds")
-    assert ta_lpo.lifetime_change_claim(grid, 1.01 * grid).startswith("contradicted")
+    assert ta_lpo.lifetime_change(np.ones((2, 5)), 1.5 * np.ones((2, 5))) == pytest.approx(0.4)
+    claims, arms = ta_lpo.judge(_recorded())
+    # one meta-training run per drift: nothing about what meta-training finds is decided, however large the gap
+    assert [c.verdict for c in claims] == [C.INCONCLUSIVE] * 6
+    assert claims[1].evidence["a"] == [pytest.approx(0.4)] and "meta-training run" in claims[1].rule
+    assert all(a["seeds"] == 1 and a["signal"]["moved"] for a in arms.values())
+    flat = [c.verdict for c in ta_lpo.judge(_recorded(rise=0.0))[0]]
+    assert flat == [C.NO_SIGNAL] * 6  # meta-training that did not raise its fitness speaks to nothing
+    assert {c.verdict for c in ta_lpo.judge(_recorded(), quick=True)[0]} == {C.QUICK}
 
 
-def test_quick_repro_writes_files_and_claims_from_the_data(tmp_path):
+def test_quick_repro_writes_files_and_is_not_judged(tmp_path):
+    from longhorizon.repro import claims as C
     from longhorizon.repro import ta_lpo
 
     result = ta_lpo.run(str(tmp_path), quick=True)
-    for name in ("README.md", "summary.json", "ta_lpo.png"):
+    for name in ("README.md", "summary.json", "ta_lpo.png", "curves/TA-LPO.csv"):
         assert (tmp_path / name).stat().st_size > 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["quick"] is True and summary["claims"] == result["claims"] and summary["verdict"].startswith("ta-lpo:")
+    assert C.validate_summary(summary) == [] and summary["quick"] is True and summary["claims"] == result["claims"]
+    assert {c["verdict"] for c in summary["claims"]} == {C.QUICK}
     grid = summary["drift_grid"]
-    claim = ta_lpo.lifetime_change_claim(np.array(grid["ta_early"]), np.array(grid["ta_late"]))
-    assert claim in summary["claims"].values()
+    change = ta_lpo.lifetime_change(grid["ta_early"], grid["ta_late"])
+    assert summary["claims"][1]["evidence"]["a"] == [pytest.approx(change)]
     assert all(r["inner_steps_per_s"] > 0 for r in summary["throughput"].values())
     assert "longhorizon repro ta-lpo --quick" in (tmp_path / "README.md").read_text()
 
@@ -153,3 +168,23 @@ def test_evolve_drift_refuses_a_folder_that_holds_a_drift(tmp_path, capsys):
     assert main(["evolve", "drift", "--out", str(tmp_path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "already holds a drift" in err and err.strip().count("\n") == 0
+
+
+
+def test_a_damaged_drift_file_is_one_sentence(tmp_path):
+    """A drift is saved atomically; one with a flipped byte fails its zip CRC and is refused in one sentence."""
+    import jax
+    import numpy as np
+
+    from longhorizon.errors import UsageError
+    from longhorizon.evolution import lpo
+
+    path = tmp_path / "drift.npz"
+    lpo.save_drift(path, lpo.init_drift(lpo.DriftConfig(temporal=True), jax.random.PRNGKey(0)))
+    assert not (tmp_path / "drift.npz.tmp").exists()
+    lpo.load_drift(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match="not a drift file"):
+        lpo.load_drift(path)

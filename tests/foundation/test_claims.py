@@ -182,3 +182,19 @@ def test_write_curve_keeps_every_column(tmp_path):
     assert path == tmp_path / "curves" / "TreeOPSD_tree_credit.csv"
     rows = list(csv.DictReader(path.open()))
     assert rows == [{"step": "0", "reward": "0.1", "kl": ""}, {"step": "1", "reward": "0.2", "kl": "0.009999999776482582"}]
+
+
+def test_combine_bootstrap_interval_and_the_shared_helpers():
+    holds, against = C.difference([2.0, 3.0, 4.0], [0.0] * 3), C.difference([0.0] * 3, [2.0, 3.0, 4.0])
+    both = C.combine({"a": holds, "b": holds}, "part")
+    assert both.verdict == C.HOLDS and both.evidence["seeds"] == 3 and "at every part" in both.rule
+    assert C.combine({"a": holds, "b": against}, "part").verdict == C.CONTRADICTED
+    assert C.combine({"a": holds, "b": against}, "part", unanimous=True).verdict == C.INCONCLUSIVE  # every part must
+    below = lambda lo, hi, seeds=5: C.bootstrap_interval(lo, hi, 0.65, below=True, seeds=seeds, how="x").verdict  # noqa: E731
+    assert (below(0.4, 0.6), below(0.7, 0.8), below(0.6, 0.7)) == (C.HOLDS, C.CONTRADICTED, C.INCONCLUSIVE)
+    assert below(0.4, 0.6, seeds=2) == below(float("nan"), float("nan")) == C.INCONCLUSIVE
+    assert C.undecidable("why", x=1).to_dict()["evidence"] == {"reason": "why", "x": 1}
+    arm = C.arm(10.0, 3, {"moved": True}, {"moved": False})
+    assert arm["steps"] == 10 and arm["signal"]["moved"] is False and len(arm["signal"]["tests"]) == 2
+    assert C.not_applied("exact", "closed form")["moved"] is True
+    assert C.as_recorded({1: np.float32(0.5), "a": (np.int64(2), np.nan)}) == {"1": 0.5, "a": [2, None]}

@@ -17,7 +17,7 @@ RUN_FOLDERS = {"drift-breakout-minatar", "eamod-engine-ppo"}
 # Reproduction summaries written before the claims schema and not yet re-judged by
 # `python tools/rejudge.py` (its CONVERTERS). This list only shrinks: a
 # folder leaves it when its converter is written (or the reproduction is re-run under the schema).
-LEGACY_NOT_YET_CONVERTED = {"cams", "chunktrust", "inpo", "ta-lpo"}
+LEGACY_NOT_YET_CONVERTED: set[str] = set()  # cams, inpo, ta-lpo converted; chunktrust re-run under the schema
 SUMMARIES = sorted(p.parent.name for p in RESULTS.glob("*/summary.json"))
 
 

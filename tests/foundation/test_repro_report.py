@@ -36,3 +36,18 @@ def test_bootstrap_slope_recovers_a_line_and_its_spread():
     assert low < slope < high and low < 2.0 < high
     no_curve = lambda r: np.full(r.shape[1], np.nan)  # noqa: E731  (say, the log of a negative mean)
     assert np.isnan(bootstrap_slope(x, exact, summary=no_curve, resamples=10)).all()
+
+
+def test_write_run_keeps_the_curves_and_the_readme_lists_each_verdict_and_why(tmp_path):
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.report import verdict_lines, write_run
+
+    stalled = C.arm_signal("arm", eval_start=0.5, eval_end=0.5)
+    claims = [C.judge("it works", C.difference([2.0, 3.0, 4.0], [0.0] * 3)), C.judge("it learns", C.difference([1.0] * 3, 0.0), [stalled])]
+    summary = C.summary(paper="p", claims=claims, arms={"arm": C.arm(5, 3, stalled)}, scale="tiny", quick=False,
+                        command="longhorizon repro p", wall_seconds=1.0)
+    lines = verdict_lines(summary)
+    assert lines[0].startswith("- it works: **holds** (the interval") and "its evaluation 0.5 is not above" in lines[1]
+    write_run(tmp_path, summary, ["# p", *lines], {"arm": [{"step": 1, "reward": 0.1}, {"step": 2, "reward": 0.2}]})
+    assert json.loads((tmp_path / "summary.json").read_text())["claims"][1]["verdict"] == C.NO_SIGNAL
+    assert (tmp_path / "curves" / "arm.csv").read_text().splitlines() == ["step,reward", "1,0.1", "2,0.2"]

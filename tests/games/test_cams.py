@@ -100,19 +100,27 @@ def test_cfr_plus_agrees_with_the_structured_solver_when_the_actions_contain_its
 
 
 def test_claim_rules_by_hand():
+    from longhorizon.repro import claims as C
+
     row = {"U": 3, "value": -0.20, "exploitability": 0.0, "seconds": 10.0,
            "support": {"player1": 2, "player2": 1, "excess1": 0.0}}
-    summary = {"comparisons": [{"steps": 4, "types": 2, "structured": {"value": -0.21, "seconds": 1.0},
+    summary = {"comparisons": [{"steps": 4, "types": 2, "iterations": 100, "structured": {"value": -0.21, "seconds": 1.0},
                                 "cfr": [row, {**row, "U": 5, "value": -0.209}]}],
-               "complexity": {"cfr": [{"U": 3, "seconds_per_iteration": t} for t in (1e-4, 1e-2, 1.0)],
-                              "structured": [{"K": K, "seconds": t} for K, t in ((2, 1.0), (3, 2.0), (4, 3.0))]}}
-    assert all(v.startswith("holds") for v in repro.decide(summary).values())
-    summary["comparisons"][0]["cfr"][1] = {**row, "U": 5, "value": -0.15,
+               "complexity": {"cfr": [{"K": 4, "U": 3, "seconds_per_iteration": t} for t in (1e-4, 1e-2, 1.0)],
+                              "structured": [{"K": K, "seconds": t, "prototype_nodes": n, "bound_nodes": 2 ** (K + 1) - 1}
+                                             for K, t, n in ((2, 1.0, 5), (3, 2.0, 7), (4, 3.0, 8))]}}
+    support, value, nodes, cost = [c.verdict for c in repro.judge(summary)[0]]
+    assert (support, value, nodes) == (C.HOLDS,) * 3
+    assert cost == C.INCONCLUSIVE  # single timings decide nothing
+    summary["comparisons"][0]["cfr"][1] = {**row, "U": 5, "value": -0.15,  # |error| 0.06 > 5% of 0.21
                                            "support": {"player1": 3, "player2": 1, "excess1": 0.1}}
-    summary["complexity"]["structured"][-1]["seconds"] = 300.0  # grows faster than CFR+ from the second to the last K
-    support, value, cost = repro.decide(summary).values()
+    support, value, *_ = [c.verdict for c in repro.judge(summary)[0]]
     # an existence claim is not contradicted by one wider equilibrium
-    assert support.startswith("inconclusive") and value.startswith("contradicted") and cost.startswith("contradicted")
+    assert support == C.INCONCLUSIVE and value == C.CONTRADICTED
+    summary["comparisons"][0]["cfr"][1]["exploitability"] = 0.5  # CFR+ did not converge: its value says nothing
+    claims, arms = repro.judge(summary)
+    assert claims[1].verdict == C.NO_SIGNAL and not arms["CFR+ (I=2, K=4)"]["signal"]["moved"]
+    assert {c.verdict for c in repro.judge(summary, quick=True)[0]} == {C.QUICK}
 
 
 def test_usage_errors():
@@ -134,11 +142,14 @@ def test_usage_errors():
         cfr.solve(np.zeros((2, 4)), np.array([0.5, 0.5]), cfr.TreeShape(2, 2, 2, 1), 150)
 
 
-def test_quick_run_writes_files_and_claims_from_the_data(tmp_path):
+def test_quick_run_writes_files_and_is_not_judged(tmp_path):
     result = repro.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "cams.png"):
         assert (tmp_path / name).stat().st_size > 0
+    from longhorizon.repro import claims as C
+
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["quick"] is True and summary["verdict"].startswith("cams:")
-    assert repro.decide(summary) == summary["claims"] == result["claims"]
+    assert C.validate_summary(summary) == [] and summary["quick"] is True
+    assert {c["verdict"] for c in summary["claims"]} == {C.QUICK} and summary["claims"] == result["claims"]
+    assert [c.to_dict() for c in repro.judge(summary, quick=True)[0]] == summary["claims"]
     assert "--quick" in (tmp_path / "README.md").read_text()

@@ -213,13 +213,17 @@ def test_repro_rules_by_hand():
     assert repro_cce.history_outcome(0.25, 0.19, 0.01) == "holds"
     assert repro_cce.history_outcome(0.25, 0.02, 0.005) == "inconclusive"  # 4x the Markov gap, but < 0.1 x gap(T=1)
     assert repro_cce.history_outcome(0.25, 0.0101, 0.01) == "contradicted"
-    assert repro_cce.aggregate({"a": "holds", "b": "holds"}) == (
-        "holds (of 2 settings: 2 holds, 0 contradicted, 0 inconclusive)")
-    assert repro_cce.aggregate({"a": "holds", "b": "contradicted"}).startswith("inconclusive (")
-    both = repro_cce.exists({"a": "holds", "b": "holds"}, {"a": "contradicted", "b": "holds"})
-    assert both == "holds (in 1 of 2 settings: b)"
-    assert repro_cce.exists({"a": "holds"}, {"a": "contradicted"}).startswith("contradicted")
-    assert repro_cce.exists({"a": "holds"}, {"a": "inconclusive"}).startswith("inconclusive")
+    from longhorizon.repro import claims as C
+
+    def verdicts(*settings):  # (Markov gap at T = 1, at T_max, history gap at T_max) per Hedge rate
+        hedge = {str(i): {"markov_gap": [m0, m], "history_gap": [m0, h]} for i, (m0, m, h) in enumerate(settings)}
+        L = {"games": [{"game": "g", "rounds": [1, 100], "cce": {"markov_gap": 1e-12, "history_gap": 1e-12}, "hedge": hedge}]}
+        return [c.verdict for c in repro_cce.judge(L)[0]]
+
+    assert verdicts((0.25, 0.02, 0.19), (0.25, 0.01, 0.0101)) == [C.HOLDS, C.HOLDS, C.HOLDS]  # one setting shows both
+    assert verdicts((0.25, 0.02, 0.19), (0.25, 0.2, 0.2))[1] == C.INCONCLUSIVE  # the settings disagree
+    assert verdicts((0.25, 0.2, 0.2), (0.25, 0.3, 0.3))[1:] == [C.CONTRADICTED, C.CONTRADICTED]
+    assert verdicts((0.25, 0.02, 0.02))[2] == C.CONTRADICTED
     assert repro_cce.grid(100) == [1, 2, 5, 10, 20, 50, 100] and repro_cce.grid(30) == [1, 2, 5, 10, 20, 30]
 
 
@@ -227,9 +231,12 @@ def test_repro_quick_run_writes_files_and_claims_from_the_data(tmp_path):
     result = repro_cce.run(str(tmp_path), quick=True, log=lambda *_: None)
     for name in ("README.md", "summary.json", "cce.png"):
         assert (tmp_path / name).stat().st_size > 0
+    from longhorizon.repro import claims as C
+
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["quick"] and summary["verdict"].startswith("cce:")
-    assert repro_cce.claims(summary["games"]) == summary["claims"] == result["claims"]
+    assert C.validate_summary(summary) == [] and summary["quick"] and summary["claims"] == result["claims"]
+    assert {c["verdict"] for c in summary["claims"]} == {C.QUICK}
+    assert [c.to_dict() for c in repro_cce.judge(summary, quick=True)[0]] == summary["claims"]
     (game,) = summary["games"]
     assert game["cce"]["markov_gap"] <= 1e-8 and game["cce"]["history_gap"] <= 1e-8
     for gaps in game["hedge"].values():  # a history-dependent deviation is also allowed to be Markov

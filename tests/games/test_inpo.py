@@ -192,26 +192,58 @@ def test_quick_repro_writes_its_folder(quick_run):
     readme = (out / "README.md").read_text()
     assert "longhorizon repro inpo --quick" in readme and "## Verdict" in readme and "|---|" in readme
     assert (out / "inpo.png").stat().st_size > 1000
+    from longhorizon.repro import claims as C
+
     saved = json.loads((out / "summary.json").read_text())
-    assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
-    assert saved["claims"]["the full-expectation loss's minimiser is the OMD iterate (to 1e-5 in log space)"].startswith("holds")
+    assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
+    assert {c["verdict"] for c in saved["claims"]} == {C.QUICK}
+    assert saved["claims"][0]["evidence"]["error"] < repro.IDENTITY_TOLERANCE  # the identity's numbers are kept
+    assert (out / "curves" / "inpo.csv").exists()
     names = saved["policy_level"]["names"]
     assert names[0] == "reference" and len(saved["policy_level"]["matrix"]) == len(names) == 1 + len(repro.ARMS)
 
 
-def test_claim_rules_by_hand():
+def _recorded(inpo_vs=(0.6, 0.62, 0.58), rival_vs_ref=0.55, ratios=(0.01, 0.02, 0.03), kl=0.5):
+    """Recorded numbers of three RL seeds: INPO's win rate against every other policy, each rival's against pi_ref."""
     from longhorizon.repro import inpo as repro
 
-    assert repro.beats(0.6, 0.04) == "holds" and repro.beats(0.6, 0.06) == "inconclusive"
-    assert repro.beats(0.4, 0.04) == "contradicted" and repro.beats(0.6, 0.04, critical=2.6) == "inconclusive"
-    assert repro.critical_value(6) == pytest.approx(2.5706, abs=1e-4) and repro.critical_value(1) == 2.0
-    rows = [{"n": 3, "max_log_error": 1e-14, "perturbed_min_log_error": 1e-2}]
-    assert repro.identity_claim(rows).startswith("holds")
-    assert repro.identity_claim([dict(rows[0], max_log_error=1e-3)]).startswith("contradicted")
-    conv = {3: {"sampled_final_ratio": 0.05}, 10: {"sampled_final_ratio": 0.2}}
-    assert repro.convergence_claim(conv).startswith("inconclusive")
-    assert repro.convergence_claim({3: {"sampled_final_ratio": 0.6}}).startswith("contradicted")
-    assert repro.convergence_claim({3: {"sampled_final_ratio": 0.01}}).startswith("holds")
+    names = ["reference", *repro.ARMS]
+    seeds = []
+    for w in inpo_vs:
+        m = np.full((len(names), len(names)), 0.5)
+        m[1, :] = w
+        m[2:, 0] = rival_vs_ref
+        policies = {n: {"kl_to_ref": 0.0 if n == "reference" else kl, "tags": {"r": 0.6, "p": 0.3, "s": 0.1}} for n in names}
+        policies["inpo"]["tags"] = {"r": 1 / 3, "p": 1 / 3, "s": 1 / 3}
+        seeds.append({"matrix": m.tolist(), "policies": policies})
+    return {"identity": [{"n": 3, "max_log_error": 1e-14, "perturbed_min_log_error": 1e-2}],
+            "convergence": {"3": {"kl0": 1.0, "sampled_final_ratio": 0.02, "sampled_final_ratios": list(ratios)}},
+            "policy_level": {"names": names, "per_seed": seeds,
+                             "curves": {a: [[{"step": 0, "kl_to_ref": 0.0}]] * 3 for a in repro.ARMS}},
+            "setups": {"tabular": {"iterations": 10, "seeds": 3}, "lm": {"steps": 2}}}
+
+
+def test_claim_rules_by_hand():
+    from longhorizon.repro import claims as C
+    from longhorizon.repro import inpo as repro
+
+    verdicts = lambda **kw: [c.verdict for c in repro.judge(_recorded(**kw))[0]]  # noqa: E731
+    identity, conv, ref, *heads, tags = verdicts()
+    assert (identity, conv, ref, tags) == (C.HOLDS,) * 4 and heads == [C.HOLDS] * 4
+    assert verdicts(inpo_vs=(0.4, 0.42, 0.38))[2] == C.CONTRADICTED
+    assert verdicts(inpo_vs=(0.6, 0.4, 0.5))[2] == C.INCONCLUSIVE
+    assert verdicts(inpo_vs=(0.6, 0.62))[2] == C.INCONCLUSIVE  # 2 seeds never judge
+    assert verdicts(ratios=(0.3, 0.4, 0.35))[1] == C.CONTRADICTED
+    assert verdicts(rival_vs_ref=0.5)[3:7] == [C.NO_SIGNAL] * 4  # rivals no better than pi_ref: crippled baselines
+    assert set(verdicts(kl=0.0)[2:]) == {C.NO_SIGNAL}  # INPO never left pi_ref
+    bad = _recorded()
+    bad["identity"][0]["max_log_error"] = 1e-3
+    assert repro.judge(bad)[0][0].verdict == C.CONTRADICTED
+    bad["identity"][0]["perturbed_min_log_error"] = 1e-6  # the check cannot tell
+    assert repro.judge(bad)[0][0].verdict == C.NO_SIGNAL
+    del bad["convergence"]["3"]["sampled_final_ratios"]  # a summary without per-seed ratios
+    assert repro.judge(bad)[0][1].verdict == C.INCONCLUSIVE
+    assert {c.verdict for c in repro.judge(_recorded(), quick=True)[0]} == {C.QUICK}
     assert repro.exploitability({"r": 1 / 3, "p": 1 / 3, "s": 1 / 3}) == pytest.approx(0.0, abs=1e-12)
     assert repro.exploitability({"r": 0.5, "p": 0.0, "s": 0.0, "None": 0.5}) == pytest.approx(0.4)  # p beats pure r
     assert dataclasses.is_dataclass(repro.QUICK_LM)

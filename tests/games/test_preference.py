@@ -127,7 +127,6 @@ def test_mwu_last_iterate_cycles_on_the_intransitive_game_while_its_average_conv
     assert cycle["kl_last_min"] >= cycle["kl_start"] * (1 - 1e-9)  # never closer than the start
     assert cycle["kl_last_end"] > 1.2 * cycle["kl_start"]  # spirals outward
     assert cycle["kl_average_end"] < 0.05 * cycle["kl_start"]
-    assert nash_mp.mwu_claim(cycle).startswith("holds")
 
 
 def test_claim_rules_by_hand():
@@ -139,8 +138,25 @@ def test_claim_rules_by_hand():
     assert nash_mp.per_query_factor([0, 2], [1.0, 1e-13]) is None  # one point above the fit floor
     assert nash_mp.queries_to_target([0, 2, 4, 6], [1.0, 1e-3, 1e-9, 1e-12]) == 4
     assert nash_mp.queries_to_target([0, 2], [1.0, 0.5]) is None
-    cycle = {"steps": 10, "kl_start": 1.0, "kl_last_min": 0.99, "kl_last_end": 2.0, "kl_average_end": 0.01}
-    assert nash_mp.mwu_claim(cycle).startswith("contradicted")  # the last iterate got closer once
+    from longhorizon.repro import claims as C
+
+    def game(bound=True, factor=0.5, fast=100, slow=300):
+        methods = {m: {"factor": factor, "queries_to_target": fast if m.startswith("nash-mp") else slow}
+                   for m in ("nash-mp", "nash-mp-grid", "nash-md", "omd", "extragradient", "mwu")}
+        return {"beta": 1.0, "bound_holds": bound, "methods": methods}
+
+    def verdicts(games, cycle=None):
+        cycle = cycle or {"kl_start": 1.0, "kl_last_min": 1.0, "kl_average_end": 0.01}
+        L = {"setup": {"queries": 400}, "target": 1e-8, "games": games, "mwu_cycle": cycle}
+        return [c.verdict for c in nash_mp.judge(L)[0]]
+
+    three = [game(slow=s) for s in (300, 310, 290)]
+    assert verdicts(three) == [C.HOLDS] * 6
+    assert verdicts([game(bound=False)] + three[1:])[0] == C.CONTRADICTED
+    assert verdicts([game(factor=0.6)] + three[1:])[1] == C.CONTRADICTED  # slower than (1 + 2 beta)^(-1/2) = 0.577
+    assert verdicts([game(slow=s) for s in (50, 60, 40)])[2] == C.CONTRADICTED  # the baseline is faster
+    closer = {"kl_start": 1.0, "kl_last_min": 0.99, "kl_average_end": 0.01}  # the last iterate got closer once
+    assert verdicts(three, closer)[-1] == C.CONTRADICTED
 
 
 def test_bad_input_raises_usage_errors():
@@ -167,9 +183,12 @@ def test_quick_repro_writes_files_and_claims_from_the_data(tmp_path):
     result = nash_mp.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "nash_mp.png"):
         assert (tmp_path / name).stat().st_size > 0
+    from longhorizon.repro import claims as C
+
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["quick"] is True and summary["verdict"].startswith("nash-mp:")
-    assert nash_mp.claims(summary["games"], summary["mwu_cycle"]) == summary["claims"] == result["claims"]
+    assert C.validate_summary(summary) == [] and summary["quick"] is True and summary["claims"] == result["claims"]
+    assert {c["verdict"] for c in summary["claims"]} == {C.QUICK}
+    assert [c.to_dict() for c in nash_mp.judge(summary, quick=True)[0]] == summary["claims"]
     assert {row["n"] for row in summary["games"]} == {3, 10}
     readme = (tmp_path / "README.md").read_text()
     assert "longhorizon repro nash-mp --quick" in readme and "## Verdict" in readme and "nash_mp.png" in readme

@@ -185,22 +185,37 @@ def test_a_tiny_training_run_records_exact_worst_cases():
 
 
 def test_the_claim_rule_by_hand():
-    # means 1.0 and 0.5, each SE 0.1 (sd 0.1414 over 2 seeds): gap 0.5 > 2 * hypot(0.1, 0.1) = 0.283
-    high, low = [0.9, 1.1], [0.4, 0.6]
-    assert repro_qarl.compare(high, low).startswith("holds (1.000 +- 0.100 vs 0.500 +- 0.100, difference +0.500, 2 SE 0.283)")
-    assert repro_qarl.compare(low, high).startswith("contradicted")
-    assert repro_qarl.compare(high, [x + 0.2 for x in low]).startswith("holds")  # gap 0.3 > 0.283
-    assert repro_qarl.compare(high, [x + 0.3 for x in low]).startswith("inconclusive")  # gap 0.2
+    from longhorizon.repro import claims as C
+
+    def recorded(qarl_final, rarl_final, rise=1.0):
+        curve = lambda f: [[f_i - rise, f_i] for f_i in f]  # noqa: E731  two points per seed, rising by ``rise``
+        learners = {a: {"steps": [10, 20], "worst_case": curve(f)} for a, f in
+                    (("qarl", qarl_final), ("linear", qarl_final), ("rarl", rarl_final))}
+        return {"exact": {"qre": [{"residual": 1e-12, "max_contraction_ratio": 0.9}]}, "learners": learners,
+                "setup": {"game": {"discount": 0.97}}}
+
+    high, low = [0.9, 1.1, 1.0], [0.4, 0.6, 0.5]
+    assert [c.verdict for c in repro_qarl.judge(recorded(high, low))[0]] == [C.HOLDS] * 3
+    assert repro_qarl.judge(recorded(low, high))[0][1].verdict == C.CONTRADICTED
+    assert repro_qarl.judge(recorded(high, [x + 0.45 for x in low]))[0][1].verdict == C.INCONCLUSIVE  # a gap of 0.05
+    assert repro_qarl.judge(recorded(high[:2], low[:2]))[0][1].verdict == C.INCONCLUSIVE  # two seeds never judge
+    assert repro_qarl.judge(recorded(high, low, rise=0.0))[0][1].verdict == C.NO_SIGNAL  # flat worst-case curves
+    bad = recorded(high, low)
+    bad["exact"]["qre"][0]["residual"] = 1e-6
+    assert repro_qarl.judge(bad)[0][0].verdict == C.CONTRADICTED
 
 
-def test_quick_reproduction_writes_files_and_claims_from_the_data(tmp_path):
+def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
     result = repro_qarl.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "qarl.png"):
         assert (tmp_path / name).stat().st_size > 0
+    from longhorizon.repro import claims as C
+
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["quick"] is True and summary["verdict"].startswith("qarl:")
-    assert repro_qarl.claims_from(summary["exact"], summary["learners"], summary["setup"]["game"]["discount"]) \
-        == summary["claims"] == result["claims"]
+    assert C.validate_summary(summary) == [] and summary["quick"] is True and summary["claims"] == result["claims"]
+    assert [c["verdict"] for c in summary["claims"]] == [C.QUICK] * 3
+    assert [c.to_dict() for c in repro_qarl.judge(summary, quick=True)[0]] == summary["claims"]
+    assert (tmp_path / "curves" / "qarl.csv").exists()
     assert all(r["residual"] < 1e-10 for r in summary["exact"]["qre"])
     text = (tmp_path / "README.md").read_text()
     for part in ("## Verdict", "`longhorizon repro qarl --quick`", "![worst-case value vs steps](qarl.png)"):

@@ -12,7 +12,7 @@ from longhorizon.cli import main  # noqa: E402
 from longhorizon.lm import samplers  # noqa: E402
 from longhorizon.lm.policy import load_pretrained, tiny_random  # noqa: E402
 from longhorizon.repro import real_model  # noqa: E402
-from longhorizon.repro.real_model import ARMS, RealSetup, summarise_h1  # noqa: E402
+from longhorizon.repro.real_model import ARMS, judge_h1  # noqa: E402
 
 
 def test_tiny_random_is_a_working_chat_model():
@@ -52,20 +52,26 @@ def test_pool_source_draws_by_horizon_and_resumes_exactly():
 
 def _results(long_acc: dict, short=0.5):
     """One seed's by-horizon accuracies: h=1,2 at ``short``, h=3,4 at the arm's long accuracy."""
-    return {arm: {"by_horizon": {1: short, 2: short, 3: long_acc[arm], 4: long_acc[arm]}, "tokens": 1, "wall_s": 0}
+    return {arm: {"by_horizon": {"1": short, "2": short, "3": long_acc[arm], "4": long_acc[arm]}, "tokens": 1, "wall_s": 0}
             for arm in ARMS}
 
 
 def test_h1_verdict_rule_by_hand():
-    setup = RealSetup(eval_per_horizon=50)  # long horizons 3, 4: n = 100, so 2 SE at p = 0.5 is 0.1
-    base = {1: 0.5, 2: 0.5, 3: 0.1, 4: 0.1}
-    wins = _results({"curriculum": 0.5, "only-short": 0.3, "only-long": 0.35, "uniform": 0.2})
-    assert summarise_h1(base, [wins, wins], setup)["verdict"].startswith("HOLDS")
-    close = _results({"curriculum": 0.42, "only-short": 0.3, "only-long": 0.35, "uniform": 0.2})  # 0.07 < 2 SE = 0.099
-    assert summarise_h1(base, [wins, close], setup)["verdict"].startswith("DID NOT HOLD")
-    flat = _results({arm: 0.12 for arm in ARMS})  # 0.02 from the base: within 2 SE = 0.065
-    out = summarise_h1(base, [flat, flat], setup)
-    assert out["verdict"].startswith("INCONCLUSIVE") and out["claims"][0]["base_long_accuracy"] == pytest.approx(0.1)
+    from longhorizon.repro import claims as C
+
+    setup = {"eval_horizons": [1, 2, 3, 4], "train_horizons": [1, 2, 3], "steps": 4, "seeds": 3}
+    base = {"1": 0.5, "2": 0.5, "3": 0.1, "4": 0.1}
+
+    def verdict(*long_accs):
+        return judge_h1({"setup": setup, "base_by_horizon": base, "results": [_results(a) for a in long_accs]})[0][0].verdict
+
+    wins = [{"curriculum": 0.5 + d, "only-short": 0.3, "only-long": 0.35, "uniform": 0.2} for d in (0.0, 0.02, 0.04)]
+    assert verdict(*wins) == C.HOLDS
+    assert verdict(*wins[:2]) == C.INCONCLUSIVE  # two seeds never judge
+    close = [{"curriculum": c, "only-short": 0.3, "only-long": 0.35, "uniform": 0.2} for c in (0.42, 0.3, 0.36)]
+    assert verdict(*close) == C.INCONCLUSIVE
+    flat = [{arm: 0.1 for arm in ARMS}] * 3  # no arm moved from the base: they cannot be told apart
+    assert verdict(*flat) == C.NO_SIGNAL
 
 
 @pytest.mark.parametrize("name, plot", [("h1-smollm2", "accuracy_by_horizon.png"), ("sgpo-smollm2", "accuracy_vs_tokens.png"),
@@ -73,8 +79,11 @@ def test_h1_verdict_rule_by_hand():
 def test_quick_runs_write_table_plot_and_verdict(name, plot, tmp_path, capsys):
     out = tmp_path / name
     assert main(["repro", name, "--quick", "--out", str(out)]) == 0
+    from longhorizon.repro import claims as C
+
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["quick"] and summary["claims"] and summary["verdict"]
+    assert C.validate_summary(summary) == [] and summary["quick"] and {c["verdict"] for c in summary["claims"]} == {C.QUICK}
+    assert list((out / "curves").glob("*.csv"))
     readme = (out / "README.md").read_text()
     assert f"longhorizon repro {name} --quick" in readme and "## Verdict" in readme and "|---|" in readme
     assert (out / plot).stat().st_size > 0

@@ -27,10 +27,13 @@ def test_quick_run_writes_files_and_claims_from_the_data(tmp_path):
     result = ota.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "ota.png"):
         assert (tmp_path / name).stat().st_size > 0
+    from longhorizon.repro import claims as C
+
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["claims"] and summary["verdict"].startswith("ota:")
-    # the claim is recomputed from the stored per-bin accuracies
-    assert ota.mechanism_claims(summary["mechanism"]) == summary["claims"] == result["claims"]
+    assert C.validate_summary(summary) == [] and summary["quick"] is True and summary["claims"] == result["claims"]
+    assert [c["verdict"] for c in summary["claims"]] == [C.QUICK]
+    # the claim is recomputed from the stored per-seed accuracies
+    assert [c.to_dict() for c in ota.judge(summary, quick=True)[0]] == summary["claims"]
     hiql, otan = summary["mechanism"]["arms"]
     assert hiql["arm"] == "HIQL" and otan["option_length"] == 5
     assert all(v is None or 0.0 <= v <= 1.0 for v in hiql["sign_accuracy"] + otan["sign_accuracy"])
@@ -38,7 +41,7 @@ def test_quick_run_writes_files_and_claims_from_the_data(tmp_path):
 
 
 def _row(dataset, agent, n, success):
-    return {"dataset": dataset, "agent": agent, "option_length": n, "success_per_seed": [success] * 3,
+    return {"dataset": dataset, "agent": agent, "option_length": n, "success_per_seed": [success - 0.01, success, success + 0.01],
             "success_mean": success, "updates_per_second": 50.0, "train_seconds": 1.0}
 
 
@@ -56,10 +59,14 @@ def test_success_runs_only_the_missing_arms_and_saves_after_each(tmp_path, monke
     rows = ota.success(tmp_path, setup, done, save=lambda r: saved.append(len(r)), log=lambda *_: None)
     assert trained == [("pointmaze-large-stitch-v0", "ota", "3")]  # HIQL and n = 5 were already measured
     assert saved == [3] and rows[-1]["option_length"] == 3
-    claims = ota.success_claims(rows, setup)
-    # by hand: 0.2 vs 0.1 over 3 seeds x 50 episodes: SE = sqrt(.1*.9/150 + .2*.8/150) = 0.0408, gap 0.1 > 2 SE
-    assert claims["OTA beats HIQL on pointmaze-large-stitch-v0"].startswith("holds (0.20 vs 0.10, 2 SE 0.08; paper 0.66")
-    assert claims["OTA n=3 beats HIQL on pointmaze-large-stitch-v0"].startswith("holds (0.50 vs 0.10")
+    from longhorizon.repro import claims as C
+
+    L = {"mechanism": None, "success": rows, "success_setup": {"datasets": list(setup.datasets), "option_lengths": [5, 3],
+                                                               "updates": 10, "seeds": 3}}
+    claims = {c.claim: c for c in ota.judge(L)[0]}
+    # by hand: 0.2 vs 0.1 per seed (0.1 apart on every seed): the paired interval lies above 0
+    assert claims["OTA beats HIQL on pointmaze-large-stitch-v0"].verdict == C.HOLDS
+    assert claims["OTA n=3 beats HIQL on pointmaze-large-stitch-v0"].evidence["difference"] > 0.35
 
 
 def test_run_keeps_the_saved_rows_of_the_same_scale_and_extends_the_table(tmp_path, monkeypatch):
@@ -69,7 +76,9 @@ def test_run_keeps_the_saved_rows_of_the_same_scale_and_extends_the_table(tmp_pa
     ota.write_results(tmp_path, ota.summarise(None, rows, before, quick=False))
     summary = ota.run(str(tmp_path), parts=("success",), success_setup=before)
     assert summary["success"] == rows and tuple(summary["success_setup"]["option_lengths"]) == (5,)
-    assert summary["claims"] == {"OTA beats HIQL on pointmaze-giant-stitch-v0":
-                                 "inconclusive (0.00 vs 0.00, 2 SE 0.00; paper 0.52 vs 0.00)"}
+    from longhorizon.repro import claims as C
+
+    (claim,) = summary["claims"]  # neither agent succeeded: OTA did not learn
+    assert claim["claim"] == "OTA beats HIQL on pointmaze-giant-stitch-v0" and claim["verdict"] == C.NO_SIGNAL
     assert (tmp_path / "ota_success.png").stat().st_size > 0
     assert "OTA n=5" in (tmp_path / "README.md").read_text()

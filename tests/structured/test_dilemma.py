@@ -133,33 +133,40 @@ def test_independent_networks_learn_only_from_their_own_agent():
 
 
 def test_claim_rule_by_hand():
+    from longhorizon.repro import claims as C
+
     def arm(first, last):  # greedy cooperation [eps][seed] at two epsilons, five seeds
         return {"by_b": {"0.4": {"greedy_cooperation": [list(first), list(last)]}}}
 
+    def verdicts(results):
+        L = {"setup": {"harshness": [0.4], "epsilons": [0.05, 0.5], "total_steps": 10, "seeds": 5},
+             "collapse_threshold": collapse.COLLAPSE, "results": results}
+        return [c.verdict for c in collapse.judge(L)[0]]
+
     high, low = [0.9, 0.92, 0.88, 0.91, 0.89], [0.1, 0.12, 0.08, 0.11, 0.09]
     results = {"shared": arm(high, low), "independent": arm(high, high), "grouped": arm(high, [0.5] * 5),
-               "shared+exploration": arm([0.0, 1.0, 0.0, 1.0, 0.5], [1.0, 0.0, 0.5, 0.0, 1.0])}
-    claims = collapse.decide_claims(results, "0.4")
-    assert claims[collapse.CLAIMS["collapse"]].startswith("holds")  # drop 0.8, SE ~0.01
-    assert claims[collapse.CLAIMS["independent"]].startswith("holds")  # drop 0
-    assert claims[collapse.CLAIMS["grouped"]].startswith("holds")  # +0.2 over the grid
-    assert claims[collapse.CLAIMS["augmented"]].startswith("inconclusive")  # noise
-    flipped = collapse.decide_claims({"shared": arm(high, high), "independent": arm(high, low)}, "0.4")
-    assert flipped[collapse.CLAIMS["collapse"]].startswith("contradicted")
-    assert flipped[collapse.CLAIMS["independent"]].startswith("contradicted")
+               "shared+exploration": arm([0.4, 1.0, 0.3, 1.0, 0.5], [1.0, 0.0, 0.5, 0.0, 1.0])}
+    # shared collapses (slope about -1.8); independent stays (slope 0); grouped +0.2 over the grid; augmented: noise
+    assert verdicts(results) == [C.HOLDS, C.HOLDS, C.HOLDS, C.INCONCLUSIVE]
+    mid = [0.3, 0.32, 0.28, 0.31, 0.29]
+    assert verdicts({"shared": arm(mid, high), "independent": arm(high, low)}) == [C.CONTRADICTED, C.CONTRADICTED]
+    assert verdicts({"shared": arm(high, high)})[0] == C.INCONCLUSIVE  # flat: not a collapse, but not its contrary
     random_graph = collapse.Setup(side=4).environment("shared, random graph")  # the topology arm: 4-regular, 16 nodes
     assert random_graph.num_agents == 16 and np.all(np.asarray(random_graph.degree) == 4)
-    never = collapse.decide_claims({"independent": arm([0.0] * 5, [0.0] * 5)}, "0.4")  # no drop, but no cooperation
-    assert never[collapse.CLAIMS["independent"]].startswith("contradicted")
+    # never cooperating is not "keeping cooperation": the arm did not do the task
+    assert verdicts({"independent": arm([0.0] * 5, [0.0] * 5)}) == [C.NO_SIGNAL]
 
 
-def test_quick_reproduction_writes_files_and_claims_from_the_data(tmp_path):
+def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
+    from longhorizon.repro import claims as C
+
     summary = collapse.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "cooperation.png"):
         assert (tmp_path / name).stat().st_size > 0
     stored = json.loads((tmp_path / "summary.json").read_text())
-    assert stored["quick"] and stored["verdict"].startswith("shared-policy-collapse:")
-    assert collapse.decide_claims(stored["results"], "0.3") == stored["claims"] == summary["claims"]
+    assert C.validate_summary(stored) == [] and stored["quick"] and stored["claims"] == summary["claims"]
+    assert [c["verdict"] for c in stored["claims"]] == [C.QUICK] * 2
+    assert [c.to_dict() for c in collapse.judge(stored, quick=True)[0]] == stored["claims"]
     cells = stored["results"]["independent"]["by_b"]["0.3"]
     assert all(0.0 <= v <= 1.0 for per_eps in cells["greedy_cooperation"] for v in per_eps)
     assert np.all(np.isfinite(cells["q_gap"]))

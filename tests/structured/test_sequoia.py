@@ -160,13 +160,27 @@ def test_invalid_configs_raise_one_sentence():
         sequoia.SequoiaConfig(gamma=1.0)
 
 
+def _recorded(gains_by_seed, random=5.0):
+    """Recorded numbers with one family whose best baseline (myopic) returns 10 and SEQUOIA 10 (1 + gain)."""
+    rows = [{"seed": i, "sequoia": 10.0 * (1 + g), "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": random}
+            for i, g in enumerate(gains_by_seed)]
+    return {"setup": {"families": ["budget"], "seeds": len(rows), "total_steps": 800}, "per_seed": {"budget": rows},
+            "best_baseline": {"budget": "myopic"}}
+
+
 def test_claim_rule_by_hand():
+    from longhorizon.repro import claims as C
     from longhorizon.repro import sequoia as repro
 
-    assert repro.decide([0.20, 0.25, 0.30]).startswith("holds")
-    assert repro.decide([-0.20, -0.25, -0.30]).startswith("contradicted")
-    assert repro.decide([-0.5, 0.6, 0.1]).startswith("inconclusive")
-    assert repro.decide([0.3]).startswith("inconclusive")
+    pytest.importorskip("scipy")
+    verdict = lambda gains, **kw: repro.judge(_recorded(gains, **kw))[0][0].verdict  # noqa: E731
+    assert verdict([0.20, 0.25, 0.30]) == C.HOLDS
+    assert verdict([-0.20, -0.25, -0.30]) == C.CONTRADICTED
+    assert verdict([-0.5, 0.6, 0.1]) == C.INCONCLUSIVE
+    assert verdict([-0.2, -0.25]) == C.INCONCLUSIVE  # 2 seeds never judge
+    assert verdict([-0.20, -0.25, -0.30], random=20.0) == C.NO_SIGNAL  # baselines no better than random
+    claims, _ = repro.judge(_recorded([-0.20, -0.25, -0.30]), quick=True)
+    assert claims[0].verdict == C.QUICK
     rows = {"budget": [{"sequoia": 12.0, "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": 5.0},
                        {"sequoia": 9.0, "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": 5.0}]}
     gains, best = repro.relative_gains(rows)
@@ -174,18 +188,20 @@ def test_claim_rule_by_hand():
     np.testing.assert_allclose(gains, [0.2, -0.1])
 
 
-def test_quick_reproduction_writes_files_and_claims_from_the_data(tmp_path):
+def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
+    from longhorizon.repro import claims as C
     from longhorizon.repro import sequoia as repro
 
+    pytest.importorskip("scipy")
     result = repro.run(str(tmp_path), quick=True)
-    for name in ("README.md", "summary.json", "sequoia.png"):
+    for name in ("README.md", "summary.json", "sequoia.png", "curves/SEQUOIA.csv"):
         assert (tmp_path / name).stat().st_size > 0
     import json
 
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["quick"] is True and summary["verdict"].startswith("sequoia:")
-    gains, _ = repro.relative_gains(summary["per_seed"])
-    assert summary["claims"] == result["claims"] == {repro.CLAIM: repro.decide(gains)}
+    assert C.validate_summary(summary) == [] and summary["quick"] is True
+    assert [c["verdict"] for c in summary["claims"]] == [C.QUICK] and summary["claims"] == result["claims"]
+    assert summary["claims"][0]["evidence"]["seeds"] == 2  # the per-seed gains are kept
     assert all(r["milp_solves"] > 0 for rows in summary["per_seed"].values() for r in rows)
     readme = (tmp_path / "README.md").read_text()
-    assert "longhorizon repro sequoia --quick" in readme and "## Verdict" in readme
+    assert "longhorizon repro sequoia --quick" in readme and "## Verdict" in readme and C.QUICK in readme

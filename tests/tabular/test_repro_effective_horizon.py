@@ -103,6 +103,11 @@ def test_driver_on_two_tiny_mdps(tmp_path):
     assert (out / "sample_complexity_vs_effective_horizon.png").stat().st_size > 0
     assert "Spearman" in (out / "README.md").read_text()
     assert set(summary["correlations"]) == {"pqn"}
+    from longhorizon.repro import claims as C
+
+    assert C.validate_summary(summary) == [] and set(summary["arms"]) == {"pqn"}
+    assert {c["verdict"] for c in summary["claims"]} <= {C.INCONCLUSIVE, C.NO_SIGNAL}  # 2 seeds never judge
+    assert (out / "curves" / "pqn_chain2.csv").exists()
     # A second call reuses the finished runs instead of training again.
     assert eh.run(str(out), setup=setup)["correlations"] == summary["correlations"]
     with pytest.raises(UsageError, match="other settings"):

@@ -154,24 +154,26 @@ def test_bad_configs_are_refused():
         amdp.LinearMDPConfig(layers=0)
 
 
+def _recorded(ci=(0.45, 0.6), hedge=None, ftrl=None, min_prob=1e-3, skipped=0.0, seeds=5):
+    ftrl = [10.0, 11.0, 12.0, 10.0, 11.0][:seeds] if ftrl is None else ftrl
+    hedge = [30.0, 31.0, 29.0, 35.0, 28.0][:seeds] if hedge is None else hedge
+    rows = [{"learner": a, "adversary": adv, "slope_ci": list(ci), "regret_final": ftrl if a == "log_barrier" else hedge,
+             "min_prob": min_prob, "skipped_share": skipped} for a in ("log_barrier", "hedge") for adv in ("switching", "adaptive")]
+    return {"setup": {"seeds": seeds, "chunk": 10, "chunks": 10}, "rows": rows}
+
+
 def test_claim_rules_by_hand():
-    assert repro.rate_claim(0.5, 0.45, 0.6).startswith("holds")
-    assert repro.rate_claim(0.9, 0.8, 1.0).startswith("contradicted")
-    assert repro.rate_claim(0.6, 0.5, 0.7).startswith("inconclusive")
-    assert repro.rate_claim(float("nan"), float("nan"), float("nan")).startswith("inconclusive")
-    assert repro.negative_claim(-50.0, 3, 1e-3, 0).startswith("holds")
-    assert repro.negative_claim(-1.0, 3, 1e-3, 0).startswith("inconclusive")
-    assert repro.negative_claim(0.5, 3, 1e-3, 0).startswith("contradicted")
-    assert repro.negative_claim(-50.0, 3, 0.0, 0).startswith("contradicted")
-    assert repro.negative_claim(-50.0, 3, 1e-3, 2).startswith("contradicted")
-    low, high = np.array([10.0, 11.0, 12.0, 10.0, 11.0]), np.array([30.0, 31.0, 29.0, 900.0, 14.0])
-    assert repro.hedge_claim([(low, high), (low, high)]).startswith("holds")  # medians 11 vs 30, worse on 5/5
-    assert repro.hedge_claim([(high, low), (high, low)]).startswith("contradicted")
-    assert repro.hedge_claim([(low, high), (high, low)]).startswith("inconclusive")
-    one_better = high.copy()
-    one_better[4] = 9.0  # Hedge better on one seed: the sign test fails although the medians differ 2.7x
-    assert repro.hedge_claim([(low, one_better), (low, high)]).startswith("inconclusive")
-    assert repro.hedge_claim([(low[:3], high[:3]), (low[:3], high[:3])]).startswith("inconclusive")  # too few seeds
+    from longhorizon.repro import claims as C
+
+    verdicts = lambda **kw: [c.verdict for c in repro.judge(_recorded(**kw))[0]]  # noqa: E731
+    assert verdicts() == [C.HOLDS] * 4  # slope interval below 0.65; no skipped update; Hedge worse on every seed
+    assert verdicts(ci=(0.7, 0.9))[:2] == [C.CONTRADICTED] * 2
+    assert verdicts(ci=(0.5, 0.7))[:2] == [C.INCONCLUSIVE] * 2
+    assert set(verdicts(ci=(0.9, 1.1))) - {C.HOLDS} == {C.NO_SIGNAL}  # regret not sublinear: FTRL did not learn
+    assert verdicts(min_prob=0.0)[2] == verdicts(skipped=0.01)[2] == C.CONTRADICTED
+    assert verdicts(hedge=[10.0, 11.0, 12.0, 10.0, 11.0], ftrl=[30.0, 31.0, 29.0, 40.0, 28.0])[3] == C.CONTRADICTED
+    assert verdicts(seeds=2)[0] == verdicts(seeds=2)[3] == C.INCONCLUSIVE  # two seeds never judge
+    assert verdicts(hedge=[30.0, 31.0, 29.0, 900.0, 14.0])[3] == C.INCONCLUSIVE  # one wild seed widens the interval
 
 
 def test_fit_slope_recovers_a_power_law():
@@ -186,11 +188,12 @@ def test_quick_repro_writes_its_files(tmp_path):
     summary = repro.run(str(tmp_path), quick=True, log=lambda *_: None)
     for name in ("README.md", "summary.json", "adversarial_linear.png"):
         assert (tmp_path / name).is_file()
+    from longhorizon.repro import claims as C
+
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["quick"] is True and len(saved["claims"]) == 4
-    assert all(v.split(" ", 1)[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
+    assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
+    assert [c["verdict"] for c in saved["claims"]] == [C.QUICK] * 4
     assert "longhorizon repro adversarial-linear --quick" in (tmp_path / "README.md").read_text()
-    assert summary["verdict"] == saved["verdict"]
     # FTRL's probabilities stay positive and every update is formed, whatever the estimates' sign
     ftrl_rows = [r for r in saved["rows"] if r["learner"] == "log_barrier"]
     assert all(r["min_prob"] > 0 and r["skipped_updates"] == 0 for r in ftrl_rows)

@@ -110,24 +110,32 @@ def test_bad_input_is_a_usage_error():
         ll.learn(lm.random_lmdp(2, 2, 50, seed=0), ll.Config(max_horizon=40))
 
 
+def _recorded(hoeffding_final, det_ratio=0.1, rate=0.5, seeds=3):
+    """Recorded regrets at H = 5, 10, 20: Bernstein flat in H, Hoeffding ``hoeffding_final(H)``, per seed."""
+    hs = (5, 10, 20)
+    rows = {}
+    for kind in ("stochastic", "deterministic"):
+        for h in hs:
+            scale = det_ratio if kind == "deterministic" else 1.0
+            bern = [scale * (10.0 + 0.1 * i) for i in range(seeds)]
+            hoef = [hoeffding_final(h) + 0.1 * i for i in range(seeds)]
+            slope = {"per_seed": [rate + 0.01 * i for i in range(seeds)]}
+            rows[f"{kind} H={h}"] = {"bernstein": {"final": bern, "rate": slope}, "hoeffding": {"final": hoef, "rate": slope}}
+    return {"setup": {"horizons": list(hs), "episodes": 100, "seeds": seeds}, "rows": rows}
+
+
 def test_claim_rules_by_hand():
+    from longhorizon.repro import claims as C
     from longhorizon.repro import latent_mdp as repro
 
-    def fit(lo, hi):
-        return {"slope": (lo + hi) / 2, "lo": lo, "hi": hi}
-
-    assert repro.below_rule(fit(-0.1, 0.2), 0.25) == "holds"
-    assert repro.below_rule(fit(0.3, 0.6), 0.25) == "contradicted"
-    assert repro.below_rule(fit(0.1, 0.4), 0.25) == "inconclusive"
-    assert repro.all_below_rule([fit(0.0, 0.1), fit(0.1, 0.2)], 0.25) == "holds"
-    assert repro.all_below_rule([fit(0.0, 0.1), fit(0.1, 0.4)], 0.25) == "inconclusive"
-    assert repro.all_below_rule([fit(0.1, 0.4), fit(0.5, 0.9)], 0.25) == "contradicted"
-    assert repro.steeper_rule(fit(0.5, 0.7), fit(0.0, 0.2)) == "holds"
-    assert repro.steeper_rule(fit(0.5, 0.7), fit(0.6, 0.9)) == "inconclusive"
-    assert repro.steeper_rule(fit(-0.5, -0.2), fit(0.0, 0.2)) == "contradicted"
-    assert repro.ratio_rule([0.1, 0.25]) == "holds"
-    assert repro.ratio_rule([0.1, 0.5]) == "inconclusive"
-    assert repro.ratio_rule([0.1, 1.2]) == "contradicted"
+    verdicts = lambda *a, **kw: [c.verdict for c in repro.judge(_recorded(*a, **kw))[0]]  # noqa: E731
+    # Bernstein flat, Hoeffding growing like H, deterministic 10x smaller, sqrt(K) rate; log(K) rate not shown
+    assert verdicts(lambda h: 2.0 * h) == [C.HOLDS, C.HOLDS, C.HOLDS, C.HOLDS, C.CONTRADICTED]
+    assert verdicts(lambda h: 2.0 * h, det_ratio=2.0)[2] == C.CONTRADICTED
+    assert verdicts(lambda h: 10.0)[1] == C.INCONCLUSIVE  # Hoeffding as flat as Bernstein: equal slopes
+    assert verdicts(lambda h: 200.0 / h)[1] == C.CONTRADICTED  # Hoeffding's regret falls with H
+    assert set(verdicts(lambda h: 2.0 * h, rate=1.2)) == {C.NO_SIGNAL}  # linear regret: nothing learned
+    assert set(verdicts(lambda h: 2.0 * h, seeds=2)) == {C.INCONCLUSIVE}  # two seeds never judge
     # the fits themselves: y = 3 x^0.5 exactly has slope 0.5 and a zero-width interval
     exact = repro.fit_slope([1, 2, 4, 8], [3, 3 * 2**0.5, 6, 3 * 8**0.5])
     assert exact["slope"] == pytest.approx(0.5) and exact["hi"] - exact["lo"] == pytest.approx(0, abs=1e-9)
@@ -136,14 +144,13 @@ def test_claim_rules_by_hand():
 
 
 def test_quick_repro_writes_its_files(tmp_path):
+    from longhorizon.repro import claims as C
     from longhorizon.repro import latent_mdp as repro
 
     summary = repro.run(str(tmp_path), quick=True, log=lambda *_: None)
     assert {p.name for p in tmp_path.iterdir()} >= {"README.md", "summary.json", "latent_mdp.png"}
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
-    assert len(saved["claims"]) == 5
-    for status in saved["claims"].values():
-        assert status.split(" ", 1)[0] in {"holds", "contradicted", "inconclusive"}
+    assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
+    assert [c["verdict"] for c in saved["claims"]] == [C.QUICK] * 5
     readme = (tmp_path / "README.md").read_text()
     assert "## Verdict" in readme and "longhorizon repro latent-mdp --quick" in readme and "latent_mdp.png" in readme

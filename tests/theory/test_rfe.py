@@ -125,7 +125,9 @@ def test_bad_input_is_one_usage_error(build):
 
 
 def test_claim_rule_on_constructed_numbers():
-    from longhorizon.repro.horizon_free_rfe import decide, episodes_to_eps, fit_slope
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.horizon_free_rfe import episodes_to_eps, fit_slope, judge
+    from longhorizon.theory.reward_free import ALGORITHMS
 
     # K(eps): the first checkpoint from which the gap stays <= eps (an early dip does not count); never -> censored
     gaps = np.array([[0.5, 0.05, 0.2, 0.05, 0.0], [0.5, 0.5, 0.5, 0.5, 0.2], [0.0, 0.0, 0.0, 0.0, 0.0]])
@@ -133,25 +135,30 @@ def test_claim_rule_on_constructed_numbers():
     assert k.tolist() == [8, 16, 1] and censored.tolist() == [False, True, False]
 
     horizons = np.array([8, 32, 128, 512])
-    flat = np.log(np.array([[300, 310, 290, 305], [280, 300, 320, 300], [310, 290, 300, 295]]))
-    grows = np.log(np.array([[100, 400, 1600, 6400], [120, 380, 1700, 6000], [90, 420, 1500, 7000]]))
-    rng = np.random.default_rng(0)
-    slope, low, high = fit_slope(horizons, grows, rng, 300)
+    flat = np.array([[300, 310, 290, 305], [280, 300, 320, 300], [310, 290, 300, 295]])
+    grows = np.array([[100, 400, 1600, 6400], [120, 380, 1700, 6000], [90, 420, 1500, 7000]])
+    slope, low, high = fit_slope(horizons, np.log(grows), np.random.default_rng(0), 300)
     assert slope == pytest.approx(1.0, abs=0.05) and low < slope < high
-    assert decide("flat", *fit_slope(horizons, flat, rng, 300)[1:], censored=False).startswith("holds")
-    assert decide("flat", low, high, censored=False).startswith("contradicted")
-    assert decide("flat", *fit_slope(horizons, flat, rng, 300)[1:], censored=True).startswith("inconclusive")
-    assert decide("grows", low, high, censored=True).startswith("holds")
-    assert decide("grows", *fit_slope(horizons, flat, rng, 300)[1:], censored=False).startswith("contradicted")
-    assert decide("grows", -0.5, 0.9, censored=False).startswith("inconclusive")
+
+    def verdicts(hf, ucrl, censored=False):  # [seeds, horizons] K(eps) of HF-UCRL-RFE++ and UCRL-RFE
+        runs = {f"{a}@{h}": {"k_eps": list(k[:, i]), "censored": [censored] * len(k)}
+                for a, k in zip(ALGORITHMS, (hf, ucrl)) for i, h in enumerate(horizons)}
+        L = {"horizons": horizons.tolist(), "seeds": 3, "episodes": 2000, "flat_slope": 0.25,
+             "results": {"hard": {"runs": runs}}}
+        return [c.verdict for c in judge(L)[0]]
+
+    assert verdicts(flat, grows) == [C.HOLDS, C.HOLDS]
+    assert verdicts(grows, flat) == [C.CONTRADICTED, C.CONTRADICTED]
+    assert verdicts(flat, grows, censored=True) == [C.NO_SIGNAL, C.NO_SIGNAL]  # K(eps) never measured
 
 
 def test_quick_repro_writes_its_files(tmp_path):
+    from longhorizon.repro import claims as C
     from longhorizon.repro import horizon_free_rfe
 
     summary = horizon_free_rfe.run(str(tmp_path), quick=True)
     assert {"README.md", "summary.json", "rfe.png"} <= {p.name for p in tmp_path.iterdir()}
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["quick"] is True and saved["verdict"] == summary["verdict"]
-    assert saved["claims"] and all(v.split(" ")[0] in ("holds", "contradicted", "inconclusive") for v in saved["claims"].values())
+    assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
+    assert saved["claims"] and {c["verdict"] for c in saved["claims"]} == {C.QUICK}
     assert "## Verdict" in (tmp_path / "README.md").read_text()

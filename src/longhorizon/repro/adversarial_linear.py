@@ -19,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.report import bootstrap_slope, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import bootstrap_slope, verdict_lines, write
 
-SLOPE_LIMIT = 0.65  # sqrt(K) up to logs over two decades: a fitted slope whose CI stays below this "holds"
-HEDGE_RATIO = 1.5  # Hedge "unstable": median regret at the largest K at least this multiple of FTRL's ...
-SIGN_SEEDS = 5  # ... and larger on every seed, with at least this many seeds (sign test p <= 2^-5)
+SLOPE_LIMIT = 0.65  # sqrt(K) up to logs over two decades: a fitted slope whose interval lies below this holds
 ARMS = (("log_barrier", "switching"), ("hedge", "switching"), ("log_barrier", "adaptive"), ("hedge", "adaptive"))
 LABELS = {"log_barrier": "log-barrier FTRL", "hedge": "Hedge"}
 
@@ -58,49 +57,6 @@ def fit_slope(ks: np.ndarray, regret: np.ndarray, bootstrap: int, seed: int = 0)
         return np.log(mean) if np.all(mean > 0) else np.full_like(mean, np.nan)
 
     return bootstrap_slope(np.log(ks), regret, summary=log_mean, resamples=bootstrap, rng=seed)
-
-
-def rate_claim(slope: float, lo: float, hi: float) -> str:
-    """O~(sqrt K): holds when the slope's CI lies below SLOPE_LIMIT, contradicted when it lies above."""
-    text = f"slope {slope:.2f} [{lo:.2f}, {hi:.2f}], limit {SLOPE_LIMIT}"
-    if np.isnan(slope):
-        return "inconclusive (a mean regret is not positive, no log-log slope)"
-    if hi <= SLOPE_LIMIT:
-        return f"holds ({text})"
-    if lo > SLOPE_LIMIT:
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
-
-
-def negative_claim(min_q_hat: float, layers: int, ftrl_min_prob: float, ftrl_skipped: int) -> str:
-    """Estimates far below the true Q's range [0, H], and FTRL still well defined (p > 0, every update formed)."""
-    text = f"min Qhat {min_q_hat:.3g} vs true Q in [0, {layers}], FTRL min p {ftrl_min_prob:.2g}, skipped {ftrl_skipped}"
-    if ftrl_skipped > 0 or not ftrl_min_prob > 0:
-        return f"contradicted ({text})"
-    if min_q_hat < -layers:
-        return f"holds ({text})"
-    if min_q_hat >= 0:
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
-
-
-def hedge_claim(pairs: list[tuple[np.ndarray, np.ndarray]]) -> str:
-    """pairs: per adversary (FTRL regret, Hedge regret) at the largest K, [seeds] each, seeds paired.
-
-    Hedge's regret is heavy-tailed (a seed whose probabilities collapse dominates a mean), so the rule uses
-    medians and a sign test: holds when on every adversary Hedge's median regret is >= HEDGE_RATIO x FTRL's and
-    Hedge's regret is larger on every one of >= SIGN_SEEDS seeds (one-sided sign test p <= 2^-5); contradicted
-    when on every adversary Hedge's median regret is at most FTRL's.
-    """
-    ratios = [float(np.median(hedge_r) / np.median(ftrl_r)) for ftrl_r, hedge_r in pairs]
-    every_seed = [bool(np.all(hedge_r > ftrl_r)) and len(hedge_r) >= SIGN_SEEDS for ftrl_r, hedge_r in pairs]
-    wins = ", ".join(f"{int(np.sum(h > f))}/{len(h)}" for f, h in pairs)
-    text = "Hedge/FTRL median regret " + ", ".join(f"{r:.2f}" for r in ratios) + f"; seeds where Hedge is worse {wins}"
-    if all(r >= HEDGE_RATIO and e for r, e in zip(ratios, every_seed)):
-        return f"holds ({text})"
-    if all(r <= 1 for r in ratios):
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
 
 
 def measure(scale: Scale, log=print) -> dict:
@@ -145,21 +101,34 @@ def measure(scale: Scale, log=print) -> dict:
             "layers": mdp_config.layers, "mdp": dataclasses.asdict(mdp_config)}
 
 
-def claims(m: dict) -> dict:
-    rows = {(r["learner"], r["adversary"]): r for r in m["rows"]}
-    found = {}
-    for kind in ("switching", "adaptive"):
-        r = rows["log_barrier", kind]
-        found[f"log-barrier FTRL's regret grows at most as sqrt(K) against the {kind} adversary"] = rate_claim(
-            r["slope"], *r["slope_ci"])
-    ftrl_rows = [rows["log_barrier", kind] for kind in ("switching", "adaptive")]
-    found["the linear-Q estimates are arbitrarily negative and log-barrier FTRL tolerates them"] = negative_claim(
-        min(r["min_q_hat"] for r in ftrl_rows), m["layers"], min(r["min_prob"] for r in ftrl_rows),
-        sum(r["skipped_updates"] for r in ftrl_rows))
-    found["Hedge with the same estimator and step size is unstable (much larger, heavy-tailed regret)"] = hedge_claim(
-        [(np.asarray(rows["log_barrier", kind]["regret_final"]), np.asarray(rows["hedge", kind]["regret_final"]))
-         for kind in ("switching", "adaptive")])
-    return found
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded rows: log-barrier FTRL's log-log slope against :data:`SLOPE_LIMIT` by its
+    bootstrap interval over seeds (``no signal`` unless its regret is sublinear, the interval below 1); the
+    tolerance of negative estimates as an exact agreement (no skipped update, no zero probability); Hedge's
+    instability as per-seed log regret ratios to FTRL's, Student-t 95% intervals over seeds."""
+    sc = L["setup"] if "setup" in L else L["scale"]  # "scale" in a summary written before the claims schema
+    rows, seeds = {(r["learner"], r["adversary"]): r for r in L["rows"]}, sc["seeds"]
+    sig = {adv: {"arm": f"log-barrier FTRL ({adv})", "test": "regret sublinear: the log-log slope's interval below 1",
+                 "interval": rows["log_barrier", adv]["slope_ci"], "moved": rows["log_barrier", adv]["slope_ci"][1] < 1.0,
+                 "what": f"log-barrier FTRL ({adv}): regret not sublinear"} for adv in ("switching", "adaptive")}
+    how = "least-squares slope of log mean regret on log K"
+    claims = [C.judge(f"log-barrier FTRL's regret grows at most as sqrt(K) against the {adv} adversary (slope below {SLOPE_LIMIT:g})",
+                      C.bootstrap_interval(*rows["log_barrier", adv]["slope_ci"], SLOPE_LIMIT, below=True, seeds=seeds, how=how),
+                      [sig[adv]], quick=quick) for adv in ("switching", "adaptive")]
+    lb = [rows["log_barrier", a] for a in ("switching", "adaptive")]
+    claims.append(C.judge(
+        "the linear-Q estimates are arbitrarily negative and log-barrier FTRL tolerates them (no skipped update, "
+        "no zero probability)",
+        C.agreement([r["skipped_share"] for r in lb] + [float(min(r["min_prob"] for r in lb) <= 0.0)], [0.0, 0.0, 0.0],
+                    tolerance=0.0, side="below"), quick=quick))  # skipped shares, then 1 if a probability reached 0
+    claims.append(C.judge("Hedge with the same estimator and step size is unstable: larger regret (per-seed log ratio "
+                          "to log-barrier FTRL above 0)",
+                          C.combine({adv: C.difference(np.log(rows["hedge", adv]["regret_final"]),
+                                                       np.log(rows["log_barrier", adv]["regret_final"]))
+                                     for adv in ("switching", "adaptive")}, "adversary"), list(sig.values()), quick=quick))
+    arms = {f"{a} ({adv})": C.arm(sc["chunk"] * sc["chunks"], seeds, sig[adv] if a == "log_barrier" else C.not_applied(
+        f"{a} ({adv})", "the unstable comparison arm; its instability is the claim")) for a, adv in rows}
+    return claims, arms
 
 
 def plot(path: Path, m: dict) -> None:
@@ -232,14 +201,12 @@ def readme(summary: dict, scale: Scale) -> str:
                      + f" | {min(r['regret_final']):.0f}-{max(r['regret_final']):.0f} | {r['slope']:.2f} [{r['slope_ci'][0]:.2f}, {r['slope_ci'][1]:.2f}] | {r['min_q_hat']:.3g} | "
                      f"{r['min_prob']:.2g} | {r['skipped_updates']} ({r['skipped_share']:.1%}) |")
     lines += ["", f"Slopes: OLS of log mean regret on log K for K >= {scale.fit_from}; CI: 2.5-97.5 percentiles over "
-              f"{scale.bootstrap} resamplings of the seeds. Hedge's rule compares medians with a sign test over seeds: "
-              "it was first a mean +- 2 SE comparison, which scored this same full-run measurement inconclusive "
-              "(mean ratios 5.1 and 8.9, but one adaptive-adversary seed at 121k against a median of 8k widens the SE); "
-              "it was changed because a mean is unfit for such heavy-tailed regret.", "",
+              f"{scale.bootstrap} resamplings of the seeds. Hedge's instability is judged on per-seed log ratios of its "
+              "regret to FTRL's (its regret is heavy-tailed: a log tames one seed whose probabilities collapsed).", "",
               "![regret vs K](adversarial_linear.png)", "",
               "## Verdict", ""]
-    lines += [f"- {claim}: **{value}**" for claim, value in summary["claims"].items()]
-    lines += ["", summary["verdict"], "",
+    lines += verdict_lines(summary)
+    lines += ["", "Rules: `longhorizon.repro.adversarial_linear.judge` (each claim's rule and numbers are in `summary.json`).", "",
               f"Compile {summary['compile_s']:.1f} s, run {summary['run_s']:.1f} s (all arms and seeds in one program).",
               "", "```bash", "longhorizon repro adversarial-linear" + (" --quick" if summary["quick"] else ""), "```"]
     return "\n".join(lines)
@@ -250,14 +217,13 @@ def run(out_dir: str, quick: bool = False, log=print) -> dict:
     scale = QUICK if quick else FULL
     out = Path(out_dir)
     m = measure(scale, log)
-    found = claims(m)
-    statuses = [value.split(" ", 1)[0] for value in found.values()]
-    verdict = (f"adversarial-linear: log-barrier FTRL's regret at most sqrt(K): {statuses[0]} (switching), "
-               f"{statuses[1]} (adaptive); negative estimates tolerated: {statuses[2]}; Hedge unstable at equal "
-               f"step size: {statuses[3]}.")
-    summary = {"claims": found, "verdict": verdict, "quick": quick, "scale": dataclasses.asdict(scale),
-               "ks": m["ks"], "regret_mean": m["regret"].mean(1).tolist(), "rows": m["rows"], "mdp": m["mdp"],
-               "compile_s": m["compile_s"], "run_s": m["run_s"]}
+    recorded = C.as_recorded({"setup": dataclasses.asdict(scale), "ks": m["ks"], "regret_mean": m["regret"].mean(1),
+                              "rows": m["rows"], "mdp": m["mdp"], "compile_s": m["compile_s"], "run_s": m["run_s"]})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="Adversarial linear MDPs", claims=claims, arms=arms, quick=quick,
+                        scale=f"{scale.episodes:,} episodes, {scale.seeds} seeds, {m['mdp']['layers']}-layer linear-Q MDP",
+                        command="longhorizon repro adversarial-linear" + (" --quick" if quick else ""),
+                        wall_seconds=m["compile_s"] + m["run_s"], **recorded)
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "adversarial_linear.png", m)
     write(out, summary, [readme(summary, scale)])

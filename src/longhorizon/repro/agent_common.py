@@ -19,9 +19,12 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
-from longhorizon.repro.report import mean_se, plot_curves, write  # noqa: F401  (the agent reproductions use common.*)
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write, write_run  # noqa: F401  (used as common.*)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,52 @@ class AgentRepro:
                 f"{self.prompts_per_step} tasks x {self.num_generations} episodes, lr {self.learning_rate:g}, "
                 f"{self.seeds} seed(s){' from one shared warm start' if self.shared_warm_start else ''}; "
                 f"{self.eval_tasks} held-out tasks, greedy.")
+
+
+NON_INFERIOR = -0.05  # "at least as good": the 95% interval of the success difference above -0.05 (stated before the runs)
+
+
+def training(rows_per_arm: dict) -> dict:
+    """Per arm (``rows_per_arm[arm]`` = each seed's metrics rows): each seed's training reward curve and share of
+    GRPO groups whose rewards were not all equal (a group with equal rewards gives no gradient)."""
+    out = {}
+    for arm, seeds in rows_per_arm.items():
+        reward = [[row["reward"] for row in rows if "reward" in row] for rows in seeds]
+        n = min(len(r) for r in reward)
+        mixed = [1.0 - float(np.mean(f)) for f in ([row["groups_no_signal_fraction"] for row in rows
+                                                      if "groups_no_signal_fraction" in row] for rows in seeds) if f]
+        out[arm] = {"reward": [r[:n] for r in reward], "groups_with_signal": mixed}
+    return out
+
+
+def learned(arm: str, L: dict, eval_start, eval_end, what: str = "held-out success", key: str | None = None,
+            curve=None) -> list[dict]:
+    """Did ``arm`` learn? Its held-out ``eval_end`` against ``eval_start`` and its curve over training: ``curve``
+    (per seed) if given, else the training reward where the run kept it (``L["training"][key or arm]``,
+    :func:`training`); and the share of its GRPO groups with a signal (:func:`longhorizon.repro.claims.group_signal`)."""
+    t = L.get("training", {}).get(key or arm)
+    if curve is None and t:
+        curve, what = t["reward"], "training reward"
+    signals = [C.arm_signal(arm, curve, eval_start=eval_start, eval_end=eval_end, what=what)]
+    return signals + ([C.group_signal(arm, float(np.mean(t["groups_with_signal"])))] if t and t["groups_with_signal"] else [])
+
+
+def curves(rows_per_arm: dict) -> dict:
+    """Each arm's training curve for :func:`longhorizon.repro.claims.write_curve`: every metrics row, with its seed."""
+    return {arm: [dict(row, seed=i) for i, rows in enumerate(seeds) for row in rows] for arm, seeds in rows_per_arm.items()}
+
+
+def finish(out: Path, paper: str, name: str, setup: "AgentRepro", recorded: dict, judge, lines_of, quick: bool,
+           rows_per_arm: dict, wall_seconds: float) -> dict:
+    """Judge ``recorded`` (``judge(recorded, quick) -> (claims, arms)``), write the summary in the claims schema,
+    the README (``lines_of(summary)``) and each arm's training curve; return the summary."""
+    recorded = C.as_recorded(recorded)  # judged as recorded (string keys), as a re-judging sees it
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper=paper, claims=claims, arms=arms, scale=setup.scale(), quick=quick,
+                        command=f"longhorizon repro {name}" + (" --quick" if quick else ""), wall_seconds=wall_seconds,
+                        **recorded)
+    write_run(out, summary, lines_of(summary), curves(rows_per_arm))
+    return summary
 
 
 def cache_dir() -> Path:

@@ -13,16 +13,16 @@ warm start trained longer on that domain alone; the single-teacher arm uses the 
 both domains. The three arms train from the same student warm start with equal steps, tasks and
 episodes (``beta = 0``), then are scored greedily on held-out tasks of each domain.
 
-Verdict: judged only when an arm's mean success (over the two domains) improves on the student's
-warm start by more than two standard errors (binomial over held-out tasks and seeds), else
-inconclusive; it holds when the routed arm's mean success exceeds both baselines' by more than one
-standard error of the difference, is contradicted when a baseline exceeds it by more than that, and
-is "not shown" otherwise.
+Rule (:func:`judge`): the routed arm's per-seed mean success (over the domains) minus each other arm's, paired
+over seeds, Student-t 95% intervals above 0 (>= 3 seeds); ``no signal`` unless the teachers do their domain
+(success >= 0.1) and every arm learned (held-out success above the warm start or a rising training reward, GRPO
+groups with a signal).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,10 @@ from longhorizon.lm.agents.opd import RoutedDistillation
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "Agents-A1"
+CLAIM = "routed multi-teacher distillation beats a single teacher and no distillation"
 
 DOMAINS = {"1-hop": (("hops", 1),), "2-hop": (("hops", 2),)}
 
@@ -70,8 +74,9 @@ def arms(teachers: dict) -> dict:
 
 
 def run(out_dir: str, quick: bool = False, setup: MixedDomains | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
+    train_rows: dict = {}
     held = {d: [r for r in setup.rows(2 * setup.eval_tasks, 10_000) if r["domain"] == d][: setup.eval_tasks // 2 or 1]
             for d in DOMAINS}
     warm, teacher_success = [], {d: [] for d in DOMAINS}
@@ -90,39 +95,34 @@ def run(out_dir: str, quick: bool = False, setup: MixedDomains | None = None) ->
             result = common.train_arm(out / "runs" / f"{slug}-seed{seed}", student, setup,
                                       CreditConfig(credit="trajectory"), seed=seed, held=held["1-hop"][:1],
                                       keep_params=True, spec_options=options)
+            train_rows.setdefault(arm, []).append(result["rows"])
             success.setdefault(arm, []).append(
                 {d: common.evaluate(student, result["params"], setup, rows)["success"] for d, rows in held.items()})
-    summary = summarise(setup, held, warm, teacher_success, success)
+    summary = common.finish(out, PAPER, "agents-a1", setup, recorded(setup, held, warm, teacher_success, success, train_rows),
+                            judge, lambda s: report(setup, s, quick), quick, train_rows, time.perf_counter() - t0)
     plot(out / "agents_a1.png", summary)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
-def summarise(setup, held, warm, teacher_success, success) -> dict:
-    n = sum(len(r) for r in held.values())
-    per_domain = {arm: {d: float(np.mean([s[d] for s in runs])) for d in DOMAINS} for arm, runs in success.items()}
-    mean = {arm: float(np.mean([np.mean(list(s.values())) for s in runs])) for arm, runs in success.items()}
-    warm_mean = float(np.mean([np.mean(list(w.values())) for w in warm]))
-    se = float(np.sqrt(max(warm_mean * (1 - warm_mean), 1 / n) / (n * setup.seeds)))
-    se_diff = float(np.sqrt(2) * se)
-    gaps = {arm: mean[ROUTED] - mean[arm] for arm in (SINGLE, NONE)}
-    if max(mean.values()) - warm_mean <= 2 * se:
-        verdict = (f"inconclusive: no arm improved on the student's warm start ({warm_mean:.2f}) by more than two "
-                   f"standard errors ({2 * se:.2f}) at this scale")
-    elif min(gaps.values()) > se_diff:
-        verdict = (f"holds: routed {mean[ROUTED]:.2f} vs single teacher {mean[SINGLE]:.2f} and no distillation "
-                   f"{mean[NONE]:.2f}")
-    elif min(gaps.values()) < -se_diff:
-        worse = min(gaps, key=gaps.get)
-        verdict = f"contradicted: {worse} {mean[worse]:.2f} beats routed {mean[ROUTED]:.2f} by more than {se_diff:.2f}"
-    else:
-        verdict = (f"not shown: routed {mean[ROUTED]:.2f} vs single teacher {mean[SINGLE]:.2f} and no distillation "
-                   f"{mean[NONE]:.2f}, not all apart by one standard error of the difference ({se_diff:.2f})")
-    return {"claims": {"routed multi-teacher distillation beats a single teacher and no distillation": verdict},
-            "verdict": verdict, "warm_start_success": {d: float(np.mean([w[d] for w in warm])) for d in DOMAINS},
-            "warm_start_mean": warm_mean, "teacher_success": {d: float(np.mean(v)) for d, v in teacher_success.items()},
-            "success": success, "success_per_domain": per_domain, "success_mean": mean, "standard_error": se,
-            "held_out_tasks": {d: len(r) for d, r in held.items()}, "setup": dataclasses.asdict(setup)}
+def recorded(setup, held, warm, teacher_success, success, rows) -> dict:
+    return {"warm_start_success": {d: float(np.mean([w[d] for w in warm])) for d in DOMAINS},
+            "warm_start_mean": float(np.mean([np.mean(list(w.values())) for w in warm])),
+            "teacher_success": {d: float(np.mean(v)) for d, v in teacher_success.items()}, "success": success,
+            "success_per_domain": {arm: {d: float(np.mean([s[d] for s in runs])) for d in DOMAINS} for arm, runs in success.items()},
+            "success_mean": {arm: float(np.mean([np.mean(list(s.values())) for s in runs])) for arm, runs in success.items()},
+            "held_out_tasks": {d: len(r) for d, r in held.items()}, "setup": dataclasses.asdict(setup),
+            "training": common.training(rows)}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring)."""
+    teachers = C.task_floor("teachers", list(L["teacher_success"].values()), C.TASK_FLOOR)
+    per_seed = {a: [float(np.mean(list(s.values()))) for s in runs] for a, runs in L["success"].items()}
+    signals = {a: common.learned(a, L, L["warm_start_mean"], v) for a, v in per_seed.items()}
+    routed, *others = list(per_seed)
+    ruling = C.combine({f"vs {o}": C.difference(per_seed[routed], per_seed[o]) for o in others}, "baseline")
+    claims = [C.judge(CLAIM, ruling, [teachers, *(s for ss in signals.values() for s in ss)], quick=quick)]
+    return claims, {a: C.arm(L["setup"]["steps"], L["setup"]["seeds"], *s) for a, s in signals.items()}
 
 
 def plot(path: Path, summary) -> None:
@@ -159,11 +159,10 @@ def report(setup, summary, quick: bool) -> list[str]:
     for arm, values in summary["success_per_domain"].items():
         lines.append(f"| {arm} | " + " | ".join(f"{values[d]:.3f}" for d in DOMAINS)
                      + f" | {summary['success_mean'][arm]:.3f} |")
-    lines += ["", "![held-out success per domain](agents_a1.png)", "", f"**Verdict**: {summary['verdict']}.", "",
+    lines += ["", "![held-out success per domain](agents_a1.png)", "", "## Verdict", "", *common.verdict_lines(summary), "",
               "Differences from the paper: Agents-A1 distils large LLM teachers into a student across real agent "
               "domains; here the domains are two task families of one environment (1-hop and 2-hop search: one "
               "agent spec has one environment class), the teachers are longer warm starts of the same 2-layer "
               "byte-level model (same tokenizer, so the vocabulary map is the identity), the single-teacher "
-              "baseline is the 2-hop teacher, and distillation is pure (no outcome reward in the distilled arms). "
-              "Standard errors are binomial over the held-out tasks and seeds."]
+              "baseline is the 2-hop teacher, and distillation is pure (no outcome reward in the distilled arms)."]
     return lines

@@ -16,15 +16,16 @@ Protocol (:mod:`longhorizon.repro.agent_common`): the search environment (multi-
 BM25-indexed synthetic knowledge base), a tiny agent warm-started on expert episodes of 1-3 hops,
 RL on 1-3 hops with 8 turns, held-out questions of k = 1..4 hops played greedily with each budget.
 
-Verdicts: (1) holds when turns used increase with k and accuracy at k = 4 is below accuracy at
-k = 1; (2) holds when the raised budget's accuracy is no lower than the tight one's at every k (within
-one standard error) and higher at k = 4; (3) is judged only when the difference exceeds two
-standard errors, either way.
+Rules (:func:`judge`, per seed, Student-t 95% intervals over >= 3 seeds): (1) both fitted slopes over k, turns
+rising and accuracy falling; (2) with the raised budget, accuracy at k = 4 above the tight budget's and at no k
+below it by more than 0.05 (paired over seeds); (3) the RL agent's mean accuracy over k above the warm start's.
+(1) and (2) need an RL agent that learned and does the task (held-out accuracy >= 0.1), else ``no signal``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,13 @@ import numpy as np
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "ASearcher"
+CLAIMS = ("agents use more turns and succeed less as questions need more hops",
+          "a larger turn budget never lowers accuracy and raises it on the hardest questions",
+          "RL with a generous budget raises accuracy over the warm start")
+RL = "RL (raised budget)"
 
 HOPS = (1, 2, 3, 4)
 AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=8, max_action_tokens=40,
@@ -58,10 +66,10 @@ def evaluate_by_hops(policy, params, setup) -> dict:
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     held = setup.rows(setup.eval_tasks, 10_000)
-    warm, trained = [], []
+    warm, trained, rows = [], [], []
     for seed in range(setup.seeds):
         policy = common.warm_policy(setup, seed)
         if seed == 0 or not setup.shared_warm_start:  # greedy: a shared warm start scores the same every time
@@ -69,50 +77,46 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
         arm = common.train_arm(out / "runs" / f"rl-seed{seed}", policy, setup, CreditConfig(), seed=seed, held=held,
                                keep_params=True)
         trained.append(evaluate_by_hops(policy, arm["params"], setup))
-    summary = summarise(setup, warm, trained)
+        rows.append(arm["rows"])
+    summary = common.finish(out, PAPER, "asearcher", setup, recorded(setup, warm, trained, rows), judge,
+                            lambda s: report(setup, s, quick), quick, {RL: rows}, time.perf_counter() - t0)
     plot(out / "asearcher.png", summary)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
-def _table(evals: list[dict], key: str) -> dict:
-    """``{budget: {k: mean over seeds of summary[key]}}``."""
-    return {b: {k: float(np.mean([e[b][k][key] for e in evals])) for k in HOPS} for b in evals[0]}
+def _table(evals: list[dict], key: str, per_seed: bool = False) -> dict:
+    """``{budget: {k: mean over seeds of summary[key]}}`` (``per_seed``: the list over seeds)."""
+    reduce = list if per_seed else (lambda v: float(np.mean(v)))
+    return {b: {str(k): reduce([float(e[b][k][key]) for e in evals]) for k in HOPS} for b in evals[0]}
 
 
-def summarise(setup, warm, trained) -> dict:
-    n = setup.eval_tasks * setup.seeds
-    acc, turns, acc_warm = _table(trained, "success"), _table(trained, "turns"), _table(warm, "success")
-    tight, raised = list(budgets(1))
+def recorded(setup, warm, trained, rows) -> dict:
+    return {"accuracy": _table(trained, "success"), "turns": _table(trained, "turns"),
+            "accuracy_per_seed": _table(trained, "success", True), "turns_per_seed": _table(trained, "turns", True),
+            "warm_start_accuracy": _table(warm, "success"), "warm_start_turns": _table(warm, "turns"),
+            "setup": dataclasses.asdict(setup), "training": common.training({RL: rows})}
 
-    def se(p):
-        return float(np.sqrt(max(p * (1 - p), 1 / n) / n))
 
-    t = turns[raised]
-    solves = acc[raised][1] > 2 * se(acc[raised][1])
-    c1 = (f"inconclusive: the agent solves too few 1-hop questions ({acc[raised][1]:.2f}) for a trend" if not solves else
-          f"holds: turns {', '.join(f'{t[k]:.1f}' for k in HOPS)} for k = 1..4; accuracy {acc[raised][1]:.2f} at k=1, "
-          f"{acc[raised][4]:.2f} at k=4" if all(b > a for a, b in zip([t[k] for k in HOPS], [t[k] for k in HOPS][1:]))
-          and acc[raised][4] < acc[raised][1] else
-          f"contradicted: turns {', '.join(f'{t[k]:.1f}' for k in HOPS)}, accuracy {acc[raised][1]:.2f} at k=1 and "
-          f"{acc[raised][4]:.2f} at k=4")
-    never_lower = all(acc[raised][k] >= acc[tight][k] - se(acc[tight][k]) for k in HOPS)
-    c2 = (f"inconclusive: the agent solves too few 1-hop questions ({acc[raised][1]:.2f})" if not solves else
-          f"holds: accuracy at k=4 {acc[raised][4]:.2f} (raised) vs {acc[tight][4]:.2f} (tight)"
-          if never_lower and acc[raised][4] > acc[tight][4] else
-          f"not shown: raised {', '.join(f'{acc[raised][k]:.2f}' for k in HOPS)} vs tight "
-          f"{', '.join(f'{acc[tight][k]:.2f}' for k in HOPS)}")
-    gain = float(np.mean([acc[raised][k] - acc_warm[raised][k] for k in HOPS]))
-    se_gain = float(np.sqrt(2) * np.mean([se(acc_warm[raised][k]) for k in HOPS]) / np.sqrt(len(HOPS)))
-    c3 = (f"inconclusive: RL changed mean accuracy by {gain:+.3f} (two standard errors {2 * se_gain:.3f})"
-          if abs(gain) <= 2 * se_gain else
-          (f"holds: RL raised mean accuracy by {gain:+.3f}" if gain > 0 else f"contradicted: RL lowered it by {gain:.3f}"))
-    claims = {"agents use more turns and succeed less as questions need more hops": c1,
-              "a larger turn budget never lowers accuracy and raises it on the hardest questions": c2,
-              "RL with a generous budget raises accuracy over the warm start": c3}
-    verdict = "; ".join(f"({i}) {v.split(':')[0]}" for i, v in enumerate(claims.values(), 1))
-    return {"claims": claims, "verdict": verdict, "accuracy": acc, "turns": turns, "warm_start_accuracy": acc_warm,
-            "warm_start_turns": _table(warm, "turns"), "rl_gain": gain, "setup": dataclasses.asdict(setup)}
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring); a summary without per-seed numbers uses the
+    means over seeds (one value each: undecided)."""
+    tight, raised = list(L["accuracy"])
+    hops = list(L["accuracy"][raised])
+    acc = L.get("accuracy_per_seed") or {b: {k: [v] for k, v in t.items()} for b, t in L["accuracy"].items()}
+    turns = L.get("turns_per_seed") or {b: {k: [v] for k, v in t.items()} for b, t in L["turns"].items()}
+    rows = lambda table, b: np.array([table[b][k] for k in hops]).T  # noqa: E731  [seeds, hops]
+    start = float(np.mean(list(L["warm_start_accuracy"][raised].values())))
+    end = rows(acc, raised).mean(1)
+    gates = common.learned(RL, L, start, end, "held-out accuracy") + [C.task_floor(RL, end, C.TASK_FLOOR)]
+    x = [int(k) for k in hops]
+    budget = {f"k={k} not lower": C.difference(acc[raised][k], acc[tight][k], margin=common.NON_INFERIOR) for k in hops}
+    claims = [C.judge(CLAIMS[0], C.combine({"turns rise with k": C.trend(x, rows(turns, raised)),
+                                            "accuracy falls with k": C.trend(x, rows(acc, raised), direction="decreasing")},
+                                           "part"), gates, quick=quick),
+              C.judge(CLAIMS[1], C.combine({f"k={hops[-1]} higher": C.difference(acc[raised][hops[-1]], acc[tight][hops[-1]]),
+                                            **budget}, "part"), gates, quick=quick),
+              C.judge(CLAIMS[2], C.difference(end, start), quick=quick)]
+    return claims, {RL: C.arm(L["setup"]["steps"], L["setup"]["seeds"], *gates)}
 
 
 def plot(path: Path, summary) -> None:
@@ -123,10 +127,10 @@ def plot(path: Path, summary) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, b in enumerate(summary["accuracy"]):
-        ax1.plot(HOPS, [summary["accuracy"][b][k] for k in HOPS], marker="o", color=f"C{i}", label=f"RL, {b}")
-        ax1.plot(HOPS, [summary["warm_start_accuracy"][b][k] for k in HOPS], ls="--", color=f"C{i}",
+        ax1.plot(HOPS, [summary["accuracy"][b][str(k)] for k in HOPS], marker="o", color=f"C{i}", label=f"RL, {b}")
+        ax1.plot(HOPS, [summary["warm_start_accuracy"][b][str(k)] for k in HOPS], ls="--", color=f"C{i}",
                  label=f"warm start, {b}")
-        ax2.plot(HOPS, [summary["turns"][b][k] for k in HOPS], marker="o", color=f"C{i}", label=f"RL, {b}")
+        ax2.plot(HOPS, [summary["turns"][b][str(k)] for k in HOPS], marker="o", color=f"C{i}", label=f"RL, {b}")
     ax1.set_xlabel("hops k")
     ax1.set_ylabel("held-out accuracy (greedy)")
     ax1.legend(fontsize=7)
@@ -148,9 +152,8 @@ def report(setup, summary, quick: bool) -> list[str]:
     for label, acc, turns in (("warm start", summary["warm_start_accuracy"], summary["warm_start_turns"]),
                               ("after RL", summary["accuracy"], summary["turns"])):
         for b in acc:
-            lines.append(f"| {label} | {b} | " + " | ".join(f"{acc[b][k]:.2f} / {turns[b][k]:.1f}" for k in HOPS) + " |")
-    lines += ["", "![accuracy and turns](asearcher.png)", "", "**Verdicts**:", ""]
-    lines += [f"- {claim}: {verdict}." for claim, verdict in summary["claims"].items()]
+            lines.append(f"| {label} | {b} | " + " | ".join(f"{acc[b][str(k)]:.2f} / {turns[b][str(k)]:.1f}" for k in HOPS) + " |")
+    lines += ["", "![accuracy and turns](asearcher.png)", "", "## Verdict", "", *common.verdict_lines(summary)]
     lines += ["", "Differences from the paper: a 2-layer byte-level agent on a synthetic knowledge base with BM25 "
               "instead of 7B-32B models with web search; at most 10 turns instead of 128; synchronous RL here (the "
               "asynchronous engine's speed is measured in docs/benchmarks.md)."]

@@ -17,18 +17,16 @@ and the policy's mean per-token entropy; the held-out success is greedy. The tra
 the run rows' per-step ``entropy`` (of the batch's action tokens). The paper trains LLM agents with
 large groups on hard tool tasks; here the agent is a 2-layer byte-level model.
 
-Verdict: "closer to its start" holds when the anchored arm's KL is below the unanchored arm's by
-more than two standard errors (per-episode KLs over held-out tasks and seeds) and its entropy is
-not lower by more than two SE; contradicted when its KL is higher by more than two SE; otherwise
-inconclusive (also when the unanchored arm moved less than MIN_DRIFT = 1e-3 nats from its start, numerical noise
-rather than drift). "no success lost" is judged only when some arm's success differs from the warm
-start's by more than two (binomial) SE; it holds when the anchored arm's success is no lower than
-the unanchored arm's minus two SE of the difference, else it is contradicted.
+Rules (:func:`judge`, paired over seeds, Student-t 95% intervals, >= 3 seeds): "closer to its start": the
+anchored arm's per-seed KL to pi_0 below the unanchored arm's (``no signal`` unless the unanchored arm learned and
+drifted at least MIN_DRIFT = 1e-3 nats from its start); "no success lost": the anchored arm's per-seed success
+minus the unanchored arm's above -0.05 (``no signal`` unless both arms learned).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +34,9 @@ import numpy as np
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "CANOPY"
 
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
@@ -47,6 +48,7 @@ QUICK = dataclasses.replace(SETUP, demos=8, warm_steps=10, train_tasks=4, eval_t
 BETAS = (0.0, 0.05)
 CLAIMS = ("the KL anchor keeps the policy closer to its start (lower KL to pi_0, entropy preserved)",
           "the KL anchor loses no held-out success")
+MIN_DRIFT = 1e-3  # nats of KL(pi || pi_0) per token below which "drift" is numerical noise, not learning
 
 
 def drift(policy, params, setup: common.AgentRepro, rows, seed: int = 0) -> dict:
@@ -88,11 +90,11 @@ def drift(policy, params, setup: common.AgentRepro, rows, seed: int = 0) -> dict
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     held = setup.rows(setup.eval_tasks, 10_000)
     warm, warm_entropy = [], []
-    arms = {b: {"success": [], "kl": [], "entropy": [], "rows": []} for b in BETAS}
+    arms = {b: {"success": [], "kl": [], "entropy": [], "rows": [], "kl_per_seed": []} for b in BETAS}
     for seed in range(setup.seeds):
         policy = common.warm_policy(setup, seed)
         warm.append(common.evaluate(policy, policy.params, setup, held)["success"])
@@ -103,55 +105,45 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
             arms[b]["success"].append(float(r["summary"]["eval"]["success"]))
             d = drift(policy, r["params"], setup, held, seed)
             arms[b]["kl"] += d["kl"]
+            arms[b]["kl_per_seed"].append(float(np.mean(d["kl"])))
             arms[b]["entropy"] += d["entropy"]
             arms[b]["rows"].append(r["rows"])
-    summary = summarise(setup, warm, warm_entropy, arms)
+    rows = {f"beta={b:g}": a["rows"] for b, a in arms.items()}
+    summary = common.finish(out, PAPER, "canopy", setup, recorded(setup, warm, warm_entropy, arms), judge,
+                            lambda s: report(setup, s, quick), quick, rows, time.perf_counter() - t0)
     plot(out / "canopy.png", arms)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
-MIN_DRIFT = 1e-3  # nats of KL(pi || pi_0) per token below which "drift" is numerical noise, not learning
-
-
-def summarise(setup, warm, warm_entropy, arms) -> dict:
-    free, anchor = BETAS
-    kl = {b: common.mean_se(a["kl"]) for b, a in arms.items()}
-    ent = {b: common.mean_se(a["entropy"]) for b, a in arms.items()}
-    d_kl, se_kl = kl[anchor][0] - kl[free][0], float(np.hypot(kl[anchor][1], kl[free][1]))
-    d_ent, se_ent = ent[anchor][0] - ent[free][0], float(np.hypot(ent[anchor][1], ent[free][1]))
-    tail = (f"KL to pi_0 {kl[anchor][0]:.3g} (beta {anchor:g}) vs {kl[free][0]:.3g} (beta 0), entropy "
-            f"{ent[anchor][0]:.3f} vs {ent[free][0]:.3f} (warm start {np.mean(warm_entropy):.3f})")
-    if kl[free][0] < MIN_DRIFT:  # the unanchored policy barely moved: no drift for an anchor to hold back
-        close = f"inconclusive: without the anchor the policy moved only {kl[free][0]:.3g} nats from its start; {tail}"
-    elif d_kl < -2 * se_kl and d_ent >= -2 * se_ent:
-        close = f"holds: {tail}"
-    elif d_kl > 2 * se_kl:
-        close = f"contradicted: the anchored policy drifted further; {tail}"
-    else:
-        close = (f"inconclusive: the KLs differ by {d_kl:+.3g}, within two standard errors ({2 * se_kl:.3g}), or the "
-                 f"anchored entropy fell more; {tail}")
-    n = setup.eval_tasks * setup.seeds
-    base = float(np.mean(warm))
-    se = float(np.sqrt(max(base * (1 - base), 1 / n) / n))
-    success = {b: float(np.mean(a["success"])) for b, a in arms.items()}
-    s_tail = f"success {success[anchor]:.3f} (beta {anchor:g}) vs {success[free]:.3f} (beta 0), warm start {base:.3f}"
-    if max(abs(v - base) for v in success.values()) <= 2 * se:
-        kept = (f"inconclusive: no arm's success moved off the warm start by more than two standard errors "
-                f"({2 * se:.3f}); {s_tail}")
-    elif success[anchor] >= success[free] - 2 * np.sqrt(2) * se:
-        kept = f"holds: {s_tail}"
-    else:
-        kept = f"contradicted: {s_tail}"
+def recorded(setup, warm, warm_entropy, arms) -> dict:
     curves = {f"{b:g}": {k: [float(np.mean([rs[i].get(k, np.nan) for rs in a["rows"]]))
                              for i in range(min(len(rs) for rs in a["rows"]))] for k in ("entropy", "kl", "reward")}
               for b, a in arms.items()}
-    return {"claims": {CLAIMS[0]: close, CLAIMS[1]: kept},
-            "verdict": f"closer to start: {close.split(':')[0]}; success kept: {kept.split(':')[0]}",
-            "warm_start_success": base, "warm_start_entropy": float(np.mean(warm_entropy)),
+    return {"warm_start_success": float(np.mean(warm)), "warm_start_entropy": float(np.mean(warm_entropy)),
             "final_success": {f"{b:g}": a["success"] for b, a in arms.items()},
-            "kl_to_start": {f"{b:g}": kl[b] for b in BETAS}, "entropy": {f"{b:g}": ent[b] for b in BETAS},
-            "training_curves": curves, "standard_error": se, "betas": list(BETAS), "setup": dataclasses.asdict(setup)}
+            "kl_to_start": {f"{b:g}": common.mean_se(a["kl"]) for b, a in arms.items()},
+            "kl_to_start_per_seed": {f"{b:g}": a["kl_per_seed"] for b, a in arms.items()},
+            "entropy": {f"{b:g}": common.mean_se(a["entropy"]) for b, a in arms.items()},
+            "training_curves": curves, "betas": list(BETAS), "setup": dataclasses.asdict(setup),
+            "training": common.training({f"beta={b:g}": a["rows"] for b, a in arms.items()})}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring); a summary without per-seed KLs (one seed)
+    uses the pooled mean, which is that seed's."""
+    betas = [f"{b:g}" for b in L["betas"]]
+    free, anchored = betas[0], betas[-1]
+    curve = lambda b: None if "training" in L else [L["training_curves"][b]["reward"]]  # noqa: E731
+    signals = {b: common.learned(f"beta={b}", L, L["warm_start_success"], L["final_success"][b], "training reward",
+                                 curve=curve(b)) for b in betas}
+    kl = L.get("kl_to_start_per_seed") or {b: [v[0] for v in [L["kl_to_start"][b]]] for b in betas}
+    drift = {"arm": f"beta={free}", "test": f"KL to pi_0 >= {MIN_DRIFT:g} nats per token", "kl": float(np.mean(kl[free])),
+             "moved": float(np.mean(kl[free])) >= MIN_DRIFT,
+             "what": f"beta={free}: KL to pi_0 {np.mean(kl[free]):.3g} nats, below {MIN_DRIFT:g} (no drift to hold back)"}
+    claims = [C.judge(CLAIMS[0], C.difference(kl[anchored], kl[free], higher_is_better=False), [*signals[free], drift], quick=quick),
+              C.judge(CLAIMS[1], C.difference(L["final_success"][anchored], L["final_success"][free], margin=common.NON_INFERIOR),
+                      [s for ss in signals.values() for s in ss], quick=quick)]
+    return claims, {f"beta={b}": C.arm(L["setup"]["steps"], L["setup"]["seeds"], *signals[b]) for b in betas}
 
 
 def plot(path: Path, arms) -> None:
@@ -176,12 +168,9 @@ def report(setup, summary, quick: bool) -> list[str]:
         kl, ent = summary["kl_to_start"][b], summary["entropy"][b]
         lines.append(f"| beta {b} | {', '.join(f'{v:.3f}' for v in summary['final_success'][b])} | "
                      f"{kl[0]:.3g} ± {kl[1]:.2g} | {ent[0]:.3f} ± {ent[1]:.3f} |")
-    lines += ["", "![entropy over training](canopy.png)", ""]
-    lines += [f"- **{claim}**: {verdict}" for claim, verdict in summary["claims"].items()]
-    lines += ["", f"**Verdict**: {summary['verdict']}.", "",
+    lines += ["", "![entropy over training](canopy.png)", "", "## Verdict", "", *common.verdict_lines(summary), "",
               "Differences from the paper: a 2-layer byte-level agent on synthetic 2-hop search instead of LLM "
               f"agents on real tool tasks; G={setup.num_generations} episodes of one task per step; KL and entropy "
               "are measured at the end on one "
-              "sampled episode per held-out task (± standard errors over episodes and seeds); the success standard "
-              "error is binomial."]
+              "sampled episode per held-out task (± standard errors over episodes and seeds)."]
     return lines

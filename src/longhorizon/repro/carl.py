@@ -8,18 +8,16 @@ larger gradient steps). Seeds are vmapped in one program. After training, each s
 ``eval_episodes`` fresh episodes; we report the mean route completion ``RC = s_end / L`` and the infraction rate
 (share of episodes ended by a collision, a red light or leaving the road).
 
-Claim rule (:func:`decide`), per reward, from the seeds' mean +- SE of RC at the smallest and largest ``B``:
-the drop ``D = RC(B_min) - RC(B_max)`` with ``SE_D = sqrt(SE_min^2 + SE_max^2)`` is *significant* when
-``D > 2 SE_D``. "The shaped reward degrades" holds when its drop is significant, is contradicted when
-``D <= 0`` and is inconclusive otherwise (or when shaped never learned, ``RC(B_min) < LEARNED``). "CaRL's reward
-does not degrade" holds when its drop is not significant and it learned (``min_B RC >= LEARNED``), is
-contradicted when the drop is significant and inconclusive otherwise.
+Claim rules (:func:`judge`), per reward, on each seed's route completion against log2 of the minibatch size: a
+fitted slope with its Student-t 95% interval over seeds (>= 3). "The shaped reward degrades" holds when the
+slope's interval lies below 0; "CaRL's reward does not degrade" holds when it lies above 0 and is contradicted when
+it lies below. A reward whose policy never learned to drive (route completion below ``LEARNED`` at the smallest
+minibatch) gives ``no signal``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from pathlib import Path
 
@@ -27,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.repro.report import mean_se, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines, write
 
 LEARNED = 0.2  # route completion a policy must reach to count as having learned to drive at all
 CLAIM_SHAPED = "PPO on the summed shaped reward degrades as the minibatch grows (equal samples)"
@@ -75,34 +74,17 @@ class Setup:
 QUICK = Setup(minibatch_sizes=(256, 1024), num_envs=32, num_steps=64, updates=4, eval_episodes=16)
 
 
-def drop(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
-    """``(D, SE_D)``: RC at the smallest minus RC at the largest minibatch, and its standard error."""
-    return small[0] - large[0], math.hypot(small[1], large[1])
-
-
-def decide(rc: dict[str, list[tuple[float, float]]]) -> dict[str, str]:
-    """The claims from ``rc[reward] = [(mean, se) per minibatch size, smallest first]`` (module docstring)."""
-    claims = {}
-    d, se = drop(rc["shaped"][0], rc["shaped"][-1])
-    note = f"RC drop {d:+.3f} +- {se:.3f} from the smallest to the largest minibatch"
-    if rc["shaped"][0][0] < LEARNED:
-        claims[CLAIM_SHAPED] = f"inconclusive (shaped never learned: RC {rc['shaped'][0][0]:.3f} < {LEARNED}; {note})"
-    elif d > 2 * se:
-        claims[CLAIM_SHAPED] = f"holds ({note}, beyond 2 SE)"
-    elif d <= 0:
-        claims[CLAIM_SHAPED] = f"contradicted ({note})"
-    else:
-        claims[CLAIM_SHAPED] = f"inconclusive ({note}, within 2 SE)"
-    d, se = drop(rc["carl"][0], rc["carl"][-1])
-    note = f"RC drop {d:+.3f} +- {se:.3f} from the smallest to the largest minibatch"
-    worst = min(m for m, _ in rc["carl"])
-    if d > 2 * se:
-        claims[CLAIM_CARL] = f"contradicted ({note}, beyond 2 SE)"
-    elif worst >= LEARNED:
-        claims[CLAIM_CARL] = f"holds ({note}, within 2 SE; RC >= {worst:.3f} at every size)"
-    else:
-        claims[CLAIM_CARL] = f"inconclusive ({note}, but RC {worst:.3f} < {LEARNED} somewhere: too little learning)"
-    return claims
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded per-seed route completion (``runs[reward][B]["rc_per_seed"]``)."""
+    setup = L["setup"]
+    sizes = [str(b) for b in setup["minibatch_sizes"]]
+    x = np.log2(setup["minibatch_sizes"])
+    rc = {r: np.array([L["runs"][r][b]["rc_per_seed"] for b in sizes]).T for r in setup["rewards"]}  # [seeds, sizes]
+    drives = {r: {b: C.task_floor(f"{r}, B={b}", rc[r][:, i], LEARNED) for i, b in enumerate(sizes)} for r in rc}
+    claims = [C.judge(CLAIM_SHAPED, C.trend(x, rc["shaped"], direction="decreasing"), [drives["shaped"][sizes[0]]], quick=quick),
+              C.judge(CLAIM_CARL + ": route completion against log2 minibatch, slope not below 0",
+                      C.trend(x, rc["carl"], direction="increasing"), [drives["carl"][sizes[0]]], quick=quick)]
+    return claims, {f"{r}, B={b}": C.arm(setup["updates"], setup["seeds"], drives[r][b]) for r in rc for b in sizes}
 
 
 def eval_program(env, algo, episodes: int):
@@ -189,7 +171,7 @@ def plot(path: Path, setup: Setup, table: dict) -> None:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-    setup = QUICK if quick else Setup()
+    setup, t0 = QUICK if quick else Setup(), time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     print(f"carl: {setup.scale()}")
@@ -197,14 +179,12 @@ def run(out_dir: str, quick: bool = False) -> dict:
     table = {reward: {b: {"rc": mean_se(r["rc_per_seed"]), "infraction": mean_se(r["infraction_per_seed"]),
                           "soft": mean_se(r["soft_rate_per_seed"])} for b, r in rows.items()}
              for reward, rows in raw.items()}
-    claims = decide({reward: [table[reward][str(b)]["rc"] for b in setup.minibatch_sizes] for reward in table})
-    held = [c for c, v in claims.items() if v.startswith("holds")]
-    verdict = (f"{len(held)} of 2 claims hold at this scale ({setup.batch * setup.updates:,} samples per seed); "
-               "see the claims for the measured drops.")
     plot(out / "carl.png", setup, table)
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
-               "table": table, "runs": raw}
+    recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "table": table, "runs": raw})
+    claims, arms = judge(recorded, quick)
     command = "longhorizon repro carl" + (" --quick" if quick else "")
+    summary = C.summary(paper="CaRL", claims=claims, arms=arms, scale=setup.scale(), quick=quick, command=command,
+                        wall_seconds=time.perf_counter() - t0, **recorded)
     lines = ["# CaRL: simple rewards at large minibatches", "",
              "Claim (Jaeger et al. 2025): PPO with a summed shaped reward degrades as the minibatch grows, while "
              "CaRL's simple reward (route-completion gain times soft-infraction factors, hard infractions terminate) "
@@ -218,7 +198,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
                          f"{row['infraction'][0]:.3f} +- {row['infraction'][1]:.3f} | "
                          f"{row['soft'][0]:.3f} +- {row['soft'][1]:.3f} |")
     lines += ["", "(mean +- SE over seeds.)", "", "![route completion and infractions](carl.png)", "", "## Verdict", "",
-              verdict, ""] + [f"- {c}: **{v}**" for c, v in claims.items()] + [
+              *verdict_lines(summary), "", "Rules: `longhorizon.repro.carl.judge` (module docstring)."] + [
               "", "At equal samples the largest minibatches take few gradient steps; with this small budget a "
               "drop can come from under-training rather than from the reward, so the budget limits the conclusion.",
               "", "Wall time on the shared 2-core machine: --quick about 7 min (compilation, about 1 min per run, "

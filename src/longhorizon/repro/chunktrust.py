@@ -27,8 +27,10 @@ import numpy as np
 
 from longhorizon.control import chunk_policy, chunktrust, push_place
 from longhorizon.offline import flows
-from longhorizon.repro.report import mean_se, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines, write_run
 
+PAPER = "ChunkTrust"
 TOLERANCE = 0.02  # success-rate differences below max(2 SE, this) are ties (one episode in 50)
 
 
@@ -58,13 +60,14 @@ def setting_label(latency: int, max_steps: int) -> str:
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
-    setup = setup or (QUICK if quick else Setup())
+    setup, t0 = setup or (QUICK if quick else Setup()), time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = measure(setup)
-    summary = summarise(results, setup, quick)
+    curve = results.pop("loss_curve")
+    summary = summarise(results, setup, quick, time.time() - t0)
     plot(out / "horizons.png", results)
-    write(out, summary, [readme(summary, setup, quick)])
+    write_run(out, summary, [readme(summary, setup, quick)], {"chunk policy (flow BC)": curve})
     return summary
 
 
@@ -96,7 +99,10 @@ def measure(setup: Setup) -> dict[str, Any]:
         settings[setting_label(latency, max_steps)] = {"latency": latency, "max_steps": max_steps, "per_arm": per_arm,
                                                        "trace": trace}
     losses = np.asarray(losses)
-    return {"settings": settings, "demo_success": demo_success, "train_samples": int(len(data["actions"])),
+    every = max(1, losses.shape[1] // 100)
+    curve = [{"update": j + 1, "seed": i, "loss": float(losses[i, j])} for i in range(len(losses))
+             for j in range(0, losses.shape[1], every)]
+    return {"loss_curve": curve, "settings": settings, "demo_success": demo_success, "train_samples": int(len(data["actions"])),
             "loss_first": float(losses[:, :50].mean()), "loss_last": float(losses[:, -200:].mean()),
             "train_seconds": train_s, "total_seconds": time.time() - start}
 
@@ -112,72 +118,55 @@ def arm_metrics(r: chunktrust.Rollouts) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- claims
-def success_claim(per_arm: dict) -> str:
-    """Adaptive minus the best fixed arm's success, per seed: holds above max(2 SE, tolerance), contradicted
-    below minus that, else a tie (inconclusive)."""
-    adaptive = np.array([m["success"] for m in per_arm["ChunkTrust (adaptive)"]])
-    fixed = {k: np.array([m["success"] for m in v]) for k, v in per_arm.items() if k.startswith("fixed")}
-    best = max(fixed, key=lambda k: fixed[k].mean())
-    diff, se = mean_se(adaptive - fixed[best])
-    margin = max(2 * se, TOLERANCE)
-    text = f"adaptive {adaptive.mean():.3f} vs best fixed ({best}) {fixed[best].mean():.3f}, diff {diff:+.3f} +- {se:.3f}"
-    return ("holds" if diff > margin else "contradicted" if diff < -margin else "inconclusive") + f" ({text})"
+CLAIMS = ("the adaptive horizon succeeds more often than every fixed horizon",
+          "the adaptive horizon replans less than every fixed horizon that is as successful",
+          "the chosen horizon is long in free motion and short right after a perturbation")
+ADAPTIVE = "ChunkTrust (adaptive)"
+REPLAN_FLOOR = 0.5  # replans of failing episodes say little: the replan claim needs an adaptive success >= this
 
 
-def replan_claim(per_arm: dict) -> str:
-    """If the adaptive arm is as successful as the best fixed arm (within the tie margin), does it replan less
-    than every fixed arm that is as successful (than the best fixed arm if it beats them all)? Less successful than the best fixed arm, or an adaptive
-    success under 0.5 (replans of failing episodes say little): inconclusive."""
-    adaptive = per_arm["ChunkTrust (adaptive)"]
-    success = np.mean([m["success"] for m in adaptive])
-    replans = np.mean([m["replans"] for m in adaptive])
-    fixed = {k: (np.mean([m["success"] for m in v]), np.mean([m["replans"] for m in v]))
-             for k, v in per_arm.items() if k.startswith("fixed")}
-    best = max(s for s, _ in fixed.values())
-    if success < 0.5 or success < best - TOLERANCE:
-        return f"inconclusive (adaptive success {success:.3f} is under 0.5 or under the best fixed {best:.3f})"
-    matching = {k: r for k, (s, r) in fixed.items() if s >= success - TOLERANCE}
-    matching = matching or {k: r for k, (s, r) in fixed.items() if s == best}  # more successful than all: vs the best
-    fewest = min(matching, key=matching.get)
-    text = f"adaptive {replans:.1f} replans/episode vs {fewest} {matching[fewest]:.1f} (fewest among equally successful fixed)"
-    return ("holds" if replans < matching[fewest] else "contradicted") + f" ({text})"
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` per setting from the recorded per-seed numbers (``settings``), paired over training seeds:
+    success against the best fixed arm (by mean); replans against the fixed arm with the fewest replans among those as
+    successful as the adaptive one (within 0.02 by mean; the best fixed arm if none is); the chosen horizon in free
+    reaching against right after the nudge. The policy must have learned (its flow BC loss fell) and, for the replan
+    claim, the adaptive arm must do the task."""
+    bc = C.arm_signal("chunk policy (flow BC)", eval_start=L["loss_first"], eval_end=L["loss_last"], higher_is_better=False,
+                      what="flow BC loss")
+    claims, arms, seeds = [], {"chunk policy (flow BC)": C.arm(L["setup"]["updates"], L["setup"]["seeds"], bc)}, L["setup"]["seeds"]
+    for label, setting in L["settings"].items():
+        per = {a: {k: [m[k] for m in ms] for k in ("success", "replans")} for a, ms in setting["per_arm"].items()}
+        fixed = {a: v for a, v in per.items() if a.startswith("fixed")}
+        best = max(fixed, key=lambda a: np.mean(fixed[a]["success"]))
+        ours = per[ADAPTIVE]
+        claims.append(C.judge(f"{CLAIMS[0]} [{label}]", C.difference(ours["success"], fixed[best]["success"]), [bc], quick=quick))
+        same = {a: v for a, v in fixed.items() if np.mean(v["success"]) >= np.mean(ours["success"]) - TOLERANCE} or {best: fixed[best]}
+        fewest = min(same, key=lambda a: np.mean(same[a]["replans"]))
+        task = C.task_floor(f"{ADAPTIVE} [{label}]", ours["success"], REPLAN_FLOOR)
+        replans = C.difference(ours["replans"], fixed[fewest]["replans"], higher_is_better=False)
+        replans.evidence["against"] = fewest
+        if np.mean(ours["success"]) < np.mean(fixed[best]["success"]) - TOLERANCE:
+            replans = C.undecidable(f"the adaptive arm is less successful than {best}: no equally successful arm to compare")
+        claims.append(C.judge(f"{CLAIMS[1]} [{label}]", replans, [bc, task], quick=quick))
+        pairs = [(m["horizon_by_phase"]["reach"], m["horizon_by_phase"]["re-reach"]) for m in setting["per_arm"][ADAPTIVE]]
+        pairs = [p for p in pairs if None not in p]
+        phase = (C.difference(*zip(*pairs)) if pairs else C.undecidable("no re-reach steps observed"))
+        claims.append(C.judge(f"{CLAIMS[2]} [{label}]", phase, [bc], quick=quick))
+        arms[f"{ADAPTIVE} [{label}]"] = C.arm(None, seeds, task)
+    return claims, arms
 
 
-def phase_claim(per_arm: dict) -> str:
-    """Mean chosen horizon in free reaching against right after the nudge (re-reach), per seed: holds if
-    longer in reach for every seed, contradicted if not longer for any."""
-    pairs = [(m["horizon_by_phase"]["reach"], m["horizon_by_phase"]["re-reach"]) for m in per_arm["ChunkTrust (adaptive)"]]
-    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-    if not pairs:
-        return "inconclusive (no re-reach steps observed)"
-    longer = [a > b for a, b in pairs]
-    text = ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in pairs)
-    return ("holds" if all(longer) else "contradicted" if not any(longer) else "inconclusive") + \
-        f" (mean horizon reach vs re-reach per seed: {text})"
-
-
-CLAIMS = {
-    "the adaptive horizon succeeds more often than every fixed horizon": success_claim,
-    "the adaptive horizon replans less than every fixed horizon that is as successful": replan_claim,
-    "the chosen horizon is long in free motion and short right after a perturbation": phase_claim,
-}
-
-
-def summarise(results: dict, setup: Setup, quick: bool) -> dict[str, Any]:
-    claims, verdicts, tables = {}, [], {}
-    for label, setting in results["settings"].items():
-        found = {claim: rule(setting["per_arm"]) for claim, rule in CLAIMS.items()}
-        claims |= {f"{claim} [{label}]": v for claim, v in found.items()}
-        first = [v.split()[0] for v in found.values()]
-        verdicts.append(f"{label}: success {first[0]}, replans {first[1]}, phase-dependent horizon {first[2]}")
-        tables[label] = {name: {"success": mean_se([m["success"] for m in ms]),
-                                "replans": mean_se([m["replans"] for m in ms]),
-                                "horizon_by_phase": {p: mean_or_none([m["horizon_by_phase"][p] for m in ms])
-                                                     for p in push_place.PHASES}}
-                         for name, ms in setting["per_arm"].items()}
-    return {"claims": claims, "verdict": "chunktrust at this scale: " + "; ".join(verdicts) + ".", "quick": quick,
-            "setup": dataclasses.asdict(setup), "selector": dataclasses.asdict(chunktrust.ChunkTrustConfig()),
-            "task": dataclasses.asdict(push_place.PushPlaceConfig()), "tables": tables, **results}
+def summarise(results: dict, setup: Setup, quick: bool, wall_seconds: float | None = None) -> dict[str, Any]:
+    tables = {label: {name: {"success": mean_se([m["success"] for m in ms]), "replans": mean_se([m["replans"] for m in ms]),
+                             "horizon_by_phase": {p: mean_or_none([m["horizon_by_phase"][p] for m in ms]) for p in push_place.PHASES}}
+                      for name, ms in setting["per_arm"].items()} for label, setting in results["settings"].items()}
+    recorded = {"setup": dataclasses.asdict(setup), "selector": dataclasses.asdict(chunktrust.ChunkTrustConfig()),
+                "task": dataclasses.asdict(push_place.PushPlaceConfig()), "tables": tables, **results}
+    claims, arms = judge(recorded, quick)
+    scale = (f"2-D reach-push-place, {setup.demos} demos, flow chunk policy {setup.hidden} x {setup.updates} updates, "
+             f"{setup.seeds} training seeds, {setup.episodes} held-out episodes per arm and seed")
+    return C.summary(paper=PAPER, claims=claims, arms=arms, scale=scale, quick=quick,
+                     command="longhorizon repro chunktrust" + (" --quick" if quick else ""), wall_seconds=wall_seconds, **recorded)
 
 
 def mean_or_none(values):
@@ -237,7 +226,6 @@ def readme(summary: dict, setup: Setup, quick: bool) -> str:
                             for p in push_place.PHASES)
             rows.append(f"| {name} | {fmt(t['success'])} | {t['replans'][0]:.1f} | {hz} |")
         rows.append("")
-    claims = [f"- **{c}**: {v}" for c, v in summary["claims"].items()]
     command = "longhorizon repro chunktrust" + (" --quick" if quick else "")
     lines = [
         "# ChunkTrust: adaptive execution horizons for an action-chunk policy", "",
@@ -266,8 +254,8 @@ def readme(summary: dict, setup: Setup, quick: bool) -> str:
         f"(last 200). Wall time {summary['total_seconds']:.0f} s (training {summary['train_seconds']:.0f} s) on a "
         "shared 2-core CPU.", "",
         "![success vs replans; horizon over phases](horizons.png)", "",
-        "## Verdict", "", summary["verdict"], "", *claims, "",
-        "Claims are decided by the rules in `longhorizon.repro.chunktrust` (success differences below max(2 SE, 0.02) "
-        "are ties).", "",
+        "## Verdict", "", *verdict_lines(summary), "",
+        "Claims are judged by `longhorizon.repro.chunktrust.judge` (paired Student-t 95% intervals over training seeds, "
+        ">= 3 seeds; each claim's rule and numbers are in `summary.json`).", "",
         "Produced by:", "", "```bash", command, "```", ""]
     return "\n".join(lines)

@@ -31,6 +31,7 @@ QUICK = "quick run: not judged"
 LEVEL = 0.95  # every interval is a two-sided 95% interval
 MIN_SEEDS = 3  # holds / contradicted need at least this many seeds
 EPS = 1e-9  # "above" in the signal tests means by more than rounding (a mean of equal floats can differ by 1 ulp)
+TASK_FLOOR = 0.1  # the default task floor: agents succeeding in under 10% of held-out tasks do not do the task
 SCHEMA_KEYS = ("paper", "claims", "arms", "scale", "quick", "command", "commit", "wall_seconds")
 
 
@@ -165,6 +166,23 @@ def trend(x, y_per_seed, *, direction: str = "increasing", margin: float = 0.0) 
                                      "margin": margin, "seeds": seeds, "reason": reason})
 
 
+def bootstrap_interval(low: float, high: float, bound: float, *, below: bool, seeds: int, how: str) -> Claim:
+    """A trend whose 95% interval the run computed by a bootstrap over seeds (``how`` says of what), against
+    ``bound``: the claim is that the slope lies below (``below``) or above it. Holds if the interval lies on the
+    claim's side, contradicted if wholly on the other; fewer than 3 seeds (or no interval) is inconclusive."""
+    if seeds < MIN_SEEDS or not (np.isfinite(low) and np.isfinite(high)):
+        verdict = INCONCLUSIVE
+    elif (high < bound) if below else (low > bound):
+        verdict = HOLDS
+    elif (low > bound) if below else (high < bound):
+        verdict = CONTRADICTED
+    else:
+        verdict = INCONCLUSIVE
+    rule = (f"trend: {how}, 95% bootstrap interval over seeds (recorded by the run); holds if it lies "
+            f"{'below' if below else 'above'} {bound:g}, contradicted if wholly on the other side; >= {MIN_SEEDS} seeds")
+    return Claim("", verdict, rule, {"interval": [low, high], "bound": bound, "seeds": seeds})
+
+
 def agreement(value, reference, tolerance: float, side: str = "both") -> Claim:
     """A numerical-agreement claim on computed (not sampled) numbers, with the tolerance stated before the run
     (in the reproduction's code), never fitted to the result. ``both``: holds if ``max |value - reference| <=
@@ -248,6 +266,44 @@ def judge(claim: str, ruling: Claim, depends_on=(), quick: bool = False) -> Clai
         evidence.update(did_not_move=stalled, rule_verdict=ruling.verdict)
         return Claim(claim, NO_SIGNAL, ruling.rule, evidence)
     return Claim(claim, ruling.verdict, ruling.rule, evidence)
+
+
+def combine(parts: dict, what: str, unanimous: bool = False) -> Claim:
+    """A claim "at every X": holds if every part holds, contradicted if any part is contradicted (``unanimous``:
+    only if every part is, the rule a run stated before it ran), else inconclusive."""
+    verdicts = [p.verdict for p in parts.values()]
+    against = all(v == CONTRADICTED for v in verdicts) if unanimous else CONTRADICTED in verdicts
+    verdict = CONTRADICTED if against else HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+    seeds = [p.evidence["seeds"] for p in parts.values() if "seeds" in p.evidence]
+    rule = (f"at every {what}: holds if every part holds, contradicted if {'every' if unanimous else 'any'} part is; "
+            f"each part: {next(iter(parts.values())).rule}")
+    return Claim("", verdict, rule, {"reason": "; ".join(f"{k}: {p.verdict}" for k, p in parts.items()),
+                                     "parts": {k: {"verdict": p.verdict, **p.evidence} for k, p in parts.items()},
+                                     **({"seeds": min(seeds)} if seeds else {})})
+
+
+def undecidable(reason: str, **evidence) -> Claim:
+    """A claim no rule can decide from the numbers at hand (say, no per-seed numbers): inconclusive, with why."""
+    return Claim("", INCONCLUSIVE, "not decidable from the recorded numbers", {"reason": reason, **evidence})
+
+
+def arm(steps, seeds, *signals) -> dict:
+    """One entry of a summary's ``arms``: its steps (or None), seeds and signal (several signals: all must move)."""
+    signal = signals[0] if len(signals) == 1 else {"tests": list(signals), "moved": all(s["moved"] for s in signals)}
+    return {"steps": None if steps is None else int(steps), "seeds": int(seeds), "signal": signal}
+
+
+def not_applied(arm_name: str, why: str) -> dict:
+    """The signal of an arm no movement test applies to (an exact computation, an offline-trained arm), with why."""
+    return {"arm": arm_name, "test": "not applied", "moved": True, "note": why}
+
+
+def as_recorded(value):
+    """``value`` as a summary records it (plain JSON: numbers, lists, string keys), so a rule applied during a run
+    sees exactly what a later re-judging of the written summary sees."""
+    import json
+
+    return json.loads(json.dumps(_plain(value)))
 
 
 def commit() -> str:

@@ -78,6 +78,8 @@ REPROS = {
                    "choosing how much of an action chunk to execute from the sampler's trace beats any fixed horizon"),
     "mad-pinn": ("longhorizon.repro.mad_pinn",
                  "a PINN value for the epigraph HJB-VI, deployed decentralised, keeps many agents safe at low cost"),
+    "pqn": ("longhorizon.repro.pqn",
+            "LayerNorm + l2 keeps off-policy TD bounded on Baird's counterexample; PQN vs DQN on MinAtar in wall time"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }
@@ -137,4 +139,6 @@ def register(app: typer.Typer) -> None:
 
         setup_compilation_cache()  # reruns (the quick mode, a second seed set) skip recompiling
         result = module.run(str(folder), quick=quick)
-        print(result.get("verdict", result) if isinstance(result, dict) else result)
+        for entry in (result.get("claims", []) if isinstance(result, dict) else []):  # the claims schema
+            print(f"{entry['verdict']}: {entry['claim']}")
+        print(f"results: {folder}")

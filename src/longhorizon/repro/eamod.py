@@ -24,7 +24,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from longhorizon.repro.report import mean_se, plot_curves, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write
 from longhorizon.structured import amod
 from longhorizon.structured import amod_policy as ap
 
@@ -115,36 +116,31 @@ def table(measured: dict) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def claims(measured: dict) -> dict[str, str]:
-    """Each claim decided from the measured values: ``holds`` when the mean clears the target by 2 SE (over
-    training seeds), ``contradicted`` when it misses by 2 SE, else ``inconclusive``; the speed-up ``holds`` when
-    every held-out day's ratio clears the target, ``contradicted`` when none does (timings on a shared machine
-    are noisy)."""
-    seeds, heur = measured["seeds"], measured["heuristics"]
-    out = {}
-
-    def verdict(mean, se, target):
-        return "holds" if mean - 2 * se > target else "contradicted" if mean + 2 * se < target else "inconclusive"
-
-    share = [100 * np.mean(np.array(s["A"]["profit"]) / np.array(heur["A"]["optimum"])) for s in seeds]
-    m, se = mean_se(share)
-    out[f"graph RL reaches >= {TARGET_FRACTION:.0%} of the full-information LP optimum (paper: up to 89%)"] = (
-        f"{verdict(m, se, 100 * TARGET_FRACTION)} ({m:.1f}% +- {se:.1f} SE over {len(seeds)} seeds)")
-    for city, text in (("A", "graph RL earns more than the best heuristic (no rebalancing, equal distribution)"),
-                       ("B", "the policy trained on city A beats the best heuristic on city B without retraining")):
-        best = max(("no rebalancing", "equal distribution"), key=lambda n: np.mean(heur[city][n]))
-        gaps = [np.mean(s[city]["profit"]) - np.mean(heur[city][best]) for s in seeds]
-        m, se = mean_se(gaps)
-        out[text] = f"{verdict(m, se, 0.0)} (profit difference vs {best} {m:+.1f} +- {se:.1f} SE per day)"
-    # speed: one ratio per held-out day (its horizon LP over the median decision); the spread decides
-    rl_step = np.median([s["A"]["seconds_forward"] + s["A"]["seconds_rebalance"] for s in seeds])
-    ratios = np.array(heur["A"]["optimum_seconds"]) / rl_step
-    speed = "holds" if ratios.min() > TARGET_SPEEDUP else "contradicted" if ratios.max() < TARGET_SPEEDUP else "inconclusive"
-    out[f"a graph-RL decision is > {TARGET_SPEEDUP:.0f}x faster than solving the horizon LP"] = (
-        f"{speed} ({np.median(ratios):.1f}x, {ratios.min():.1f}..{ratios.max():.1f}x over days: {1e3 * rl_step:.1f} ms "
-        f"per step (forward + rebalancing LP) vs {1e3 * np.median(heur['A']['optimum_seconds']):.1f} ms for the "
-        f"{heur['A']['optimum_variables']}-variable horizon LP)")
-    return out
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded measurements (``measured``: per seed its training curve and held-out
+    profits; the heuristics' and the LP's per day), Student-t 95% intervals over training seeds (>= 3). The graph RL
+    policy must have learned (its training return rose), else ``no signal``; the speed-up is a timing, judged
+    whatever the policy learned."""
+    m, cfg = L["measured"], L["setup"]["config"]
+    seeds, heur = m["seeds"], m["heuristics"]
+    curve = np.array([s["curve"] for s in seeds])
+    rl = C.arm_signal("graph RL", curve, what="training return")
+    profit = {c: np.array([np.mean(s[c]["profit"]) for s in seeds]) for c in ("A", "B")}
+    optimum = float(np.mean(heur["A"]["optimum"]))
+    lp_seconds = float(np.median(heur["A"]["optimum_seconds"]))
+    speedup = np.array([lp_seconds / (s["A"]["seconds_rebalance"] + s["A"]["seconds_forward"]) for s in seeds])
+    best = {c: max(("no rebalancing", "equal distribution"), key=lambda h: np.mean(heur[c][h])) for c in ("A", "B")}
+    claims = [
+        C.judge(f"graph RL reaches >= {TARGET_FRACTION:.0%} of the full-information LP optimum (paper: up to 89%)",
+                C.difference(100.0 * profit["A"] / optimum, 100.0 * TARGET_FRACTION), [rl], quick=quick),
+        C.judge(f"graph RL earns more than the best heuristic ({best['A']})",
+                C.difference(profit["A"], float(np.mean(heur["A"][best["A"]]))), [rl], quick=quick),
+        C.judge(f"the policy trained on city A beats the best heuristic ({best['B']}) on city B without retraining",
+                C.difference(profit["B"], float(np.mean(heur["B"][best["B"]]))), [rl], quick=quick),
+        C.judge(f"a graph-RL decision is > {TARGET_SPEEDUP:.0f}x faster than solving the horizon LP (median LP time over the days)",
+                C.difference(speedup, TARGET_SPEEDUP), quick=quick),
+    ]
+    return claims, {"graph RL": C.arm(cfg["updates"], len(seeds), rl)}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:
@@ -153,16 +149,21 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     measured = measure(setup)
-    rows, decided = table(measured), claims(measured)
-    held = {v.split()[0] for v in decided.values()}
-    verdict = ("eamod: " + ("holds" if held == {"holds"} else "contradicted" if held == {"contradicted"} else "mixed")
-               + " at this scale; " + "; ".join(f"{k}: {v}" for k, v in decided.items()))
     host = measured["seeds"][0]["host_seconds"]
-    summary = {"claims": decided, "verdict": verdict, "quick": quick, "table": rows, "measured": measured,
-               "setup": {"city_a": dataclasses.asdict(setup.city_a), "city_b": dataclasses.asdict(setup.city_b),
-                         "config": dataclasses.asdict(setup.config), "seeds": setup.seeds, "eval_days": setup.eval_days},
-               "lp_share_of_training": host["lp"] / sum(host.values()), "seconds": time.perf_counter() - start}
+    recorded = C.as_recorded(
+        {"table": table(measured), "measured": measured,
+         "setup": {"city_a": dataclasses.asdict(setup.city_a), "city_b": dataclasses.asdict(setup.city_b),
+                   "config": dataclasses.asdict(setup.config), "seeds": setup.seeds, "eval_days": setup.eval_days},
+         "lp_share_of_training": host["lp"] / sum(host.values())})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="E-AMoD", claims=claims, arms=arms, quick=quick, wall_seconds=time.perf_counter() - start,
+                        scale=f"two small cities ({setup.city_a.regions} and {setup.city_b.regions} regions), "
+                              f"{setup.config.updates} updates x {setup.config.episodes} episodes, {setup.seeds} seeds, "
+                              f"{setup.eval_days} evaluation days",
+                        command="longhorizon repro eamod" + (" --quick" if quick else ""), **recorded)
     curves = np.array([s["curve"] for s in measured["seeds"]])
+    C.write_curve(out, "graph RL", [{"update": i + 1, "seed": k, "train_return": v} for k, row in enumerate(curves)
+                                    for i, v in enumerate(row)])
     xs = (np.arange(curves.shape[1]) + 1) * setup.config.episodes
     opt = np.mean(measured["heuristics"]["A"]["optimum"])
     plot_curves(out / "eamod.png", {"graph RL (A2C, sampled)": (xs, curves.mean(0), curves.std(0) / np.sqrt(len(curves))),
@@ -192,8 +193,7 @@ def report(summary: dict, setup: Setup) -> list[str]:
             lines.append(f"| {city} | {name} | {p:.1f} +- {pse:.1f} | {s:.1f} +- {sse:.1f} |")
     lines += ["", "SE: over training seeds for graph RL, over held-out days otherwise. "
               f"LP share of the host training time: {summary['lp_share_of_training']:.0%}.", "",
-              "![training curve](eamod.png)", "", "## Verdict", "", summary["verdict"], ""]
-    lines += [f"- {k}: {v}" for k, v in summary["claims"].items()]
-    lines += ["", "Command: `longhorizon repro eamod" + (" --quick`" if summary["quick"] else "`"),
-              f"({summary['seconds']:.0f} s on this machine)."]
+              "![training curve](eamod.png)", "", "## Verdict", "", *verdict_lines(summary)]
+    lines += ["", "Rules: `longhorizon.repro.eamod.judge` (each claim's rule and numbers are in `summary.json`).", "",
+              f"Command: `{summary['command']}` ({summary['wall_seconds']:.0f} s on this machine)."]
     return lines

@@ -43,6 +43,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from longhorizon.errors import UsageError
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines
 
 SUCCESS_TOLERANCE = 1e-4  # BRIDGE's reward precision: a return this close to the optimum is optimal
 ALGOS = ("ppo", "pqn", "sqirl")
@@ -345,12 +347,19 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
                   f"(compile {result['compile_seconds']:.0f} s, run {result['wall_seconds']:.0f} s, "
                   f"{time.perf_counter() - t_start:.0f} s in all)", flush=True)
         rows.append(row)
-    summary = summarise(rows, setup)
-    summary["wall_s"] = time.perf_counter() - t_start
-    # Compute of the whole study, also when finished runs were reused: every run's wall time plus the analyses.
-    summary["compute_s"] = sum(r["sample_complexity"][a]["run_seconds"] for r in rows for a in setup.algos) + sum(
-        rep.get("analysis_seconds", 0.0) for *_, rep in envs)
-    write_json_atomic(root / "table.json", {"rows": rows})
+    table = C.as_recorded({"rows": rows})  # as recorded, as a re-judging reads it
+    claims, arms = judge(table["rows"], setup.seeds, setup.budget, quick)
+    # compute_s: the whole study's compute, also when finished runs were reused (every run's wall time plus the analyses)
+    summary = C.summary(paper="Effective Horizon / SQIRL", claims=claims, arms=arms, quick=quick,
+                        scale=f"{len(rows)} tabularised MiniGrid / DeepSea environments, budget {setup.budget:,} steps, {setup.seeds} seeds",
+                        command=f"longhorizon repro effective-horizon{' --quick' if quick else ''} --out {root}",
+                        wall_seconds=time.perf_counter() - t_start, **summarise(rows, setup),
+                        compute_s=sum(r["sample_complexity"][a]["run_seconds"] for r in rows for a in setup.algos)
+                        + sum(rep.get("analysis_seconds", 0.0) for *_, rep in envs))
+    for key, c in curves.items():  # each algorithm's greedy evaluation return per seed, on each environment
+        C.write_curve(root, key.replace("/", "_"), [{"step": st, "seed": j, "eval_return": v} for st, per in
+                                                    zip(c["steps"], c["eval_return_per_seed"]) for j, v in enumerate(per or [])])
+    write_json_atomic(root / "table.json", table)
     write_json_atomic(root / "curves.json", curves)
     out.write_summary(summary)
     write_csv(root / "table.csv", rows, setup)
@@ -381,27 +390,6 @@ def summarise(rows: list[dict[str, Any]], setup: Setup) -> dict[str, Any]:
                            "loglog_slope": log_slope([None if not r.get("gorp_bound") else math.log10(r["gorp_bound"])
                                                       for r in rows], [r["sample_complexity"][algo] for r in rows])}
                     for algo in setup.algos}
-    claims = {}
-    fits = [c["tight_or_simple"] for c in correlations.values()]
-    if any(c["rho"] is None for c in fits):
-        claims["sample_complexity_rank_correlates_with_effective_horizon"] = "inconclusive (too few environments or no spread)"
-    else:
-        strong = all(c["rho"] >= 0.5 and c["p_value"] < 0.05 for c in fits)
-        claims["sample_complexity_rank_correlates_with_effective_horizon"] = (
-            ("held" if strong else "did not hold") + " (Spearman rho "
-            + ", ".join(f"{a} {c['tight_or_simple']['rho']:.2f}" for a, c in correlations.items()) + ")")
-    slopes = {a: c["loglog_slope"] for a, c in correlations.items()}
-    if any(sl["slope"] is None or sl["n"] < 4 for sl in slopes.values()):
-        claims["growth_is_roughly_exponential"] = "inconclusive (fewer than 4 environments solved per algorithm)"
-    else:
-        grows = all(sl["slope"] > 0 and sl["pearson_r"] >= 0.5 for sl in slopes.values())
-        in_h = {a: c["log10_slope"] for a, c in correlations.items()}
-        claims["growth_is_roughly_exponential"] = (
-            ("held" if grows else "not shown") + " through GORP's T^2 A^H among solved environments (slope of log10 "
-            "steps on log10 T^2 A^H: "
-            + ", ".join(f"{a} {sl['slope']:.2f} (r {sl['pearson_r']:.2f}, n {sl['n']})" for a, sl in slopes.items())
-            + "; on H alone: " + ", ".join(f"{a} {sl['slope']:.2f}" if sl["slope"] is not None else f"{a} -"
-                                          for a, sl in in_h.items()) + ")")
     agreement = None
     if "sqirl" in setup.algos and len(setup.algos) > 1:
         others = [a for a in setup.algos if a != "sqirl"]
@@ -410,12 +398,44 @@ def summarise(rows: list[dict[str, Any]], setup: Setup) -> dict[str, Any]:
         agreement = {"agree": int(sum(same)), "of": len(rows),
                      "sqirl_only": [r["env"] for r, s in zip(rows, same) if not s and not r["sample_complexity"]["sqirl"]["censored"]],
                      "others_only": [r["env"] for r, s in zip(rows, same) if not s and r["sample_complexity"]["sqirl"]["censored"]]}
-        claims["sqirl_succeeds_where_ppo_pqn_do"] = (
-            ("held" if agreement["agree"] >= 0.75 * len(rows) else "did not hold")
-            + f" (same outcome on {agreement['agree']}/{len(rows)} environments)")
-    verdict = "effective-horizon: " + "; ".join(f"{k}: {v}" for k, v in claims.items())
-    return {"correlations": correlations, "agreement": agreement, "claims": claims, "verdict": verdict,
-            "budget": setup.budget, "seeds": setup.seeds}
+    return {"correlations": correlations, "agreement": agreement, "budget": setup.budget, "seeds": setup.seeds}
+
+
+DIFFER = 0.25  # SQIRL "succeeds where PPO or PQN do": at most this share of environments with a different outcome
+
+
+def judge(rows: list[dict[str, Any]], seeds: int, budget: float, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded table (``table.json`` rows): per seed, Spearman's rho between the
+    effective horizon and the steps to an optimal greedy policy (unsolved counted at the budget, a lower bound),
+    and the slope of log10 steps on H, each with its Student-t 95% interval over seeds; an algorithm that solved
+    no environment gives ``no signal``. SQIRL's agreement with PPO/PQN: an exact share against :data:`DIFFER`."""
+    from scipy import stats
+
+    algos, budget = list(rows[0]["sample_complexity"]), float(budget)
+    h = np.array([r["effective_horizon_tight"] if r.get("effective_horizon_tight") is not None
+                  else r["effective_horizon_simple"] for r in rows])
+    steps = {a: np.array([[budget if v is None else v for v in r["sample_complexity"][a]["per_seed"]] for r in rows]).T
+             for a in algos}  # [seeds, envs]
+    solved = {a: sum(not r["sample_complexity"][a]["censored"] for r in rows) for a in algos}
+    sig = {a: {"arm": a, "test": "solves at least one environment within the budget", "solved": solved[a],
+               "of": len(rows), "moved": solved[a] > 0, "what": f"{a}: solved no environment within the budget"} for a in algos}
+    claims = []
+    for a in algos:
+        rho = [float(stats.spearmanr(h, row).statistic) for row in steps[a]]
+        claims.append(C.judge(f"{a}'s sample complexity rank-correlates with the effective horizon (per-seed Spearman rho > 0)",
+                              C.difference(rho, 0.0), [sig[a]], quick=quick))
+    for a in algos:
+        claims.append(C.judge(f"{a}'s sample complexity grows exponentially with the effective horizon "
+                              "(slope of log10 steps on H above 0; unsolved counted at the budget)",
+                              C.trend(h, np.log10(steps[a])), [sig[a]], quick=quick))
+    if "sqirl" in algos and len(algos) > 1:
+        others = [a for a in algos if a != "sqirl"]
+        differ = [(not r["sample_complexity"]["sqirl"]["censored"]) != any(not r["sample_complexity"][o]["censored"] for o in others)
+                  for r in rows]
+        claims.append(C.judge("SQIRL succeeds where PPO or PQN do (share of environments with a different outcome <= 0.25, "
+                              "the run's stated bar)", C.agreement(float(np.mean(differ)), 0.0, tolerance=DIFFER, side="below"),
+                              list(sig.values()), quick=quick))
+    return claims, {a: C.arm(budget, seeds, sig[a]) for a in algos}
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
@@ -502,41 +522,12 @@ def write_report(root: Path, rows: list[dict[str, Any]], summary: dict[str, Any]
                      f"{_f(g['rho'])} | {_p(g['p_value'])} | {_slope(c['log10_slope'])} | {_slope(c['loglog_slope'])} |")
     lines += ["", "Slopes: least squares over the environments whose median was found (n of them); "
               "T^2 A^H is GORP's sample complexity with the Appendix-C H (the analysis' `gorp_sample_complexity_bound`)."]
-    lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
-    lines += ["", "![scatter](sample_complexity_vs_effective_horizon.png)", "", NOTES.format(
-        budget=setup.budget, chunks=setup.num_chunks, seeds=setup.seeds, tol=SUCCESS_TOLERANCE, eps=setup.epsilon_decay_steps,
-        configs="\n".join(f"- {a.upper()}: " + ", ".join(f"{k}={v}" for k, v in setup.config(a).items())
-                          for a in setup.algos))]
+    lines += ["", "## Verdict", "", *verdict_lines(summary), "",
+              "Rules: `longhorizon.repro.effective_horizon.judge` (each claim's rule and numbers are in `summary.json`).",
+              "", "![scatter](sample_complexity_vs_effective_horizon.png)", "", "## Settings", "",
+              f"{setup.seeds} seeds, a budget of {setup.budget:,} env steps per seed, {setup.num_chunks} greedy evaluations, "
+              f"success within {SUCCESS_TOLERANCE:g} of the optimal return; the same settings on every environment:", "",
+              *(f"- {a.upper()}: " + ", ".join(f"{k}={v}" for k, v in setup.config(a).items()) for a in setup.algos), "",
+              "How it was measured (environments, counting, censoring, shared programs): "
+              "docs/results/effective-horizon/NOTES.md."]
     (root / "README.md").write_text("\n".join(lines) + "\n")
-
-
-NOTES = """## How it was measured
-
-- Environments: MiniGrid tabularized with BRIDGE's conventions (fully observable, seed 0, the `done`
-  action removed, reward 1 on success) at horizon T = 30; bsuite's DeepSea of size N through the gymnax
-  tabularizer at T = N. The analysis columns are `longhorizon horizon ENV --horizon T` (min k,
-  effective planning window, Theorem 5.4's simple bound, Appendix C's bound); `H tight` is used for
-  the correlations and the plot.
-- Training: the tabular MDP as an environment (one-hot state), {seeds} seeds per algorithm and
-  environment, a budget of {budget:,} env steps per seed (SQIRL: simulated steps), {chunks} chunks with
-  a greedy evaluation after each (one episode: the MDPs and greedy policies are deterministic); a run
-  stops early once every seed's greedy return is optimal. PQN's epsilon decays linearly from 1 to 0.05
-  over the first {eps:,} steps. Settings, the same on every environment:
-{configs}
-- Sample complexity of a seed: the steps at the end of the first chunk whose greedy return is within
-  {tol:g} of the optimal return (dynamic programming). PPO and PQN count env steps (all simulated steps,
-  the runner's `env_steps`); SQIRL counts samples, the running sum of its `sample_steps` metric (steps
-  before each episode's end; the runner logs its mean over a chunk's updates and over seeds, so
-  SQIRL's per-seed count is the seeds' mean). The resolution is one chunk: 1,024 steps for PPO and
-  PQN; for SQIRL `eval_every_updates` iterations (per environment in table.json: the runner splits
-  the budget's iterations into about {chunks} chunks, and short DeepSea episodes make many iterations). SQIRL's greedy policy is not monotone (blocks not
-  learned yet act with the latest network), so a transient success between two evaluations is missed:
-  the first-success step depends on the evaluation interval.
-- A seed that never succeeds counts as above the budget: a median over seeds above it is reported
-  as `>N` (N the steps used) and ranks above every found median in the Spearman correlation (all
-  such medians tie).
-- Shared compiled programs: the MDP tables are part of the environment state and the one-hot
-  observation is padded with never-visited states to one size per action count (the `padded_states`
-  field of table.json); padded inputs are always zero and get no gradient, but they change the first
-  layer's initial weight scale.
-"""

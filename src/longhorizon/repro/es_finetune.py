@@ -7,12 +7,12 @@ two arms train on h1's chained tasks with the same number of sampled completions
   ``2 n P`` completions per step; centred-rank fitness, cosine-decayed sigma, Adam on ``-g``;
 * GRPO (:class:`longhorizon.lm.grpo.GRPOTrainer`, Dr. GRPO as in h1): ``Q`` prompts x ``G`` samples.
 
-Claims, decided by :func:`decide` from measured values:
+Claims, judged by :func:`judge` from the recorded numbers (Student-t 95% intervals over training seeds, >= 3):
 
-1. ES raises the base's held-out accuracy on the training horizons (by more than ``MARGIN`` and, with two or
-   more training seeds, by more than twice the standard error over seeds);
-2. ES's programs need less memory than GRPO's update step (XLA's compiled memory analysis);
-3. at equal rollouts, ES is at least as accurate as GRPO on held-out chains (within the same bar, paired by seed).
+1. ES raises the base's held-out accuracy on the training horizons (per seed against the base's);
+2. ES's programs need less memory than GRPO's update step (XLA's compiled memory analysis: an exact comparison);
+3. at equal rollouts, ES is at least as accurate as GRPO on held-out chains (ES - GRPO paired by seed, interval
+   above ``-MARGIN``); ``no signal`` unless ES learned and GRPO beat the base on the training horizons.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.report import mean_se
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines
 
-MARGIN = 0.02  # accuracy differences below this are within held-out sampling noise here
+MARGIN = 0.02  # the non-inferiority margin of claim 3, stated before the run
+CLAIMS = ("ES raises the base's accuracy on the training horizons", "ES needs less memory than GRPO's update step",
+          "at equal rollouts ES is at least as accurate as GRPO (margin -0.02, the run's stated bar)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +103,7 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measu
     from longhorizon.lm.tasks import ProblemStream
     from longhorizon.repro.h1 import task_config
 
-    cfg = GRPOConfig(num_generations=setup.num_generations, loss_type="dr_grpo", scale_rewards="none",
+    cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=setup.num_generations, loss_type="dr_grpo", scale_rewards="none",
                      learning_rate=setup.grpo_learning_rate, max_prompt_length=lengths[0],
                      max_completion_length=lengths[1])
     trainer = GRPOTrainer(model_cfg, params, tok, cfg, seed=seed)
@@ -123,40 +126,29 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measu
     return trainer.params, curve, memory
 
 
-def decide(acc: dict, memory: dict, train_horizons, eval_horizons, per_seed: dict | None = None) -> dict:
-    """The claims (module docstring) from held-out accuracies ``acc[arm][h]`` (means over seeds) and compiled
-    bytes. ``per_seed[arm]``: one ``{h: accuracy}`` per training seed; with two or more seeds an accuracy
-    difference must also exceed twice its standard error over seeds (paired by seed against GRPO)."""
-    def mean(arm, hs):
-        return float(np.mean([acc[arm][h] for h in hs]))
-
-    def bar(values) -> float:
-        return max(MARGIN, 2 * mean_se(values)[1]) if len(values) >= 2 else MARGIN
-
-    seeds = per_seed or {}
-    es_gain = mean("es", train_horizons) - mean("base", train_horizons)
-    gain_bar = bar([np.mean([a[h] for h in train_horizons]) for a in seeds.get("es", [])])
-    es_peak = max(memory["population_generate"], memory["es_update"])
-    diff = mean("es", eval_horizons) - mean("grpo", eval_horizons)
-    diff_bar = bar([np.mean([e[h] - g[h] for h in eval_horizons]) for e, g in zip(seeds.get("es", []), seeds.get("grpo", []))])
-    return {
-        "ES raises the base's accuracy on the training horizons":
-            (f"holds (+{es_gain:.3f}, bar {gain_bar:.3f})" if es_gain > gain_bar
-             else f"contradicted ({es_gain:+.3f}, bar {gain_bar:.3f})"),
-        "ES needs less memory than GRPO's update step":
-            (f"holds ({es_peak / 1e6:.2f} MB vs {memory['grpo_update'] / 1e6:.2f} MB)"
-             if es_peak < memory["grpo_update"] else
-             f"contradicted ({es_peak / 1e6:.2f} MB vs {memory['grpo_update'] / 1e6:.2f} MB)"),
-        "at equal rollouts ES is at least as accurate as GRPO":
-            (f"holds (ES - GRPO = {diff:+.3f}, bar {diff_bar:.3f})" if diff >= -diff_bar
-             else f"contradicted (ES - GRPO = {diff:+.3f}, bar {diff_bar:.3f})"),
-    }
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring): ``accuracy_by_horizon`` (the base's),
+    ``accuracy_by_horizon_per_seed`` (each arm's, per training seed), ``memory_bytes`` and ``setup``."""
+    setup = L["setup"]
+    mean_over = lambda row, hs: float(np.mean([row[str(h)] for h in hs]))  # noqa: E731
+    per = {a: {k: [mean_over(r, setup[f"{k}_horizons"]) for r in rows] for k in ("train", "eval")}
+           for a, rows in L["accuracy_by_horizon_per_seed"].items()}
+    base = {k: mean_over(L["accuracy_by_horizon"]["base"], setup[f"{k}_horizons"]) for k in ("train", "eval")}
+    es = C.arm_signal("ES", eval_start=base["train"], eval_end=per["es"]["train"], what="accuracy on the training horizons")
+    grpo = C.baseline_signal("GRPO", per["grpo"]["train"], base["train"], what="the base it started from")
+    mem = L["memory_bytes"]
+    claims = [C.judge(CLAIMS[0], C.difference(per["es"]["train"], base["train"]), quick=quick),
+              C.judge(CLAIMS[1], C.agreement(max(mem["population_generate"], mem["es_update"]), mem["grpo_update"], 0.0, "below"),
+                      quick=quick),
+              C.judge(CLAIMS[2], C.difference(per["es"]["eval"], per["grpo"]["eval"], margin=-MARGIN), [es, grpo], quick=quick)]
+    return claims, {"ES": C.arm(setup["steps"], L["seeds"], es), "GRPO": C.arm(setup["steps"], L["seeds"], grpo)}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
     from longhorizon.repro.h1 import task_config
+    from longhorizon.repro.report import write_run
     from longhorizon.runner.results import write_json_atomic
 
     setup = setup or (QUICK if quick else Setup())
@@ -188,19 +180,21 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     for arm, rows in per_seed.items():
         acc[arm] = {h: float(np.mean([r[h] for r in rows])) for h in rows[0]}
     es_curve, grpo_curve = curves["es"][0], curves["grpo"][0]
-    claims = decide(acc, memory, setup.train_horizons, setup.eval_horizons, per_seed)
-    verdict = ("es-finetune: " + "; ".join(f"{k}: {v}" for k, v in claims.items())
-               + (" (quick smoke test on an untrained policy: not evidence)" if setup.tiny_untrained_base else ""))
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "accuracy_by_horizon": acc,
-               "accuracy_by_horizon_per_seed": per_seed, "seeds": setup.seeds,
-               "memory_bytes": memory, "rollouts_per_arm": setup.steps * setup.prompts_per_step * setup.num_generations,
-               "generated_tokens": {"es": es_curve[-1]["tokens"], "grpo": grpo_curve[-1]["tokens"]},
-               "base": base_name, "setup": dataclasses.asdict(setup), "wall_s": time.perf_counter() - t0}
-    write_json_atomic(out / "summary.json", summary)
+    recorded = C.as_recorded({
+        "accuracy_by_horizon": acc, "accuracy_by_horizon_per_seed": per_seed, "seeds": setup.seeds, "memory_bytes": memory,
+        "rollouts_per_arm": setup.steps * setup.prompts_per_step * setup.num_generations,
+        "generated_tokens": {"es": es_curve[-1]["tokens"], "grpo": grpo_curve[-1]["tokens"]}, "base": base_name,
+        "setup": dataclasses.asdict(setup)})
+    claims, arms = judge(recorded, quick)
+    scale = (f"h1's character base; {setup.steps} steps, {recorded['rollouts_per_arm']} rollouts per arm; {setup.seeds} "
+             f"seeds; {setup.eval_per_horizon} held-out chains per horizon")
+    summary = C.summary(paper="ES fine-tuning", claims=claims, arms=arms, scale=scale, quick=quick,
+                        command="longhorizon repro es-finetune" + (" --quick" if quick else ""),
+                        wall_seconds=time.perf_counter() - t0, **recorded)
     write_json_atomic(out / "curves.json", curves)
     plot(out / "es_vs_grpo.png", acc, es_curve, grpo_curve)
-    write_readme(out, summary, setup, quick)
-    print(verdict)
+    write_run(out, summary, readme(summary, setup, quick),
+              {arm: [dict(c, step=j + 1, seed=i) for i, cs in enumerate(runs) for j, c in enumerate(cs)] for arm, runs in curves.items()})
     return summary
 
 
@@ -227,11 +221,11 @@ def plot(path: Path, acc: dict, es_curve, grpo_curve) -> None:
     plt.close(fig)
 
 
-def write_readme(out: Path, summary: dict, setup: Setup, quick: bool) -> None:
+def readme(summary: dict, setup: Setup, quick: bool) -> list[str]:
     acc, mem = summary["accuracy_by_horizon"], summary["memory_bytes"]
-    hs = sorted(acc["base"])
+    hs = sorted(acc["base"], key=int)
     lines = ["# es-finetune: antithetic ES vs GRPO on h1's chained tasks", "",
-             f"Command: `longhorizon repro es-finetune{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
+             f"Command: `longhorizon repro es-finetune{' --quick' if quick else ''}` (wall {summary['wall_seconds']:.0f} s).", "",
              "Claimed: ES fine-tunes an LM policy with inference-only memory (antithetic pairs, noise regenerated "
              "from seeds, cosine-decayed sigma, an fp32 master). Scale here: the h1 toy character model (0.1M "
              "parameters) instead of billion-parameter LMs, tens of steps instead of hundreds; both arms start "
@@ -245,6 +239,8 @@ def write_readme(out: Path, summary: dict, setup: Setup, quick: bool) -> None:
     lines += [f"| {k} | {v / 1e6:.3f} |" for k, v in mem.items()]
     lines += ["", f"Generated tokens: ES {summary['generated_tokens']['es']}, GRPO {summary['generated_tokens']['grpo']}.",
               "", "![ES vs GRPO](es_vs_grpo.png)", "", "## Verdict", ""]
-    lines += [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
-    lines += ["", summary["verdict"], "", "## Setup", "", "```", repr(setup), "```", ""]
-    (out / "README.md").write_text("\n".join(lines))
+    lines += verdict_lines(summary)
+    if setup.tiny_untrained_base:
+        lines += ["", "(A quick smoke test on an untrained policy: not evidence.)"]
+    lines += ["", "## Setup", "", "```", repr(setup), "```", ""]
+    return lines

@@ -14,16 +14,16 @@ sequence); at the end both arms are also scored in the plain mode, which separat
 from "helped by the feedback at test time". The paper trains LLM agents on real feedback-enriched
 tasks; here the agent is a 2-layer byte-level model and the tasks are synthetic.
 
-Verdict: success at equal tokens is each arm's held-out curve (warm start at 0 tokens) interpolated
-at the fewest tokens any arm's run reached; SE is binomial over held-out tasks and seeds. Judged only
-when some arm improves on the warm start by more than two SE; then it holds when structured minus
-plain exceeds two SE of the difference, is contradicted when it is below minus two SE, and is
-not shown in between.
+Rule (:func:`judge`): success at equal tokens is each arm's held-out curve (warm start at 0 tokens) interpolated
+at the fewest tokens any arm's run reached; structured minus plain per seed, paired, its Student-t 95% interval
+above 0 (>= 3 seeds); ``no signal`` unless both arms learned (held-out success over training above the warm
+start, GRPO groups with a signal).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,9 @@ import numpy as np
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "FEEs"
 
 TASK_ARGS = (("items", 2), ("max_attempts", 3))
 SETUP = common.AgentRepro(env="fees", task_args=TASK_ARGS,
@@ -50,7 +53,7 @@ def arm_setup(setup: common.AgentRepro, feedback: str) -> common.AgentRepro:
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     eval_every = max(1, setup.steps // 4)
     held = {mode: arm_setup(setup, mode).rows(setup.eval_tasks, 10_000) for mode in MODES}
@@ -67,9 +70,10 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
             r["curve"] = curve(r["rows"], warm[mode][-1])
             del r["params"]
             results[mode].append(r)
-    summary = summarise(setup, warm, results)
+    rows = {mode: [r["rows"] for r in rs] for mode, rs in results.items()}
+    summary = common.finish(out, PAPER, "fees", setup, recorded(setup, warm, results), judge,
+                            lambda s: report(setup, s, quick), quick, rows, time.perf_counter() - t0)
     plot(out / "fees.png", results)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
@@ -84,35 +88,27 @@ def curve(rows: list[dict], warm: float) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def summarise(setup, warm, results) -> dict:
+def recorded(setup, warm, results) -> dict:
     budget = min(r["curve"][0][-1] for rs in results.values() for r in rs)
     at = {mode: [float(np.interp(budget, *r["curve"])) for r in rs] for mode, rs in results.items()}
-    final = {mode: [float(r["summary"]["eval"]["success"]) for r in rs] for mode, rs in results.items()}
-    plain = {mode: [float(r["plain"]) for r in rs] for mode, rs in results.items()}
-    mean = {mode: float(np.mean(v)) for mode, v in at.items()}
-    base = float(np.mean([v for vs in warm.values() for v in vs]))
-    n = setup.eval_tasks * setup.seeds
-    se = float(np.sqrt(max(base * (1 - base), 1 / n) / n))
-    improved = max(max(np.mean(v) for v in final.values()), max(mean.values())) - base > 2 * se
-    diff, se_diff = mean["structured"] - mean["plain"], float(np.sqrt(2) * se)
-    tail = (f"structured {mean['structured']:.3f} vs plain {mean['plain']:.3f} at {budget} tokens "
-            f"(warm start {base:.3f})")
-    if not improved:
-        verdict = (f"inconclusive: neither arm improved on the warm start by more than two standard errors "
-                   f"({2 * se:.3f}) at this scale; {tail}")
-    elif diff > 2 * se_diff:
-        verdict = f"holds: {tail}"
-    elif diff < -2 * se_diff:
-        verdict = f"contradicted: {tail}"
-    else:
-        verdict = f"not shown: the difference {diff:+.3f} is within two standard errors ({2 * se_diff:.3f}); {tail}"
-    return {"claims": {CLAIM: verdict}, "verdict": verdict,
-            "warm_start_success": {m: float(np.mean(v)) for m, v in warm.items()},
-            "equal_tokens": budget, "success_at_equal_tokens": at, "success_at_equal_tokens_mean": mean,
-            "final_success_own_mode": final, "final_success_plain_mode": plain,
+    return {"warm_start_success": {m: float(np.mean(v)) for m, v in warm.items()}, "equal_tokens": budget,
+            "success_at_equal_tokens": at, "success_at_equal_tokens_mean": {m: float(np.mean(v)) for m, v in at.items()},
+            "final_success_own_mode": {m: [float(r["summary"]["eval"]["success"]) for r in rs] for m, rs in results.items()},
+            "final_success_plain_mode": {m: [float(r["plain"]) for r in rs] for m, rs in results.items()},
             "final_tokens": {m: [r["curve"][0][-1] for r in rs] for m, rs in results.items()},
-            "curves": {m: [r["curve"] for r in rs] for m, rs in results.items()}, "standard_error": se,
-            "setup": dataclasses.asdict(setup)}
+            "curves": {m: [r["curve"] for r in rs] for m, rs in results.items()}, "setup": dataclasses.asdict(setup),
+            "training": common.training({m: [r["rows"] for r in rs] for m, rs in results.items()})}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring)."""
+    signals = {a: common.learned(a, L, L["warm_start_success"][a], L["final_success_own_mode"][a],
+                                 "held-out success over training", curve=[run[1] for run in runs])
+               for a, runs in L["curves"].items()}
+    at = L["success_at_equal_tokens"]
+    claims = [C.judge(CLAIM, C.difference(at["structured"], at["plain"]), [s for ss in signals.values() for s in ss],
+                      quick=quick)]
+    return claims, {a: C.arm(L["setup"]["steps"], L["setup"]["seeds"], *s) for a, s in signals.items()}
 
 
 def plot(path: Path, results) -> None:
@@ -142,10 +138,9 @@ def report(setup, summary, quick: bool) -> list[str]:
                      f"{np.mean(f['final_success_own_mode'][mode]):.3f} | "
                      f"{np.mean(f['final_success_plain_mode'][mode]):.3f} "
                      f"| {', '.join(str(t) for t in f['final_tokens'][mode])} |")
-    lines += ["", "![held-out success vs training tokens](fees.png)", "", f"**Verdict**: {summary['verdict']}.", "",
+    lines += ["", "![held-out success vs training tokens](fees.png)", "", "## Verdict", "", *common.verdict_lines(summary), "",
               "The plain-mode column scores both arms without the structured hints: a gap there is learning, a gap "
               "only in the own-mode column is help from the feedback at test time.", "",
               "Differences from the paper: a 2-layer byte-level agent on synthetic shopping word problems instead of "
-              "LLM agents on real tasks; the warm start saw both feedback modes; standard errors are binomial over "
-              "held-out tasks and seeds."]
+              "LLM agents on real tasks; the warm start saw both feedback modes."]
     return lines

@@ -8,9 +8,12 @@ Claim checked, at toy scale on 2 CPU cores:
    answer only;
 3. greedy evaluation on held-out chains of h = 1..8.
 
-Verdicts: (a) the curriculum arm is best on long chains (mean accuracy over h >= 4);
-(b) it generalises beyond the longest training horizon (h = 6..8 above the base policy);
-(c) h = 5 alone learns little because its rewards are almost never positive.
+Claims (:func:`judge`, per-seed held-out accuracy, Student-t 95% intervals over >= 3 seeds): (a) the curriculum
+arm is best on long chains (mean accuracy over h >= 4, against the best other arm); (b) it generalises beyond the
+longest training horizon (h = 6..8 above the base policy); (c) h = 5 alone learns little because its rewards are
+rare (the curriculum gains more on h >= 4). An arm judged must have learned: GRPO groups with unequal rewards in
+at least half of its steps' groups and long-chain accuracy above the base's; else ``no signal``. The development
+log of this reproduction is docs/results/h1/NOTES.md.
 
 The task (:mod:`longhorizon.lm.tasks`): ``a=57;b=a+5;c=b+3;...`` -> ``b=62;c=65;...``, values
 mod 100 written with two digits. The base is trained on *packed independent* problems (``a=04;b=a+5;c=71;d=c+2;`` ->
@@ -25,6 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines
 
 ARMS = {
     "curriculum": "h = 1 -> 5, equal stages",
@@ -182,7 +188,7 @@ def arm_spec(arm: str, policy, setup: H1Setup, seed: int, held, lengths, out):
         sampler = samplers.FixedMix(source, {"only_h5": (max(hs),), "only_h1": (min(hs),), "uniform": hs}[arm])
     return RLSpec(out=str(out), init=policy, grpo=cfg, sampler=sampler, steps=setup.rl_steps,
                   prompts_per_step=setup.prompts_per_step,
-                  evaluation=EvalSpec(tuple(held), plen, clen, every=setup.eval_every),
+                  evaluation=EvalSpec(tuple(held), plen, clen, every=setup.eval_every, at_start=False),
                   checkpoint_every=setup.rl_steps, seed=seed, record={"repro": "h1", "arm": arm, "seed": seed})
 
 
@@ -234,20 +240,32 @@ def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict
             curves[arm].append(curve)
             print(f"  {arm:>10}: {_fmt(ev['by_horizon'])}  ({time.perf_counter() - t0:.0f}s)")
         out.append_metrics({"seed": seed, **{k: v[-1]["by_horizon"] for k, v in results.items()}})
-    summary = summarise(results, curves, setup)
-    summary["wall_s"] = time.perf_counter() - t0
-    write_json_atomic(Path(out_dir) / "runs.json", {"results": results, "curves": curves})
+    runs = C.as_recorded({"results": results, "curves": curves})  # as recorded (string keys)
+    write_json_atomic(Path(out_dir) / "runs.json", runs)
+    claims, arms = judge(runs, C.as_recorded(dataclasses.asdict(setup)), quick)
+    name = "h1-chain-base" if setup.sft_chain_fraction else "h1"
+    summary = C.summary(paper="h1", claims=claims, arms=arms, scale=scale(setup), quick=quick,
+                        command=f"longhorizon repro {name}" + (" --quick" if quick else ""),
+                        wall_seconds=time.perf_counter() - t0, **tables(results, curves, setup))
+    for arm, rows in runs["curves"].items():
+        C.write_curve(out_dir, arm, [dict(c, seed=i) for i, seed_rows in enumerate(rows) for c in seed_rows])
     out.write_summary(summary)
     write_report(Path(out_dir), summary, setup, quick)
-    print(summary["verdict"])
     return summary
+
+
+def scale(setup: H1Setup) -> str:
+    return (f"character model d={setup.d_model} x {setup.n_layers} layers; {setup.rl_steps} RL steps x "
+            f"{setup.prompts_per_step} prompts x {setup.num_generations} generations per arm; {setup.seeds} seeds; "
+            f"{setup.eval_per_horizon} held-out chains per horizon")
 
 
 def _fmt(by_h: dict) -> str:
     return " ".join(f"h{h}={v:.2f}" for h, v in by_h.items())
 
 
-def summarise(results, curves, setup: H1Setup) -> dict:
+def tables(results, curves, setup: H1Setup) -> dict:
+    """Mean and spread of held-out accuracy per arm and horizon (the per-seed numbers are in runs.json)."""
     hs = list(setup.eval_horizons)
     table = {}
     for arm, runs in results.items():
@@ -256,96 +274,34 @@ def summarise(results, curves, setup: H1Setup) -> dict:
                       "long_mean": float(acc[:, [i for i, h in enumerate(hs) if h >= 4]].mean()),
                       "beyond_mean": float(acc[:, [i for i, h in enumerate(hs) if h > max(setup.train_horizons)]].mean())}
     long = {a: table[a]["long_mean"] for a in ARMS}
-    best = max(long, key=long.get)
-    margin = 0.02  # accuracy differences below this are within held-out sampling noise here
-    h5_positive = float(np.mean([c["reward"] for runs in curves["only_h5"] for c in runs]))
-    h5_gain = table["only_h5"]["long_mean"] - table["base"]["long_mean"]
-    cur_gain = table["curriculum"]["long_mean"] - table["base"]["long_mean"]
-    anyone_learned = max(long.values()) - table["base"]["long_mean"] > margin
-
-    def status(ok: bool) -> str:
-        return "held" if ok else ("did not hold" if anyone_learned else "did not hold (no arm learned long chains)")
-
-    claims = {
-        "curriculum_best_on_long_chains": status(
-            all(long["curriculum"] > long[a] + margin for a in ARMS if a != "curriculum")),
-        "curriculum_generalises_beyond_h5": status(
-            table["curriculum"]["beyond_mean"] > table["base"]["beyond_mean"] + margin),
-        "only_h5_learns_little_rewards_rare": (
-            ("held" if h5_gain < 0.5 * cur_gain else "did not hold") if h5_positive < 0.05 and cur_gain > margin
-            else f"inconclusive (only-h5 training reward {h5_positive:.3f}; the curriculum gained {cur_gain:+.3f})"),
-    }
-    verdict = "h1: " + "; ".join(f"{k}: {v}" for k, v in claims.items())
-    return {"horizons": hs, "table": table, "best_arm_on_long": best, "only_h5_mean_train_reward": h5_positive,
-            "claims": claims, "verdict": verdict}
+    return {"horizons": hs, "table": table, "best_arm_on_long": max(long, key=long.get),
+            "only_h5_mean_train_reward": float(np.mean([c["reward"] for runs in curves["only_h5"] for c in runs]))}
 
 
-NOTES = """## What was tried (development log, measured on 2 shared CPU cores)
-
-- Base-policy data. With random variable names, variable-width values and `+-`, a 0.1M-parameter
-  model reached 3.5% single-problem accuracy after 600 SFT steps (too weak to start RL). With
-  sequential names the base learns fast (100% at h=1) but copies the packed format, answering every
-  other variable on chains (zero-shot composition 0%). The `split` naming (computed variables are
-  consecutive letters from a random start, literals are random other letters) gives a base with
-  100% at h=1 and a small zero-shot composition rate (2-5% at h=2 when sampling at temperature 1).
-- RL step size on h=2 from that base (Dr. GRPO, 8 prompts x 8 samples per step, 15-40 steps): lr
-  1e-4 left the policy unchanged; lr 3e-4 (with or without a KL anchor beta=0.04) moved the policy
-  (per-token KL to the base 0.1-0.4) without raising the reward; lr 1e-3 collapsed it (entropy up,
-  accuracy 0 at every horizon). The same trainer learns a simple preference (reward 1 for a leading
-  digit: 0.1 -> 0.8 in 30 steps, see tests/lm/test_lm_grpo.py), so the update itself works; the
-  composition skill is what a 60-step budget per arm did not teach.
-- A check of capacity, outside the protocol, first gave the wrong conclusion. With 10% of each
-  SFT batch replaced by supervised h=2 chains (`H1Setup(sft_chain_fraction=0.1)`) the base reached
-  only 1.6% greedy accuracy at h=2 (6.9% with 3 layers and 800 steps), which was read as "the model
-  cannot learn the composition step even with supervision". That was too little supervision, not a
-  capacity limit or a bug. The sequences SFT trains on are right (`BOS + prompt + target + EOS`,
-  loss on the target and EOS only; a chain `b=78;l=b+2;m=l+3;` -> `l=80;m=83;` fits the 50-token
-  `seq_len` without truncation), and the same 0.1M model (2 layers, d=64) learns chains when they
-  are most of the data (throwaway runs, one seed, greedy / temperature-1 accuracy of the final
-  answer on about 60 held-out chains per horizon, h = 1 / 2 / 3 / 4):
-  - 100% chains of h = 1..3, 2,000 steps (4.5 min): greedy 1.00 / 0.98 / 0.91 / 0.00, sampled
-    1.00 / 0.79 / 0.82 / 0.00; token accuracy 0.998. The skill is learnable at this size; it does
-    not extend to the unseen h=4.
-  - 50% chains of h = 1..3, 800 steps: greedy 0.98 / 0.10 / 0.07 / 0.05.
-  - 25% chains of h = 2 (`sft_chain_fraction=0.25`), 2,000 steps: greedy 1.00 / 1.00 / 0.00 /
-    0.00, sampled 1.00 / 0.98 / 0.02 / 0.00, packed prompts 100%. This is
-    `H1Setup(sft_chain_fraction=0.25, sft_steps=2000)` exactly (4 min): a labelled-deviation base
-    that composes once but not twice, from which the curriculum's h=2 -> 3 bootstrapping could be
-    tested; the protocol has not been run with it yet.
-- Why the base does not compose zero-shot. In the packed data each literal sits right before the
-  statement that uses it (`u=35;w=u+7;`), so the base can read the operand's value at a fixed
-  offset instead of looking it up by name; in a chain the statement before `f=e+2;` is `e=t+1;`,
-  and a chain's consecutive computed statements never occur in packed data. Greedy h=2 outputs of
-  the default base are malformed and often wrong from the first answer (`a=25;c=a+4;d=c+5;` ->
-  `d=30;d=20;c=39;`, `j=02;h=j+6;i=h+8;` -> `i=09;i=09;`).
-- Single-problem data that forces lookup by name (still dependency depth 1, so within the
-  protocol), one seed each: (a) literals first in random order, then the computed statements
-  (`g=93;u=35;a=g+5;b=u+7;` -> `a=98;b=42;`): 2 layers, 1,500 steps: h=1 0.60, h=2 0.05 greedy /
-  0.02 sampled; 4 layers, 1,500 steps: h=1 0.91, h=2 0.02 / 0.02 (still learning, token accuracy
-  0.81). (b) each literal at a random place before its use, 3 layers, 2,500 steps (7 min): 98% of
-  held-out packed prompts and 100% of h=1 chains, and the first answer of h=2 chains is mostly right, but
-  h=2 is 0.00 greedy / 0.02 sampled: at the second step the base copies the previous answer's value
-  without adding the constant (`j=02;h=j+6;i=h+8;` -> `h=08;i=08;j=21;`) or stops after one answer
-  (one literal, so one answer). It appears to find its own previous answer by name, the half of
-  composition that transfers; no variant reached the 10% sampled h=2 rate that RL would need, so
-  the default data stays as it was.
-- A larger model, one seed (`H1Setup(seeds=1, d_model=128, n_layers=4, n_heads=4,
-  sft_steps=1200, rl_steps=60)`, 0.8M parameters, 16 min wall at load 5-6, run on 2 CPU cores):
-  the base again reaches 100% at h=1 (SFT token accuracy 1.00 from step 800) but only 3% at h=2 and
-  0% beyond, like the 0.1M base, so size alone does not give the composition step. RL then has
-  almost nothing to learn from: 472 of the curriculum's 480 groups had all-equal rewards (sampled
-  success 1.6% in the h=2 stage, 0.1% at h=3, 0% at h=5); only-h=5 saw no positive reward at all
-  (479/480 groups all-equal). Held-out accuracy after RL (h=1 / h=2 / h>=3): curriculum 0.50 / 0.08
-  / <=0.01, only-h5 0.66 / 0.03 / 0, only-h1 1.00 / 0.03 / <=0.01, uniform 0.96 / 0.05 / 0. The
-  curriculum arm is the best at h=2 (0.08 vs the base's 0.03) but no arm learns h>=3, and the arms
-  trained on sparse rewards lose h=1 accuracy (Adam steps of full size from the few non-zero
-  groups). Verdicts unchanged: not reproduced. What a GPU user should run next, the full protocol
-  at that size with longer SFT and RL (`h1.LARGE`: 3 seeds, 3,000 SFT steps, 200 RL steps per arm;
-  about 1.5 CPU-hours here, minutes on a GPU):
-  `python -c "from longhorizon.repro import h1; h1.run('docs/results/h1', setup=h1.LARGE)"`.
-  Given the h=2 rate above, a base that composes at all is the more promising change than size
-  (measured after this run: see the supervised-chain figures above).
-"""
+def judge(runs: dict, setup: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded runs (``runs.json``: per-seed held-out accuracy by horizon and each
+    arm's training curve) and the setup (module docstring)."""
+    hs = setup["eval_horizons"]
+    cols = lambda pred: [i for i, h in enumerate(hs) if pred(h)]  # noqa: E731
+    acc = {a: np.array([[r["by_horizon"][str(h)] for h in hs] for r in rs]) for a, rs in runs["results"].items()}
+    long = {a: m[:, cols(lambda h: h >= 4)].mean(1) for a, m in acc.items()}
+    beyond = {a: m[:, cols(lambda h: h > max(setup["train_horizons"]))].mean(1) for a, m in acc.items()}
+    signals = {}
+    for arm, curves in runs["curves"].items():
+        equal = np.mean([c["groups_all_equal"] / c["groups"] for seed in curves for c in seed])
+        signals[arm] = [C.group_signal(arm, 1.0 - equal),
+                        C.arm_signal(arm, eval_start=long["base"], eval_end=long[arm], what="long-chain accuracy (h >= 4)")]
+    best = max((a for a in runs["curves"] if a != "curriculum"), key=lambda a: long[a].mean())
+    cur = signals["curriculum"]
+    claims = [
+        C.judge("the curriculum is best on long chains (mean accuracy over h >= 4)",
+                C.difference(long["curriculum"], long[best]), [*cur, *signals[best]], quick=quick),
+        C.judge("the curriculum generalises beyond the longest training horizon (h = 6..8 above the base)",
+                C.difference(beyond["curriculum"], beyond["base"]), cur, quick=quick),
+        C.judge("h = 5 alone learns little because its rewards are rare (the curriculum gains more on h >= 4)",
+                C.difference(long["curriculum"], long["only_h5"]), cur, quick=quick),
+    ]
+    return claims, {a: C.arm(setup["rl_steps"], len(runs["results"][a]), *signals[a]) for a in runs["curves"]}
 
 
 def write_report(out: Path, summary: dict, setup: H1Setup, quick: bool) -> None:
@@ -371,7 +327,7 @@ def write_report(out: Path, summary: dict, setup: H1Setup, quick: bool) -> None:
     name = "h1-chain-base" if deviation else "h1"
     lines = [f"# {name}: horizon curriculum vs fixed-horizon RL", "",
              f"Command: `longhorizon repro {name}{' --quick' if quick else ''}` "
-             f"({setup.seeds} seed(s), wall {summary.get('wall_s', 0):.0f} s).", ""]
+             f"({setup.seeds} seed(s), wall {summary['wall_seconds']:.0f} s).", ""]
     if deviation:
         lines += [f"**Deviation from the h1 protocol:** {setup.sft_chain_fraction:.0%} of the base's supervised "
                   "data are h=2 chains (the protocol's base sees single problems only). The base therefore starts "
@@ -386,9 +342,12 @@ def write_report(out: Path, summary: dict, setup: H1Setup, quick: bool) -> None:
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {row['long_mean']:.3f} |")
     lines += ["", f"Mean training reward of the only-h=5 arm: {summary['only_h5_mean_train_reward']:.3f}.", "",
               "## Verdict", ""]
-    lines += [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
-    lines += ["", "## Setup", "", "```", repr(setup), "```", "",
+    lines += verdict_lines(summary)
+    lines += ["", "Rules: `longhorizon.repro.h1.judge` (each claim's rule and numbers are in `summary.json`, the "
+              "per-seed accuracies in `runs.json`, each arm's training curve in `curves/`).",
+              "", "## Setup", "", "```", repr(setup), "```", "",
               "Equal rollout budget per arm: steps x prompts x generations = "
               f"{setup.rl_steps} x {setup.prompts_per_step} x {setup.num_generations}. One supervised base "
-              "(cached) is shared by every RL seed; seeds vary the RL sampling and the held-out set.", "", NOTES]
+              "(cached) is shared by every RL seed; seeds vary the RL sampling and the held-out set.", "",
+              f"What was tried before this protocol (a development log): [NOTES.md]({'../h1/' if deviation else ''}NOTES.md)."]
     (out / "README.md").write_text("\n".join(lines))

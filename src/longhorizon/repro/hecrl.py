@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from longhorizon.offline import agents, pushworld
 from longhorizon.offline import subgoal_diffusion as sd
 from longhorizon.offline.samplers import goal_data
 from longhorizon.offline.train import OfflineRun, OfflineSpec, make_chunk, train
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines
 from longhorizon.runner.results import write_json_atomic
 
 METHODS = ("flat", "hecrl", "hiql", "hiql-hecrl")
@@ -160,39 +163,37 @@ def run_blocks(n: int, setup: Setup, runs: str, log=print) -> list[dict[str, Any
     return rows
 
 
-def _gap(a: dict, b: dict, n: int) -> tuple[float, float]:
-    """Difference of success rates b - a and its binomial standard error over ``n`` episodes each."""
-    pa, pb = a["success_mean"], b["success_mean"]
-    return pb - pa, float(np.sqrt((pa * (1 - pa) + pb * (1 - pb)) / n) + 1e-12)
-
-
-def claims_from(rows: list[dict[str, Any]], setup: Setup) -> dict[str, str]:
-    claims = {}
-    hardest = max(rows, key=lambda r: (r["blocks"], r["moved"]))
-    long = [r for r in rows if r["moved"] >= 2] or [hardest]
-    episodes = sum(r["tasks"] for r in long) * setup.seeds
-    pool = lambda m: {"success_mean": float(np.mean([r[m]["success_mean"] for r in long]))}
-    if "hecrl" in setup.methods:
-        flat, hecrl = pool("flat"), pool("hecrl")
-        gap, se = _gap(flat, hecrl, episodes)
-        verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
-        claims["subgoal diffusion raises the flat agent's success on multi-block tasks (moved >= 2)"] = (
-            f"{verdict} (HECRL {hecrl['success_mean']:.2f} vs flat {flat['success_mean']:.2f}, difference {gap:+.2f} "
-            f"+- {se:.2f} SE over {episodes} episodes)")
-    first = next(r for r in rows if r["blocks"] == hardest["blocks"] and r["moved"] == 1)
-    if hardest is not first:
-        drop, se = _gap(hardest["flat"], first["flat"], hardest["tasks"] * setup.seeds)
-        verdict = "holds" if drop > 2 * se else ("contradicted" if drop < -2 * se else "inconclusive")
-        claims[f"the flat agent's success falls with the horizon (n={hardest['blocks']}: moved 1 vs {hardest['moved']})"] = (
-            f"{verdict} ({first['flat']['success_mean']:.2f} -> {hardest['flat']['success_mean']:.2f})")
-    for base, composed, key in (("hiql", "hiql-hecrl", "subgoal diffusion raises HIQL's success on multi-block tasks (moved >= 2)"),
-                                ("hiql", "hecrl", "GCIVL + subgoal diffusion beats HIQL on multi-block tasks (moved >= 2)")):
-        if base in setup.methods and composed in setup.methods:
-            gap, se = _gap(pool(base), pool(composed), episodes)
-            verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
-            claims[key] = (f"{verdict} ({pool(composed)['success_mean']:.2f} vs {pool(base)['success_mean']:.2f}, "
-                           f"{gap:+.2f} +- {se:.2f})")
-    return claims
+def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded rows (per-seed success per (blocks, moved) cell): differences of
+    per-seed success on multi-block tasks (moved >= 2) and the flat agent's fitted slope over blocks moved (3
+    blocks), Student-t 95% intervals over seeds (>= 3). Subgoals hand one-move tasks to the base agent, so a base
+    agent below 0.1 success on one-move tasks with 2-3 blocks gives ``no signal``."""
+    setup, rows = L["setup"], L["rows"]
+    methods, floor = setup["methods"], C.TASK_FLOOR
+    multi = [r for r in rows if r["moved"] >= 2]
+    if not multi:
+        return [], {}
+    succ = {m: np.mean([r[m]["success_per_seed"] for r in multi], 0) for m in methods}
+    short = [r for r in rows if r["moved"] == 1 and r["blocks"] >= 2]
+    low = {m: C.task_floor(f"{m} on one-move tasks with 2-3 blocks", [r[m]["success_per_seed"] for r in short], floor)
+           for m in ("flat", "hiql") if m in methods}
+    claims = []
+    if "hecrl" in methods:
+        claims.append(C.judge("subgoal diffusion raises the flat agent's success on multi-block tasks (moved >= 2); it hands "
+                              "subgoals to the flat agent, which must do one-move tasks",
+                              C.difference(succ["hecrl"], succ["flat"]), [low["flat"]], quick=quick))
+    three = {r["moved"]: r["flat"]["success_per_seed"] for r in rows if r["blocks"] == 3}
+    if len(three) > 1:
+        claims.append(C.judge("the flat agent's success falls with the horizon (3 blocks, moved 1 -> 3)",
+                              C.trend(sorted(three), np.array([three[k] for k in sorted(three)]).T, direction="decreasing"),
+                              [C.task_floor("flat on one-move tasks with 3 blocks", three[1], floor)], quick=quick))
+    if {"hiql", "hiql-hecrl"} <= set(methods):
+        claims.append(C.judge("subgoal diffusion raises HIQL's success on multi-block tasks (moved >= 2)",
+                              C.difference(succ["hiql-hecrl"], succ["hiql"]), [low["hiql"]], quick=quick))
+        claims.append(C.judge("GCIVL + subgoal diffusion beats HIQL on multi-block tasks (moved >= 2)",
+                              C.difference(succ["hecrl"], succ["hiql"]), [low["flat"], low["hiql"]], quick=quick))
+    arms = {m: C.arm(setup["updates"], setup["seeds"], low.get(m) or C.task_floor(m, succ[m], floor)) for m in methods}
+    return claims, arms
 
 
 def plot(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
@@ -222,18 +223,19 @@ def plot(path: Path, rows: list[dict[str, Any]], setup: Setup) -> None:
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None, log=print) -> dict[str, Any]:
-    setup = setup or (QUICK if quick else FULL)
+    setup, t0 = setup or (QUICK if quick else FULL), time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as runs:
         for n in setup.blocks:
             rows += run_blocks(n, setup, runs, log)
-    claims = claims_from(rows, setup)
-    held = [v.split()[0] for v in claims.values()]
-    main = held[0] if held else "inconclusive"
-    verdict = f"hecrl: {main} at this scale; " + "; ".join(f"{k}: {v}" for k, v in claims.items())
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup), "rows": rows}
+    recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "rows": rows})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="HECRL", claims=claims, arms=arms, quick=quick, wall_seconds=time.perf_counter() - t0,
+                        scale=f"push world with {list(setup.blocks)} blocks, {setup.trajectories} trajectories, {setup.updates} "
+                              f"updates, {setup.seeds} seeds, {setup.tasks_per_cell} tasks per cell",
+                        command="longhorizon repro hecrl" + (" --quick" if quick else ""), **recorded)
     plot(out / "hecrl.png", rows, setup)
     write_json_atomic(out / "summary.json", summary)
     write_report(out / "README.md", summary, setup)
@@ -273,8 +275,9 @@ def write_report(path: Path, summary: dict[str, Any], setup: Setup) -> None:
         lines += [f"| {r['blocks']} | {r['moved']} | {r['script_steps_mean']:.1f} | " + " | ".join(cells) + f" | {used} |"]
     lines += ["", "Success: mean over seeds (per seed in parentheses). *subgoal used*: for each composed method in "
               "column order, the fraction of re-plans that pursued a diffusion subgoal rather than the goal itself.", "",
-              "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
-    lines += ["", f"Overall: {summary['verdict']}", ""]
+              "## Verdict", "", *verdict_lines(summary), "",
+              "Rules (`longhorizon.repro.hecrl.judge`): per-seed differences and slopes, Student-t 95% intervals over "
+              "seeds (>= 3); a base agent below 0.1 success on one-move tasks gives no signal.", ""]
     long = [r for r in summary["rows"] if r["moved"] >= 2]
     best = max((r[m]["success_mean"] for r in long for m in setup.methods), default=None)
     if best is not None and best < 0.05:

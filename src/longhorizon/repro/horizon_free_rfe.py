@@ -9,8 +9,8 @@ Protocol: on the two-state hard instance (:func:`~longhorizon.theory.linear_mixt
 explores for K_max episodes per seed; after log-spaced checkpoints K it plans (optimistically, its own
 ellipsoid) for a fixed set of test rewards (r_h in [0, 1/H]) and we compute the planning suboptimality
 ``max_r V*(r) - V^{pi_hat}(r)`` exactly by DP. K(eps) is the first checkpoint from which the suboptimality
-stays <= eps; a seed that never gets there is censored at K_max (a lower bound). The claim is decided by the
-slope of log K(eps) on log H (least squares on the seed means) with a 95% bootstrap CI over seeds (``decide``).
+stays <= eps; a seed that never gets there is censored at K_max (a lower bound). The claim is judged by
+:func:`judge`: per-seed slopes of log K(eps) on log H with their Student-t 95% interval over seeds.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.report import bootstrap_slope
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import bootstrap_slope, verdict_lines, write
 from longhorizon.theory import linear_mixture as lm
 from longhorizon.theory import reward_free as rf
 
@@ -35,17 +36,27 @@ def fit_slope(horizons: np.ndarray, log_k: np.ndarray, rng, resamples: int = 200
     return bootstrap_slope(np.log(horizons), log_k, resamples=resamples, rng=rng)
 
 
-def decide(kind: str, low: float, high: float, censored: bool) -> str:
-    """The claim rule. ``kind`` "flat": the CI lies below FLAT_SLOPE (holds) or above it (contradicted); a
-    censored K(eps) makes the slope a lower bound, so "flat" cannot hold then. "grows": the CI lies above
-    FLAT_SLOPE (holds, valid as a lower bound even when censored) or below it without censoring (contradicted)."""
-    ci = f"slope CI [{low:.2f}, {high:.2f}] vs {FLAT_SLOPE}{', censored K(eps) (lower bound)' if censored else ''}"
-    below, above = high < FLAT_SLOPE, low > FLAT_SLOPE
-    if kind == "flat":
-        verdict = "contradicted" if above else "holds" if below and not censored else "inconclusive"
-    else:
-        verdict = "holds" if above else "contradicted" if below and not censored else "inconclusive"
-    return f"{verdict} ({ci})"
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded K(eps) per seed and horizon: per-seed least-squares slopes of log K(eps)
+    on log H, Student-t 95% interval over seeds (>= 3), against ``flat_slope``; an algorithm whose K(eps) was
+    censored at the episode budget in most runs gives ``no signal`` (its K(eps) was not measured)."""
+    hs, seeds, claims, arms = L["horizons"], L["seeds"], [], {}
+    for inst, res in L["results"].items():
+        k = {a: np.array([res["runs"][f"{a}@{h}"]["k_eps"] for h in hs]).T for a in rf.ALGORITHMS}
+        cens = {a: float(np.mean([res["runs"][f"{a}@{h}"]["censored"] for h in hs])) for a in k}
+        sig = {a: {"arm": f"{a} ({inst})", "test": "K(eps) measured (not censored at the episode budget) in most runs",
+                   "censored_share": cens[a], "moved": cens[a] < 0.5,
+                   "what": f"{a} ({inst}): K(eps) censored at the {L['episodes']}-episode budget in {cens[a]:.0%} of runs"}
+               for a in k}
+        flat, grows = rf.ALGORITHMS
+        claims.append(C.judge(f"{LABELS[flat]}: K(eps) is flat (polylog) in H ({inst}): slope of log K on log H below "
+                              f"{L['flat_slope']:g}", C.trend(np.log(hs), np.log(k[flat]), direction="decreasing",
+                                                              margin=L["flat_slope"]), [sig[flat]], quick=quick))
+        claims.append(C.judge(f"{LABELS[grows]}: K(eps) grows with H ({inst}): slope of log K on log H above "
+                              f"{L['flat_slope']:g}", C.trend(np.log(hs), np.log(k[grows]), direction="increasing",
+                                                              margin=L["flat_slope"]), [sig[grows]], quick=quick))
+        arms.update({f"{a} ({inst})": C.arm(L["episodes"], seeds, sig[a]) for a in k})
+    return claims, arms
 
 
 def episodes_to_eps(gaps: np.ndarray, checkpoints: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -120,8 +131,6 @@ def plot(path: Path, results: dict, horizons, slopes: dict) -> None:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-    from longhorizon.repro.report import write
-
     out = Path(out_dir)
     horizons = (4, 16) if quick else (8, 32, 128, 512)
     episodes, seeds, rewards = (120, 2, 3) if quick else (2000, 5, 4)
@@ -131,32 +140,26 @@ def run(out_dir: str, quick: bool = False) -> dict:
     start = time.perf_counter()
     results = {name: measure(build, horizons, episodes, seeds, rewards) for name, build in instances.items()}
     rng = np.random.default_rng(0)
-    slopes, claims = {}, {}
-    for name, res in results.items():
-        slopes[name] = {}
-        for algorithm, kind in zip(rf.ALGORITHMS, ("flat", "grows")):
-            k = np.array([res["runs"][f"{algorithm}@{h}"]["k_eps"] for h in horizons]).T
-            censored = bool(np.any([res["runs"][f"{algorithm}@{h}"]["censored"] for h in horizons]))
-            slopes[name][algorithm] = fit_slope(np.array(horizons), np.log(k), rng)
-            text = "K(eps) is flat (polylog) in H" if kind == "flat" else "K(eps) grows with H"
-            claims[f"{LABELS[algorithm]}: {text} ({name})"] = decide(kind, *slopes[name][algorithm][1:], censored=censored)
+    slopes = {name: {a: fit_slope(np.array(horizons), np.log(np.array([res["runs"][f"{a}@{h}"]["k_eps"] for h in horizons]).T), rng)
+                     for a in rf.ALGORITHMS} for name, res in results.items()}
     seconds = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "rfe.png", results, horizons, slopes)
-    held = [c for c, v in claims.items() if v.startswith("holds")]
-    verdict = f"{len(held)} of {len(claims)} claims hold at this scale: " + "; ".join(
-        f"{claim.split(' (')[0]} on the {name.split(' (')[0]}: {claims[claim].split(' ')[0]}"
-        for name in results for claim in claims if claim.endswith(f"({name})")) + "."
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "eps": EPS, "beta_scale": BETA_SCALE,
-               "flat_slope": FLAT_SLOPE, "horizons": list(horizons), "episodes": episodes, "seeds": seeds,
-               "slopes": {n: {LABELS[a]: dict(zip(("slope", "ci_low", "ci_high"), v)) for a, v in s.items()} for n, s in slopes.items()},
-               "results": results, "seconds": seconds}
-    write(out, summary, readme(results, horizons, slopes, claims, verdict, episodes, seeds, rewards, quick, seconds))
+    recorded = C.as_recorded({"eps": EPS, "beta_scale": BETA_SCALE, "flat_slope": FLAT_SLOPE, "horizons": list(horizons),
+                              "episodes": episodes, "seeds": seeds, "results": results,
+                              "slopes": {n: {LABELS[a]: dict(zip(("slope", "ci_low", "ci_high"), v)) for a, v in s.items()}
+                                         for n, s in slopes.items()}})
+    claims, arms = judge(recorded, quick)
+    command = "longhorizon repro horizon-free-rfe" + (" --quick" if quick else "")
+    summary = C.summary(paper="Horizon-free RFE", claims=claims, arms=arms, quick=quick, command=command, wall_seconds=seconds,
+                        scale=f"H in {list(horizons)}, up to {episodes} exploration episodes, eps = {EPS}, {seeds} seeds",
+                        **recorded)
+    write(out, summary, readme(results, horizons, slopes, summary, episodes, seeds, rewards, seconds))
     return summary
 
 
-def readme(results, horizons, slopes, claims, verdict, episodes, seeds, rewards, quick, seconds) -> list[str]:
-    command = "longhorizon repro horizon-free-rfe" + (" --quick" if quick else "")
+def readme(results, horizons, slopes, summary, episodes, seeds, rewards, seconds) -> list[str]:
+    command = summary["command"]
     lines = ["# Horizon-free reward-free exploration in linear mixture MDPs (HF-UCRL-RFE++ vs UCRL-RFE)", "",
              "Claim (Zhang, Zhang, Gu 2023): with episode rewards summing to at most 1, HF-UCRL-RFE++ finds an "
              "eps-optimal policy for any reward after O~(d^2 eps^-2) exploration episodes, polylogarithmic in H; the "
@@ -182,5 +185,7 @@ def readme(results, horizons, slopes, claims, verdict, episodes, seeds, rewards,
         for algorithm, (s, lo, hi) in slopes[name].items():
             lines.append(f"| {LABELS[algorithm]} | {s:.2f} | [{lo:.2f}, {hi:.2f}] |")
         lines.append("")
-    lines += ["## Verdict", "", verdict, ""] + [f"- {c}: {v}" for c, v in claims.items()]
+    lines += ["## Verdict", "", *verdict_lines(summary), "",
+              "Rules (`longhorizon.repro.horizon_free_rfe.judge`): per-seed slopes of log K(eps) on log H, Student-t 95% "
+              f"interval over seeds, against {FLAT_SLOPE:g}; an algorithm censored at K_max in most runs gives no signal."]
     return lines

@@ -27,6 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.repro import claims as C
+
+PAPER = "INPO"
 ARMS = ("inpo", "nash_mp_pg", "dpo", "ipo", "grpo_rm", "inpo_x4")  # inpo_x4: 4 optimiser steps per INPO iteration
 REF_TAGS = {"r": 0.6, "p": 0.3, "s": 0.1}
 
@@ -119,30 +122,9 @@ def convergence(setup: TabularSetup) -> dict:
         sampled = np.stack([inpo.sampled_inpo(P, ref, star, cfg, setup.iterations, seed=s) for s in range(setup.seeds)])
         tail = max(1, setup.iterations // 8)
         out[n] = {"exact": exact, "sampled": sampled.tolist(), "kl0": exact[0],
-                  "sampled_final_ratio": float(np.median(sampled[:, -tail:].mean(1)) / exact[0])}
+                  "sampled_final_ratio": float(np.median(sampled[:, -tail:].mean(1)) / exact[0]),
+                  "sampled_final_ratios": (sampled[:, -tail:].mean(1) / exact[0]).tolist()}
     return out
-
-
-def identity_claim(rows: list[dict], tol: float = 1e-5) -> str:
-    """The minimiser claim holds if every size is within ``tol`` and every perturbed loss misses by more than it."""
-    worst = max(r["max_log_error"] for r in rows)
-    miss = min(r["perturbed_min_log_error"] for r in rows)
-    text = f"max |log ratio| {worst:.1e} over n = {', '.join(str(r['n']) for r in rows)}; perturbed loss misses by >= {miss:.1e}"
-    if worst < tol and miss > tol:
-        return f"holds ({text})"
-    return f"contradicted ({text})" if worst >= tol else f"inconclusive ({text}: the check cannot tell)"
-
-
-def convergence_claim(conv: dict, holds_below: float = 0.1, fails_above: float = 0.5) -> str:
-    """Sampled INPO converges toward pi* if its late KL (median over seeds) is below ``holds_below`` x KL_0 for
-    every game; contradicted above ``fails_above`` x KL_0 for any; otherwise inconclusive."""
-    ratios = {n: c["sampled_final_ratio"] for n, c in conv.items()}
-    text = ", ".join(f"n={n}: late KL / KL_0 = {r:.3f}" for n, r in ratios.items())
-    if all(r < holds_below for r in ratios.values()):
-        return f"holds ({text})"
-    if any(r > fails_above for r in ratios.values()):
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
 
 
 # ----------------------------------------------------------------------------- part 2: policy level
@@ -201,7 +183,7 @@ def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle,
     from longhorizon.lm.tasks import max_lengths
 
     plen, clen = max_lengths("packed", 1, task_config())
-    cfg = GRPOConfig(num_generations=setup.num_generations, learning_rate=setup.learning_rate, beta=setup.tau,
+    cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=setup.num_generations, learning_rate=setup.learning_rate, beta=setup.tau,
                      loss_type="dr_grpo", scale_rewards="none", max_prompt_length=plen + 1, max_completion_length=clen + 2)
     if arm in plm.PAIR_LOSSES or arm == "inpo_x4":
         return plm.PairwiseTrainer(model_cfg, params, tokenizer, cfg, loss=arm.removesuffix("_x4"), oracle=oracle,
@@ -282,34 +264,48 @@ def curve_point(evaluator, params, problems, setup: LMSetup) -> dict:
     return {"exploitability": exploitability(d["tags"]), "accuracy": d["accuracy"], "kl_to_ref": d["kl_to_ref"]}
 
 
-def beats(mean: float, se: float, critical: float = 2.0) -> str:
-    """'holds' if mean - critical se > 1/2, 'contradicted' if mean + critical se < 1/2, else 'inconclusive'."""
-    if mean - critical * se > 0.5:
-        return "holds"
-    return "contradicted" if mean + critical * se < 0.5 else "inconclusive"
+IDENTITY_TOLERANCE = 1e-5  # |log argmin L - log OMD iterate|, stated before the run
+CONVERGED = 0.1  # sampled INPO converges if its late KL(pi* || pi_t) is below this fraction of KL_0
+CLAIMS = {"identity": "the full-expectation loss's minimiser is the OMD iterate (to 1e-5 in log space)",
+          "convergence": "sampled-pairs INPO converges toward pi*_tau (KL falls below a tenth of KL_0)",
+          "reference": "INPO's policy beats the reference (win rate > 1/2)",
+          "tags": "INPO's tag mix is less exploitable than pi_ref's (it moves toward the cyclic part's Nash mix)"}
 
 
-def critical_value(seeds: int) -> float:
-    """Two-sided 95% Student-t quantile for a mean over ``seeds`` seeds (2 when the error is over prompts)."""
-    from scipy import stats
-
-    return float(stats.t.ppf(0.975, seeds - 1)) if seeds > 1 else 2.0
-
-
-def policy_claims(lm: dict, seeds: int) -> dict:
-    names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
-    i, ref, crit = names.index("inpo"), names.index("reference"), critical_value(seeds)
-    claims = {"INPO's policy beats the reference (win rate > 1/2)":
-              f"{beats(M[i, ref], S[i, ref], crit)} (win rate {M[i, ref]:.3f} ± {S[i, ref]:.3f})"}
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (``identity``, ``convergence``, ``policy_level``, ``setups``).
+    Tabular: agreements within stated tolerances; sampled convergence: per-seed late KL / KL_0 below 0.1 (Student-t
+    over seeds). Policy level: per-seed win rates against 1/2 and per-seed tag exploitability, over RL seeds; an arm
+    judged must have moved away from pi_ref (KL), a rival must beat pi_ref (else it is a crippled baseline)."""
+    identity, conv, pl, lm = L["identity"], L["convergence"], L["policy_level"], L["setups"]["lm"]
+    miss = min(r["perturbed_min_log_error"] for r in identity)
+    check = {"arm": "the identity check", "test": "a perturbed loss misses the OMD iterate by more than the tolerance",
+             "miss": miss, "moved": miss > IDENTITY_TOLERANCE, "what": f"the identity check: a perturbed loss misses by only {miss:.1e}"}
+    claims = [C.judge(CLAIMS["identity"], C.agreement([r["max_log_error"] for r in identity], 0.0, IDENTITY_TOLERANCE),
+                      [check], quick=quick)]
+    if all("sampled_final_ratios" in c for c in conv.values()):
+        ruling = C.combine({f"n={n}": C.difference(c["sampled_final_ratios"], CONVERGED, higher_is_better=False)
+                            for n, c in conv.items()}, "game")
+    else:
+        ruling = C.undecidable("per-seed KL ratios not recorded; median late KL / KL_0: " +
+                               ", ".join(f"n={n}: {c['sampled_final_ratio']:.3g}" for n, c in conv.items()))
+    claims.append(C.judge(CLAIMS["convergence"], ruling, quick=quick))
+    names, seeds = pl["names"], pl["per_seed"]
+    win = lambda a, b: [r["matrix"][names.index(a)][names.index(b)] for r in seeds]  # noqa: E731
+    moved = {a: C.arm_signal(a, eval_start=[c[0]["kl_to_ref"] for c in pl["curves"][a]],
+                             eval_end=[r["policies"][a]["kl_to_ref"] for r in seeds], what="KL to pi_ref") for a in ARMS}
+    beats_ref = {a: C.baseline_signal(a, win(a, "reference"), 0.5, what="pi_ref (a win rate of 1/2)") for a in ARMS}
+    claims.append(C.judge(CLAIMS["reference"], C.difference(win("inpo", "reference"), 0.5), [moved["inpo"]], quick=quick))
     for other in ("dpo", "ipo", "grpo_rm", "nash_mp_pg"):
-        j = names.index(other)
-        claims[f"INPO's policy beats {other}'s head to head"] = \
-            f"{beats(M[i, j], S[i, j], crit)} (win rate {M[i, j]:.3f} ± {S[i, j]:.3f})"
-    own, start, more = (lm["policies"][n]["exploitability"] for n in ("inpo", "reference", "inpo_x4"))
-    claims["INPO's tag mix is less exploitable than pi_ref's (it moves toward the cyclic part's Nash mix)"] = \
-        (f"{'holds' if own < start else 'contradicted'} (tag exploitability {own:.3f} vs pi_ref's {start:.3f}; "
-         f"{more:.3f} with 4 optimiser steps per iteration)")
-    return claims
+        claims.append(C.judge(f"INPO's policy beats {other}'s head to head", C.difference(win("inpo", other), 0.5),
+                              [moved["inpo"], beats_ref[other]], quick=quick))
+    tags = {n: [exploitability(r["policies"][n]["tags"]) for r in seeds] for n in ("inpo", "reference")}
+    claims.append(C.judge(CLAIMS["tags"], C.difference(tags["inpo"], tags["reference"], higher_is_better=False),
+                          [moved["inpo"]], quick=quick))
+    arms = {a: C.arm(lm["steps"], len(seeds), moved[a], beats_ref[a]) for a in ARMS}
+    arms["sampled-pairs INPO (tabular)"] = C.arm(L["setups"]["tabular"]["iterations"], L["setups"]["tabular"]["seeds"],
+                                                 C.not_applied("sampled-pairs INPO (tabular)", "its KL to pi* is the claim"))
+    return claims, arms
 
 
 def exploitability(tags: dict) -> float:
@@ -329,21 +325,12 @@ def nash_tags(tau: float) -> dict:
     return dict(zip(REF_TAGS, pi.tolist()))
 
 
-def verdict_of(claims: dict) -> str:
-    status = [v.split(" ", 1)[0] for v in claims.values()]
-    tabular, vs_ref, nash = status[:2], status[2], status[-1]
-    return (f"{status.count('holds')} of {len(claims)} claims hold at this scale: the tabular identity and convergence "
-            f"{'hold' if tabular == ['holds', 'holds'] else 'do not both hold'}; at the policy level INPO "
-            f"{'beats' if vs_ref == 'holds' else 'does not clearly beat'} the reference, and its tag mix "
-            f"{'moves toward' if nash == 'holds' else 'does not move toward'} the cyclic part's Nash mix.")
-
-
 # ----------------------------------------------------------------------------- the run and its report
 
 
 def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, lm_setup: LMSetup | None = None) -> dict:
     from longhorizon.repro.inpo_report import plot, report
-    from longhorizon.repro.report import write
+    from longhorizon.repro.report import write_run
 
     tabular = tabular or (QUICK_TABULAR if quick else TabularSetup())
     lm_setup = lm_setup or (QUICK_LM if quick else LMSetup())
@@ -353,14 +340,21 @@ def run(out_dir: str, quick: bool = False, tabular: TabularSetup | None = None, 
     conv = convergence(tabular)
     print(f"tabular part in {time.perf_counter() - t0:.0f} s")
     lm = policy_level(lm_setup)
-    claims = {"the full-expectation loss's minimiser is the OMD iterate (to 1e-5 in log space)": identity_claim(identity),
-              "sampled-pairs INPO converges toward pi*_tau (KL falls below a tenth of KL_0)": convergence_claim(conv),
-              **policy_claims(lm, lm_setup.seeds)}
-    summary = {"claims": claims, "verdict": verdict_of(claims), "quick": quick, "identity": identity,
-               "convergence": {str(n): {k: c[k] for k in ("kl0", "sampled_final_ratio")} for n, c in conv.items()},
-               "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed", "curves")},
-               "nash_tags": nash_tags(lm_setup.tau), "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)},
-               "seconds": time.perf_counter() - t0}
+    tables = {"identity": identity,
+              "convergence": {str(n): {k: c[k] for k in ("kl0", "sampled_final_ratio", "sampled_final_ratios")} for n, c in conv.items()},
+              "policy_level": {k: lm[k] for k in ("names", "matrix", "matrix_se", "policies", "costs", "per_seed", "curves")},
+              "nash_tags": nash_tags(lm_setup.tau), "setups": {"tabular": dataclasses.asdict(tabular), "lm": dataclasses.asdict(lm_setup)}}
+    claims, arms = judge(tables, quick)
+    summary = C.summary(paper=PAPER, claims=claims, arms=arms, scale=scale(tabular, lm_setup), quick=quick,
+                        command="longhorizon repro inpo" + (" --quick" if quick else ""),
+                        wall_seconds=time.perf_counter() - t0, **tables)
+    curves = {a: [dict(p, seed=i) for i, c in enumerate(cs) for p in c] for a, cs in lm["curves"].items()}
     plot(out / "inpo.png", conv, {**lm, "nash_exploitability": exploitability(nash_tags(lm_setup.tau))})
-    write(out, summary, report(summary, quick))
+    write_run(out, summary, report(summary, quick), curves)
     return summary
+
+
+def scale(tabular: TabularSetup, lm: LMSetup) -> str:
+    return (f"tabular: n in {list(tabular.sizes)}, {tabular.seeds} seeds of sampled pairs; policy level: a {lm.n_layers}-layer "
+            f"d={lm.d_model} character model, {lm.steps} steps x {lm.prompts_per_step} prompts x {lm.num_generations} "
+            f"completions per arm, {lm.seeds} RL seeds, {lm.eval_prompts} held-out prompts")

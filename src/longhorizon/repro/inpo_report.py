@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.repro.inpo import REF_TAGS, exploitability
+from longhorizon.repro.report import verdict_lines
 
 
 def plot(path: Path, conv: dict, lm: dict) -> None:
@@ -99,12 +100,12 @@ def report(summary: dict, quick: bool) -> list[str]:
               "policy's tag mix among equally correct completions, the cyclic part's distance from its Nash mix.",
               "", "Pairwise win rates P(row > column):", "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {a} | " + " | ".join(f"{M[i, j]:.2f}" for j in range(len(names))) + " |" for i, a in enumerate(names)]
-    lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
-    lines += ["", f"Overall: {summary['verdict']}", "",
-              "Rules: the identity holds if every game is within 1e-5 and the perturbed loss misses by more; "
-              "convergence holds if the late KL is below 0.1 KL_0 for both games (contradicted above 0.5); a policy "
-              "beats another if its win rate minus t standard errors exceeds 1/2 (contradicted if plus t is below; t the "
-              "two-sided 95% Student-t quantile over seeds, 2 with one seed).",
+    lines += ["", "## Verdict", "", *verdict_lines(summary)]
+    lines += ["", "Rules (`longhorizon.repro.inpo.judge`; each claim's rule and numbers are in `summary.json`): the identity "
+              "holds if every game is within 1e-5 (judged only if a perturbed loss misses by more); convergence holds if "
+              "each game's per-seed late KL / KL_0 has its Student-t 95% interval below 0.1; a policy beats another if "
+              "the 95% interval of its per-seed win rate lies above 1/2 (>= 3 seeds), judged only if INPO moved away "
+              "from pi_ref and the rival beats pi_ref.",
               "", "## How this differs from the paper", "",
               "- The paper trains Llama-3-8B with an LLM preference oracle; here a tiny character model and a scripted "
               "oracle whose cyclic part no scalar reward can represent.",
@@ -112,5 +113,5 @@ def report(summary: dict, quick: bool) -> list[str]:
               "each batch) instead of minimising each iteration's loss to convergence; Nash-MP's policy-gradient arm draws 3 rollouts per step (half step, "
               "its opponents, full step) where the others draw 1, at the same number of kept optimiser steps.",
               "- DPO/IPO pairs come from pi_ref at every step (an offline dataset's distribution) rather than one stored set.",
-              "", f"Command: `{command}` (about {summary['seconds'] / 60:.1f} minutes here).", ""]
+              "", f"Command: `{command}` (about {summary['wall_seconds'] / 60:.1f} minutes here).", ""]
     return lines

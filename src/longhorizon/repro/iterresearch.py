@@ -18,17 +18,18 @@ report in workspace mode), three RL arms (full / trajectory credit, workspace / 
 workspace / EAPO with gamma 0.9), held-out success and turns, greedy. The paper trains 30B models
 on deep-research benchmarks with real web search over up to 2048 rounds; here rounds are <= 17.
 
-Verdicts: (1) holds when the workspace's longest context at 16 items is below 1.25x its value at
-2 items while the full history's grows by more than 2x. (2) and (3) are judged only when some arm
-improves on its warm start by more than two standard errors; (2) holds when the workspace arm's
-success is no lower than the full arm's minus the standard error of the difference; (3) holds when
-EAPO's success is within that error of the undiscounted arm's and its held-out episodes are not
-longer.
+Rules (:func:`judge`): (1) an agreement on the measured growth from 2 to 16 items, thresholds stated before the
+run: the workspace's longest context grows at most 1.25x, the full history's at least 2x. (2) the workspace arm's
+per-seed success minus the full arm's, paired over seeds, its Student-t 95% interval above -0.05 (>= 3 seeds).
+(3) both: EAPO's success non-inferior by the same margin, and its held-out episodes shorter. (2) and (3) need
+both arms compared to have learned (held-out success above their warm start or a rising training reward, GRPO
+groups with a signal), else ``no signal``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,11 @@ import numpy as np
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "IterResearch"
+CLAIMS = ("the workspace keeps the context bounded while the full history grows",
+          "the workspace agent learns no worse than the full-history agent", "EAPO keeps success and shortens episodes")
 
 AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=7, max_action_tokens=64, max_context_tokens=1536,
                     length_bucket=256)
@@ -67,7 +73,7 @@ def context_lengths(n_tasks: int = 8) -> dict:
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     lengths = context_lengths(2 if quick else 8)
     held = setup.rows(setup.eval_tasks, 10_000)
@@ -85,46 +91,41 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
             agent = dataclasses.replace(setup.agent, context=context)
             results[arm].append(common.train_arm(out / "runs" / f"arm{i}-seed{seed}", policies[context], setup, credit,
                                                  seed=seed, held=held, agent=agent))
-    summary = summarise(setup, lengths, warm, results)
+    rows = {arm: [r["rows"] for r in rs] for arm, rs in results.items()}
+    summary = common.finish(out, PAPER, "iterresearch", setup, recorded(setup, lengths, warm, results), judge,
+                            lambda s: report(setup, s, quick), quick, rows, time.perf_counter() - t0)
     plot(out / "iterresearch.png", lengths, summary)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
-def summarise(setup, lengths, warm, results) -> dict:
-    full, work = lengths["full"], lengths["workspace"]
-    grow_full, grow_work = full[16] / full[2], work[16] / work[2]
-    c1 = (f"holds: longest context from 2 to 16 items grows {grow_work:.2f}x with the workspace, {grow_full:.2f}x with "
-          f"the full history" if grow_work < 1.25 and grow_full > 2 else
-          f"contradicted: growth {grow_work:.2f}x (workspace) vs {grow_full:.2f}x (full)")
-    n = setup.eval_tasks
+def recorded(setup, lengths, warm, results) -> dict:
     success = {arm: [r["summary"]["eval"]["success"] for r in rs] for arm, rs in results.items()}
-    turns = {arm: float(np.mean([r["summary"]["eval"]["turns"] for r in rs])) for arm, rs in results.items()}
-    means = {arm: float(np.mean(v)) for arm, v in success.items()}
-    warm_means = {c: float(np.mean([w["success"] for w in ws])) for c, ws in warm.items()}
-    p = max(np.mean(list(warm_means.values())), 1 / n)
-    se = float(np.sqrt(max(p * (1 - p), 1 / n) / (n * setup.seeds)))
-    se_diff = float(np.sqrt(2) * se)
-    improved = any(means[arm] - warm_means[ARMS[arm][0]] > 2 * se for arm in ARMS)
-    a_full, a_work, a_eapo = list(ARMS)
-    if not improved:
-        why = f"inconclusive: no arm improved on its warm start by more than two standard errors ({2 * se:.2f})"
-        c2 = c3 = why
-    else:
-        c2 = (f"holds: workspace {means[a_work]:.2f} vs full history {means[a_full]:.2f}"
-              if means[a_work] >= means[a_full] - se_diff else
-              f"contradicted: workspace {means[a_work]:.2f} < full history {means[a_full]:.2f}")
-        c3 = (f"holds: EAPO {means[a_eapo]:.2f} in {turns[a_eapo]:.2f} turns vs undiscounted {means[a_work]:.2f} in "
-              f"{turns[a_work]:.2f}" if means[a_eapo] >= means[a_work] - se_diff and turns[a_eapo] <= turns[a_work] + 1e-9
-              else f"contradicted: EAPO {means[a_eapo]:.2f} in {turns[a_eapo]:.2f} turns vs undiscounted "
-                   f"{means[a_work]:.2f} in {turns[a_work]:.2f}")
-    claims = {"the workspace keeps the context bounded while the full history grows": c1,
-              "the workspace agent learns no worse than the full-history agent": c2,
-              "EAPO keeps success and shortens episodes": c3}
-    verdict = "; ".join(f"({i}) {v.split(':')[0]}" for i, v in enumerate(claims.values(), 1))
-    return {"claims": claims, "verdict": verdict, "context_tokens": {"full": full, "workspace": work},
-            "expert_success": lengths["success"], "warm_start_success": warm_means, "final_success": success,
-            "final_success_mean": means, "held_out_turns": turns, "standard_error": se, "setup": dataclasses.asdict(setup)}
+    turns = {arm: [r["summary"]["eval"]["turns"] for r in rs] for arm, rs in results.items()}
+    return {"context_tokens": {c: {str(k): v for k, v in lengths[c].items()} for c in ("full", "workspace")},
+            "expert_success": lengths["success"],
+            "warm_start_success": {c: float(np.mean([w["success"] for w in ws])) for c, ws in warm.items()},
+            "final_success": success, "final_success_mean": {arm: float(np.mean(v)) for arm, v in success.items()},
+            "held_out_turns": {arm: float(np.mean(v)) for arm, v in turns.items()}, "held_out_turns_per_seed": turns,
+            "setup": dataclasses.asdict(setup), "training": common.training({a: [r["rows"] for r in rs] for a, rs in results.items()})}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring); a summary without per-seed turns uses the
+    mean turns (one value: the episode-length part is then undecided)."""
+    ctx, final, warm = L["context_tokens"], L["final_success"], L["warm_start_success"]
+    full, work, eapo = list(ARMS)
+    start = {a: warm["full" if a == full else "workspace"] for a in ARMS}
+    signals = {a: common.learned(a, L, start[a], final[a]) for a in ARMS}
+    turns = L.get("held_out_turns_per_seed") or {a: [t] for a, t in L["held_out_turns"].items()}
+    growth = C.combine({"workspace grows at most 1.25x": C.agreement(ctx["workspace"]["16"] / ctx["workspace"]["2"], 1.25, 0.0, "below"),
+                        "full history grows at least 2x": C.agreement(ctx["full"]["16"] / ctx["full"]["2"], 2.0, 0.0, "above")}, "part")
+    claims = [C.judge(CLAIMS[0], growth, quick=quick),
+              C.judge(CLAIMS[1], C.difference(final[work], final[full], margin=common.NON_INFERIOR),
+                      signals[work] + signals[full], quick=quick),
+              C.judge(CLAIMS[2], C.combine({"success kept": C.difference(final[eapo], final[work], margin=common.NON_INFERIOR),
+                                            "episodes shorter": C.difference(turns[eapo], turns[work], higher_is_better=False)},
+                                           "part"), signals[eapo] + signals[work], quick=quick)]
+    return claims, {a: C.arm(L["setup"]["steps"], L["setup"]["seeds"], *s) for a, s in signals.items()}
 
 
 def plot(path: Path, lengths, summary) -> None:
@@ -159,8 +160,8 @@ def report(setup, summary, quick: bool) -> list[str]:
              f"Command: `longhorizon repro iterresearch{' --quick' if quick else ''}`", "",
              "Longest context of expert episodes (tokens, mean over tasks):", "",
              "| items | " + " | ".join(str(i) for i in ITEMS) + " |", "|---|" + "---|" * len(ITEMS),
-             "| full history | " + " | ".join(str(ctx["full"][i]) for i in ITEMS) + " |",
-             "| workspace | " + " | ".join(str(ctx["workspace"][i]) for i in ITEMS) + " |", "",
+             "| full history | " + " | ".join(str(ctx["full"][str(i)]) for i in ITEMS) + " |",
+             "| workspace | " + " | ".join(str(ctx["workspace"][str(i)]) for i in ITEMS) + " |", "",
              f"RL on {dict(setup.task_args)['items']}-item tasks:", "",
              "| arm | held-out success (per seed) | mean | held-out turns |", "|---|---|---|---|"]
     for c, v in summary["warm_start_success"].items():
@@ -168,8 +169,7 @@ def report(setup, summary, quick: bool) -> list[str]:
     for arm, values in summary["final_success"].items():
         lines.append(f"| {arm} | {', '.join(f'{v:.3f}' for v in values)} | {summary['final_success_mean'][arm]:.3f} | "
                      f"{summary['held_out_turns'][arm]:.2f} |")
-    lines += ["", "![context and success](iterresearch.png)", "", "**Verdicts**:", ""]
-    lines += [f"- {claim}: {verdict}." for claim, verdict in summary["claims"].items()]
+    lines += ["", "![context and success](iterresearch.png)", "", "## Verdict", "", *common.verdict_lines(summary)]
     lines += ["", "Differences from the paper: a 2-layer byte-level agent and a synthetic lookup-and-aggregate task "
               "instead of 30B models on deep-research benchmarks; the workspace report of the warm start is the "
               "expert's synthesis (best so far and how many were looked up), which the agent must learn to update; "

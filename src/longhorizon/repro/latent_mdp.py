@@ -10,7 +10,7 @@ per (m, s, a)), the same instance at every H up to the 1/H reward scale, H in ``
 
 Fits: the slope of log Regret(K_final) on log H pools every seed's point (OLS, 95% t interval); the
 slope of log Regret(k) on log k over the last decade of episodes is fitted per seed and summarised by
-its mean and 95% t interval over seeds. The claims follow from those by the rules below.
+its mean and 95% t interval over seeds. The claims are judged by :func:`judge` on per-seed numbers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from longhorizon.repro.report import mean_se, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines, write
 from longhorizon.theory import latent_mdp as lm
 from longhorizon.theory import lmdp_learning as ll
 
@@ -75,36 +76,6 @@ def rate_slopes(regret: np.ndarray) -> dict:
     return {"slope": mean, "lo": mean - half, "hi": mean + half, "per_seed": slopes}
 
 
-def below_rule(fit: dict, bound: float) -> str:
-    """holds when the whole interval lies below ``bound``, contradicted when it lies above, else inconclusive."""
-    if fit["hi"] < bound:
-        return "holds"
-    return "contradicted" if fit["lo"] > bound else "inconclusive"
-
-
-def all_below_rule(fits: list[dict], bound: float) -> str:
-    """Every fit below ``bound``: holds if all hold, contradicted if any is contradicted, else inconclusive."""
-    outcomes = [below_rule(f, bound) for f in fits]
-    if all(o == "holds" for o in outcomes):
-        return "holds"
-    return "contradicted" if "contradicted" in outcomes else "inconclusive"
-
-
-def steeper_rule(steep: dict, flat: dict) -> str:
-    """``steep``'s slope exceeds ``flat``'s: holds when the intervals are apart in that order, contradicted
-    when they are apart the other way, inconclusive when they overlap."""
-    if steep["lo"] > flat["hi"]:
-        return "holds"
-    return "contradicted" if steep["hi"] < flat["lo"] else "inconclusive"
-
-
-def ratio_rule(ratios: list[float]) -> str:
-    """Deterministic / stochastic regret at every H: holds if all <= MUCH_SMALLER, contradicted if any >= 1."""
-    if max(ratios) <= MUCH_SMALLER:
-        return "holds"
-    return "contradicted" if max(ratios) >= 1 else "inconclusive"
-
-
 def measure(setup: Setup, log=print) -> dict:
     config = setup.learner()
     K = setup.episodes
@@ -133,39 +104,53 @@ def horizon_fit(setup: Setup, rows: dict, kind: str, bonus: str, part: str = "fi
     return fit_slope(xs, ys)
 
 
-def claims(setup: Setup, rows: dict) -> tuple[dict, dict]:
-    """The claims from the measured regrets by the rules above; also returns the fits they used."""
-    fits = {f"{kind} {bonus}": horizon_fit(setup, rows, kind, bonus) for kind in KINDS for bonus in ll.BONUSES}
-    ratios = [np.mean(rows[f"deterministic H={H}"]["bernstein"]["final"])
-              / max(np.mean(rows[f"stochastic H={H}"]["bernstein"]["final"]), 1e-12) for H in setup.horizons]
-    rate = {kind: [rows[f"{kind} H={H}"]["bernstein"]["rate"] for H in setup.horizons] for kind in KINDS}
-    bern, hoef = fits["stochastic bernstein"], fits["stochastic hoeffding"]
+def fits_of(setup: Setup, rows: dict) -> dict:
+    """The pooled fits on log H shown in the README and the plot (the claims use per-seed slopes, :func:`judge`)."""
+    return {part: {f"{kind} {bonus}": horizon_fit(setup, rows, kind, bonus, p) for kind in KINDS for bonus in ll.BONUSES}
+            for part, p in (("horizon", "final"), ("horizon_late", "late"))}
 
-    def interval(f):
-        return f"slope {f['slope']:.2f}, 95% CI [{f['lo']:.2f}, {f['hi']:.2f}]"
 
-    def slopes(fs):
-        return ", ".join(f"{f['slope']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]" for f in fs)
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded regrets (``rows``, ``setup``): per-seed slopes and ratios, Student-t 95%
+    intervals over seeds (>= 3). A learner whose regret did not become sublinear within K (last-decade log-log
+    slope's interval not below 1) has not learned: ``no signal``."""
+    setup, rows = L["setup"], L["rows"]
+    hs = setup["horizons"]
+    final = lambda kind, learner: np.array([rows[f"{kind} H={h}"][learner]["final"] for h in hs]).T  # noqa: E731
+    rate = lambda kind, h, learner: rows[f"{kind} H={h}"][learner]["rate"]["per_seed"]  # noqa: E731
 
-    found = {
-        f"the value-optimistic (Bernstein) learner's regret at K={setup.episodes} does not grow polynomially in H "
-        f"(slope of log regret on log H below {FLAT}, stochastic instance)":
-            f"{below_rule(bern, FLAT)} ({interval(bern)})",
-        "the Hoeffding-bonus baseline's regret grows faster in H than the Bernstein learner's":
-            f"{steeper_rule(hoef, bern)} (Hoeffding {interval(hoef)}; Bernstein {interval(bern)})",
-        f"a deterministic (zero-variance) LMDP has much smaller regret (ratio to the stochastic one <= {MUCH_SMALLER} "
-        "at every H, Bernstein)":
-            f"{ratio_rule(ratios)} (ratios {', '.join(f'{r:.3f}' for r in ratios)} at H = "
-            f"{', '.join(map(str, setup.horizons))})",
-        f"regret grows as sqrt(K) or slower on the stochastic instance (last-decade log-log slope below {SQRT_RATE} "
-        "at every H, Bernstein)":
-            f"{all_below_rule(rate['stochastic'], SQRT_RATE)} (slopes {slopes(rate['stochastic'])})",
-        f"regret is (poly)logarithmic in K on the deterministic instance (last-decade slope below {LOG_RATE} at "
-        "every H, Bernstein)":
-            f"{all_below_rule(rate['deterministic'], LOG_RATE)} (slopes {slopes(rate['deterministic'])})",
-    }
-    late = {f"{kind} {bonus}": horizon_fit(setup, rows, kind, bonus, "late") for kind in KINDS for bonus in ll.BONUSES}
-    return found, {"horizon": fits, "horizon_late": late, "ratios": ratios}
+    def learns(kind, learner):
+        out = []
+        for h in hs:
+            slope, low, high = C.t_interval(rate(kind, h, learner))
+            out.append({"arm": f"{learner}, {kind} H={h}", "test": "regret sublinear: last-decade log-log slope's interval below 1",
+                        "slope": slope, "interval": [low, high], "moved": bool(high < 1.0),
+                        "what": f"{learner} ({kind}, H={h}): regret did not become sublinear within K (last-decade slope "
+                                f"{slope:.2f}, interval [{low:.2f}, {high:.2f}] not below 1)"})
+        return out
+
+    sig = {(k, b): learns(k, b) for k in KINDS for b in ll.BONUSES}
+    logh = np.log(hs)
+    bern = C.trend(logh, np.log(final("stochastic", "bernstein")), direction="decreasing", margin=FLAT)
+    hoef = C.trend(logh, np.log(final("stochastic", "hoeffding")))
+    ratio = final("deterministic", "bernstein") / final("stochastic", "bernstein")
+    below = lambda kind, bound: C.combine({f"H={h}": C.difference(rate(kind, h, "bernstein"), bound, higher_is_better=False)  # noqa: E731
+                                           for h in hs}, "H")
+    claims = [
+        C.judge(f"the value-optimistic (Bernstein) learner's regret at K={setup['episodes']} does not grow polynomially in H "
+                f"(slope of log regret on log H below {FLAT}, stochastic instance)", bern, sig["stochastic", "bernstein"], quick=quick),
+        C.judge("the Hoeffding-bonus baseline's regret grows faster in H than the Bernstein learner's (per-seed slopes)",
+                C.difference(hoef.evidence["slopes"], bern.evidence["slopes"]),
+                sig["stochastic", "bernstein"] + sig["stochastic", "hoeffding"], quick=quick),
+        C.judge(f"a deterministic (zero-variance) LMDP has much smaller regret (ratio to the stochastic one <= {MUCH_SMALLER} at every H)",
+                C.combine({f"H={h}": C.difference(ratio[:, i], MUCH_SMALLER, higher_is_better=False) for i, h in enumerate(hs)}, "H"),
+                sig["stochastic", "bernstein"] + sig["deterministic", "bernstein"], quick=quick),
+        C.judge(f"regret grows as sqrt(K) or slower on the stochastic instance (last-decade log-log slope below {SQRT_RATE} at every H)",
+                below("stochastic", SQRT_RATE), sig["stochastic", "bernstein"], quick=quick),
+        C.judge(f"regret is (poly)logarithmic in K on the deterministic instance (last-decade slope below {LOG_RATE} at every H)",
+                below("deterministic", LOG_RATE), sig["deterministic", "bernstein"], quick=quick),
+    ]
+    return claims, {f"{b}, {k}": C.arm(setup["episodes"], setup["seeds"], *sig[k, b]) for k, b in sig}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None, log=print) -> dict:
@@ -174,13 +159,13 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None, log=print
     out = Path(out_dir)
     start = time.perf_counter()
     rows = measure(setup, log)
-    found, fits = claims(setup, rows)
-    statuses = [value.split(" ", 1)[0] for value in found.values()]
-    verdict = (f"latent-mdp: Bernstein regret flat in H: {statuses[0]}; Hoeffding steeper in H: {statuses[1]}; "
-               f"deterministic regret much smaller: {statuses[2]}; sqrt(K) rate: {statuses[3]}; "
-               f"log(K) on the deterministic instance: {statuses[4]}.")
-    summary = {"claims": found, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
-               "fits": fits, "rows": rows, "seconds": time.perf_counter() - start}
+    fits = fits_of(setup, rows)
+    recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "fits": fits, "rows": rows})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="Latent MDPs", claims=claims, arms=arms, quick=quick, wall_seconds=time.perf_counter() - start,
+                        scale=f"S={setup.states}, A={setup.actions}, H in {list(setup.horizons)}, K={setup.episodes} episodes, "
+                              f"{setup.seeds} seeds", command="longhorizon repro latent-mdp" + (" --quick" if quick else ""),
+                        **recorded)
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "latent_mdp.png", setup, rows, fits)
     write(out, summary, readme(setup, summary))
@@ -241,7 +226,7 @@ def readme(setup: Setup, summary: dict) -> list[str]:
         "weights are estimated without a bonus; rewards are known; the reference policy is the planner's on the",
         "true model at the same grid (its exact value).",
         "",
-        f"Command: `{command}` ({summary['seconds']:.0f} s)",
+        f"Command: `{command}` ({summary['wall_seconds']:.0f} s)",
         "",
         f"| instance | H | V_ref | Regret(K={setup.episodes}) Bernstein | Hoeffding | log-log slope in K, Bernstein "
         "| Hoeffding |",
@@ -267,10 +252,8 @@ def readme(setup: Setup, summary: dict) -> list[str]:
               "| instance, bonus | slope on log H (second half) | 95% CI |", "|---|---|---|"]
     for label, f in summary["fits"]["horizon_late"].items():
         lines.append(f"| {label} | {f['slope']:.3f} | [{f['lo']:.3f}, {f['hi']:.3f}] |")
-    lines += ["", "![regret](latent_mdp.png)", "", "## Verdict", "", summary["verdict"], ""]
-    lines += [f"- **{claim}**: {status}" for claim, status in summary["claims"].items()]
-    lines += ["", "Rules (in `longhorizon/repro/latent_mdp.py`): a slope claim *holds* when its whole 95% interval",
-              "lies below the bound, is *contradicted* when it lies above, else *inconclusive*; 'steeper' needs the",
-              f"two intervals apart; the ratio claim holds when every H's ratio is <= {MUCH_SMALLER} and is",
-              "contradicted when one is >= 1."]
+    lines += ["", "![regret](latent_mdp.png)", "", "## Verdict", "", *verdict_lines(summary)]
+    lines += ["", "Rules (`longhorizon.repro.latent_mdp.judge`): per-seed slopes and ratios with their Student-t 95%",
+              "interval over seeds (>= 3): holds when the interval lies on the claim's side of its bound, contradicted",
+              "when on the other, else inconclusive; a learner whose regret is not sublinear within K gives no signal."]
     return lines

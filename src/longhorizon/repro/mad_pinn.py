@@ -28,7 +28,8 @@ from longhorizon import algos
 from longhorizon.control import mad_pinn as mp
 from longhorizon.control import pair_navigation as pn
 from longhorizon.control.epigraph import GridConfig, Navigation, free_cost, min_budget, solve_grid
-from longhorizon.repro.report import write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines, write
 
 SETTINGS = {
     False: {"grid": GridConfig(points=41, z_points=31, dt=0.025), "pinn_steps": 3000, "hidden": (96, 96, 96),
@@ -131,37 +132,34 @@ def deploy(model: mp.PinnValue, ppo_params, agents: int, seeds: int, steps: int)
     return results
 
 
-def decide(check: dict, table: dict) -> dict:
-    """The claims from measured values (rules in the text; ``table[N][method][metric]`` = list over seeds)."""
-    mean = lambda n, m, k: float(np.mean(table[n][m][k]))
-    sizes = sorted(table)
-    claims = {}
-    agreement, relative = check["safe_set_agreement"], check["value_mae"] / max(check["value_range"], 1e-9)
-    facts = f"safe-set agreement {agreement:.3f}, value MAE {relative:.1%} of the value range"
-    claims[CLAIMS["pinn"]] = (f"holds ({facts})" if agreement >= 0.9 and relative <= 0.1 else
-                              f"contradicted ({facts})" if agreement < 0.8 else f"inconclusive ({facts})")
-    gaps = [mean(n, "MAD-PINN", "collision_rate") - mean(n, "CBF-QP", "collision_rate") for n in sizes]
-    facts = ", ".join(f"N={n}: {mean(n, 'MAD-PINN', 'collision_rate'):.2f} vs {mean(n, 'CBF-QP', 'collision_rate'):.2f}"
-                      for n in sizes)
-    claims[CLAIMS["safety"]] = (f"holds ({facts})" if max(gaps) <= 0.05 else
-                                f"contradicted ({facts})" if min(gaps) > 0.05 else f"inconclusive ({facts})")
-    faster = [mean(n, "MAD-PINN", "time_to_goal") < mean(n, "CBF-QP", "time_to_goal") - 0.1 for n in sizes]
-    slower = [mean(n, "MAD-PINN", "time_to_goal") > mean(n, "CBF-QP", "time_to_goal") + 0.1 for n in sizes]
-    facts = ", ".join(f"N={n}: {mean(n, 'MAD-PINN', 'time_to_goal'):.2f} s vs {mean(n, 'CBF-QP', 'time_to_goal'):.2f} s"
-                      for n in sizes)
-    claims[CLAIMS["cost"]] = (f"holds ({facts})" if all(faster) else f"contradicted ({facts})" if all(slower)
-                              else f"inconclusive ({facts})")
-    rise = mean(sizes[-1], "MAD-PINN", "collision_rate") - mean(sizes[0], "MAD-PINN", "collision_rate")
-    facts = f"collision rate N={sizes[0]}: {mean(sizes[0], 'MAD-PINN', 'collision_rate'):.2f}, N={sizes[-1]}: " \
-            f"{mean(sizes[-1], 'MAD-PINN', 'collision_rate'):.2f}"
-    claims[CLAIMS["scaling"]] = (f"holds ({facts})" if rise <= 0.05 else f"contradicted ({facts})" if rise > 0.1
-                                 else f"inconclusive ({facts})")
-    gaps = [mean(n, "MAD-PINN", "collision_rate") - mean(n, PPO, "collision_rate") for n in sizes]
-    facts = ", ".join(f"N={n}: {mean(n, 'MAD-PINN', 'collision_rate'):.2f} vs {mean(n, PPO, 'collision_rate'):.2f}"
-                      for n in sizes)
-    claims[CLAIMS["marl"]] = (f"holds ({facts})" if max(gaps) <= 0.05 else
-                              f"contradicted ({facts})" if min(gaps) > 0.05 else f"inconclusive ({facts})")
-    return claims
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers: the PINN against the grid as an agreement within 0.1 (1 - safe-set
+    agreement, value MAE / value range); the deployment claims per seed, Student-t 95% intervals over seeds (>= 3)
+    at every team size. A safety or cost claim needs agents that do the task (MAD-PINN's success >= 0.1 at every
+    N), and the MARL comparison a PPO that does its own (pair arrival rate >= 0.1), else ``no signal``."""
+    grid, dep = L["grid_check"], L["deployment"]
+    sizes = sorted(dep, key=int)
+    floors = {n: C.task_floor(f"MAD-PINN, N={n}", dep[n]["MAD-PINN"]["success"], C.TASK_FLOOR) for n in sizes}
+    ppo = L["ppo_training"]
+    ppo_does = C.task_floor(PPO, ppo["pair_arrival_rate"], C.TASK_FLOOR)
+    seeds = len(dep[sizes[0]]["MAD-PINN"]["success"])
+    per_n = lambda other, key, margin=0.0: C.combine({f"N={n}": C.difference(  # noqa: E731
+        dep[n]["MAD-PINN"][key], dep[n][other][key], margin=margin, higher_is_better=False) for n in sizes}, "team size")
+    collisions = np.array([dep[n]["MAD-PINN"]["collision_rate"] for n in sizes]).T
+    gates = list(floors.values())
+    claims = [
+        C.judge(CLAIMS["pinn"], C.agreement([1.0 - grid["safe_set_agreement"], grid["value_mae"] / grid["value_range"]],
+                                            [0.0, 0.0], tolerance=0.1), quick=quick),
+        C.judge(CLAIMS["safety"], per_n("CBF-QP", "collision_rate", margin=-0.05), gates, quick=quick),
+        C.judge(CLAIMS["cost"], per_n("CBF-QP", "time_to_goal"), gates, quick=quick),
+        C.judge(CLAIMS["scaling"] + " (slope on log2 N below 0.05)",
+                C.trend(np.log2([int(n) for n in sizes]), collisions, direction="decreasing", margin=0.05) if len(sizes) > 1
+                else C.undecidable("one team size: no slope"), gates, quick=quick),
+        C.judge(CLAIMS["marl"], per_n(PPO, "collision_rate"), [*gates, ppo_does], quick=quick),
+    ]
+    arms = {f"MAD-PINN, N={n}": C.arm(None, seeds, floors[n]) for n in sizes}
+    arms[PPO] = C.arm(ppo["steps"], len(ppo["episode_return"]), ppo_does)
+    return claims, arms
 
 
 def plot(path: Path, check: dict, grid_value, table: dict) -> None:
@@ -205,24 +203,20 @@ def run(out_dir: str, quick: bool = False) -> dict:
     train_seconds = time.perf_counter() - begin - grid_seconds
     ppo_params, ppo_info = train_ppo(pn.PairNavigation(), setting["ppo"], setting["seeds"])
     table = {n: deploy(pair_model, ppo_params, n, setting["seeds"], setting["steps"]) for n in setting["agents"]}
-    claims = decide(check, table)
     plot(out / "mad_pinn.png", check, grid_value, table)
-    held = sum(v.startswith("holds") for v in claims.values())
-    verdict = (f"{held} of {len(claims)} claims hold at this scale: " +
-               "; ".join(f"{k}: {v.split(' (')[0]}" for k, v in claims.items()) + ".")
-    success = lambda m: ", ".join(f"N={n}: {np.mean(row[m]['success']):.2f}" for n, row in table.items())
-    if max(float(np.mean(row["MAD-PINN"]["success"])) for row in table.values()) < 0.5:
-        verdict += (f" MAD-PINN's agents seldom reach their goals (success {success('MAD-PINN')}; CBF-QP "
-                    f"{success('CBF-QP')}; {PPO} {success(PPO)}), so its safety claims hold without showing that "
-                    "safety was cheap.")
-    summary = {"claims": claims, "verdict": verdict, "quick": quick,
-               "grid_check": {k: v for k, v in check.items() if not k.startswith("budget_") or k == "budget_mae"},
+    recorded = {"grid_check": {k: v for k, v in check.items() if not k.startswith("budget_") or k == "budget_mae"},
                "deployment": {str(n): {m: {k: (float(np.mean(v)) if k == "seconds" else [float(x) for x in v])
                                            for k, v in r.items()} for m, r in row.items()} for n, row in table.items()},
                "ppo_training": ppo_info,
                "residual_final": {"reduced": float(reduced_model.losses[-50:].mean()), "pair": float(pair_model.losses[-50:].mean())},
                "seconds": {"grid": grid_seconds, "pinn_training": train_seconds,
                            "ppo_training": ppo_info["seconds"] + ppo_info["compile_seconds"], "total": time.perf_counter() - begin}}
+    recorded = C.as_recorded(recorded)
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="MAD-PINN", claims=claims, arms=arms, quick=quick, wall_seconds=recorded["seconds"]["total"],
+                        scale=f"team sizes {', '.join(map(str, setting['agents']))}; {setting['seeds']} deployment seeds; "
+                              "PINN and grid on the reduced 2-agent problem",
+                        command="longhorizon repro mad-pinn" + (" --quick" if quick else ""), **recorded)
     write(out, summary, [readme(summary, setting, table, quick)])
     return summary
 
@@ -236,7 +230,7 @@ def readme(summary: dict, setting: dict, table: dict, quick: bool) -> str:
             rows.append(f"| {n} | {method} | {cell('collision_rate')} | {cell('success')} | {cell('time_to_goal')} | "
                         f"{cell('effort')} | {np.min(r['min_distance']):.3f} |")
     command = "longhorizon repro mad-pinn" + (" --quick" if quick else "")
-    claims = "\n".join(f"- **{k}**: {v}" for k, v in summary["claims"].items())
+    claims = "\n".join(verdict_lines(summary))
     return f"""# MAD-PINN: a PINN epigraph value deployed decentralised (`{command}`)
 
 Claims (Tayal, Singh, Kolathaya & Bansal 2025, "MAD-PINN"): a physics-informed network on the epigraph HJB-VI
@@ -298,14 +292,11 @@ MAD-PINN, the CBF-QP and independent PPO.
 
 {claims}
 
-{summary['verdict']}
-
-Rules: PINN holds if safe-set agreement >= 0.9 and value MAE <= 10% of the value range (contradicted below 0.8);
-safety holds if MAD-PINN's collision rate is within 0.05 of the CBF-QP's at every N (contradicted if above by more at
-every N); cost holds if MAD-PINN's time to goal is lower by 0.1 s at every N (contradicted if higher by 0.1 s at
-every N); scaling holds if the collision rate at the largest N exceeds the smallest N's by <= 0.05 (contradicted
-above 0.1); MARL holds if MAD-PINN's collision rate is within 0.05 of independent PPO's at every N (contradicted if
-above by more at every N). Wall time {summary['seconds']['total']:.0f} s (grid {summary['seconds']['grid']:.0f} s, PINN training
+Rules (`longhorizon.repro.mad_pinn.judge`): the PINN claim is an agreement within 0.1 (1 - safe-set agreement, value
+MAE / value range); the deployment claims compare per-seed numbers at every N with Student-t 95% intervals over
+seeds (>= 3): safety within 0.05 of the CBF-QP's collision rate, cost a lower time to goal, scaling a slope of the
+collision rate on log2 N below 0.05, MARL a collision rate no higher than independent PPO's. Agents that seldom
+reach their goals (success below 0.1) give no signal. Wall time {summary['seconds']['total']:.0f} s (grid {summary['seconds']['grid']:.0f} s, PINN training
 {summary['seconds']['pinn_training']:.0f} s, PPO training {summary['seconds']['ppo_training']:.0f} s).
 
 Command: `{command}`

@@ -10,17 +10,15 @@ evaluation after each chunk); the final score is ``eval_episodes`` fresh episode
 noise (PPO: its greedy action). The policy-size study trains MBDPO with 2-layer velocity networks of the given
 widths on the first task. SAC is not part of the project, so it is not a baseline here.
 
-Claim rule (:func:`compare`): for arms X and Y with per-seed final returns, ``D = mean(X) - mean(Y)`` and
-``SE_D = sqrt(SE_X^2 + SE_Y^2)``; "X beats Y" holds when ``D > 2 SE_D``, is contradicted when ``D < -2 SE_D`` and is
-inconclusive otherwise. Scaling (:func:`scaling_claim`): holds when the mean return rises with every width step
-and largest-vs-smallest holds by :func:`compare`; contradicted when largest-vs-smallest is contradicted;
-inconclusive otherwise.
+Claim rules (:func:`judge`): "X beats Y" is Welch's Student-t 95% interval of the difference of per-seed final
+returns (>= 3 seeds each); the size claim is a fitted slope of per-seed final return on log2 width. An arm judged
+must have learned (its learning curve or final return above its first evaluation), and a baseline must beat a
+uniformly random policy (:data:`RANDOM_RETURN`), else ``no signal``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from pathlib import Path
 
@@ -28,12 +26,13 @@ import jax
 import numpy as np
 
 from longhorizon.control import mbdpo
-from longhorizon.repro.report import mean_se
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines
 
 
 CLAIM_MPPI = "MBDPO's flow policy beats MPPI planning on the same world model at equal environment steps ({task})"
 CLAIM_PPO = "MBDPO beats PPO at equal environment steps ({task})"
-CLAIM_SCALE = "MBDPO's return rises monotonically with policy size ({task})"
+CLAIM_SCALE = "MBDPO's return rises with policy size ({task})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,30 +78,42 @@ QUICK = Setup(tasks=("Pendulum-v1",), seeds=2, total_steps=240, learning_starts=
                                  unroll=2))
 
 
-# ----------------------------------------------------------------------------- claim rules
-def compare(x, y) -> tuple[str, float, float]:
-    """``(verdict word, D, SE_D)`` for "X beats Y" from per-seed values (module docstring)."""
-    (mx, sx), (my, sy) = mean_se(x), mean_se(y)
-    d, se = mx - my, math.sqrt(sx ** 2 + sy ** 2)
-    word = "holds" if d > 2 * se else "contradicted" if d < -2 * se else "inconclusive"
-    return word, d, se
+# ----------------------------------------------------------------------------- claims
+# Uniform-random policy returns (gymnax 1.0.1, 256 episodes, PRNGKey(0)): a baseline must beat these.
+RANDOM_RETURN = {"Pendulum-v1": -1207.4, "MountainCarContinuous-v0": -32.8}
 
 
-def scaling_claim(per_width: list) -> str:
-    """The size claim's value from per-seed returns at increasing widths."""
-    if len(per_width) < 2:
-        return "inconclusive (one policy size only)"
-    means = [mean_se(v)[0] for v in per_width]
-    word, d, se = compare(per_width[-1], per_width[0])
-    monotone = all(b > a for a, b in zip(means, means[1:]))
-    if word == "holds" and not monotone:
-        word = "inconclusive"
-    return (f"{word} (means {', '.join(f'{m:.0f}' for m in means)}; largest - smallest = {d:.0f} +- {se:.0f}, "
-            f"{'monotone' if monotone else 'not monotone'})")
+def _first_finite(rows) -> list[float]:
+    """The first finite value of each seed's column in ``rows [points, seeds]`` (None = no finished episode)."""
+    a = np.array([[np.nan if v is None else v for v in r] for r in rows], np.float64)
+    return [float(col[np.isfinite(col)][0]) if np.isfinite(col).any() else float("nan") for col in a.T]
 
 
-def claim_text(word: str, d: float, se: float, what: str) -> str:
-    return f"{word} ({what}: D = {d:.0f} +- {se:.0f})"
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded runs (``runs[task][arm]``: per-seed learning curve and final return)."""
+    setup, claims, arms = L["setup"], [], {}
+    for task, runs in L["runs"].items():
+        signals = {}
+        for arm, run in runs.items():
+            curve = np.array(run["returns"], np.float64).T if all(v is not None for r in run["returns"] for v in r) else None
+            signals[arm] = C.arm_signal(f"{arm} ({task})", curve, eval_start=_first_finite(run["returns"]),
+                                        eval_end=run["final"], what="evaluation return")
+            arms[f"{arm} ({task})"] = C.arm(setup["total_steps"], setup["seeds"], signals[arm])
+        base = {b: C.baseline_signal(f"{b} ({task})", runs[b]["final"], RANDOM_RETURN.get(task, -np.inf),
+                                     what="a uniform-random policy") for b in ("mppi", "ppo")}
+        for b in ("mppi", "ppo"):
+            arms[f"{b} ({task})"]["signal"] = {"tests": [signals[b], base[b]], "moved": signals[b]["moved"] and base[b]["moved"]}
+        mb = f"mbdpo-{setup['width']}"
+        claims.append(C.judge(CLAIM_MPPI.format(task=task), C.difference(runs[mb]["final"], runs["mppi"]["final"], paired=False),
+                              [signals[mb], signals["mppi"], base["mppi"]], quick=quick))
+        claims.append(C.judge(CLAIM_PPO.format(task=task), C.difference(runs[mb]["final"], runs["ppo"]["final"], paired=False),
+                              [signals[mb], signals["ppo"], base["ppo"]], quick=quick))
+        widths = [w for w in setup["widths"] if f"mbdpo-{w}" in runs]
+        if len(widths) > 2:
+            claims.append(C.judge(CLAIM_SCALE.format(task=task),
+                                  C.trend(np.log2(widths), np.array([runs[f"mbdpo-{w}"]["final"] for w in widths]).T),
+                                  [signals[f"mbdpo-{w}"] for w in widths], quick=quick))
+    return claims, arms
 
 
 # ----------------------------------------------------------------------------- arms
@@ -179,18 +190,6 @@ def study(setup: Setup, log=print) -> dict:
     return results
 
 
-def decide(results: dict, setup: Setup) -> dict[str, str]:
-    claims = {}
-    for index, (task, arms) in enumerate(results.items()):
-        ours = arms[f"mbdpo-{setup.width}"]["final"]
-        claims[CLAIM_MPPI.format(task=task)] = claim_text(*compare(ours, arms["mppi"]["final"]), "MBDPO - MPPI")
-        claims[CLAIM_PPO.format(task=task)] = claim_text(*compare(ours, arms["ppo"]["final"]), "MBDPO - PPO")
-        if index == 0:
-            claims[CLAIM_SCALE.format(task=task)] = scaling_claim([arms[f"mbdpo-{w}"]["final"] for w in setup.widths])
-    return claims
-
-
-# ----------------------------------------------------------------------------- report
 def curve(arm: dict, x: str = "steps"):
     """``(xs, means, ses)`` over the seeds that finished an episode at each point (NaN where none did)."""
     rows = [[v for v in row if np.isfinite(v)] for row in arm["returns"]]
@@ -243,18 +242,21 @@ def run(out_dir: str, quick: bool = False) -> dict:
     print(f"mbdpo: {setup.scale()}")
     t0 = time.perf_counter()
     results = study(setup)
-    write_json_atomic(out / "summary.json", {"runs": results, "quick": quick})  # kept if the report fails
-    claims = decide(results, setup)
-    held = sum(v.startswith("holds") for v in claims.values())
-    verdict = (f"{held} of {len(claims)} claims hold at this scale ({setup.total_steps:,} environment steps per seed, "
-               f"{setup.seeds} seeds); see the claims for the measured differences.")
+    write_json_atomic(out / "runs.json", {"runs": results, "quick": quick})  # kept if the report fails
     plot(out / "mbdpo.png", results, setup)
     table = {task: {name: {"final": mean_se(arm["final"]), "train_seconds": arm["train_seconds"],
                            "compile_seconds": arm["compile_seconds"],
                            "policy_parameters": arm.get("policy_parameters", 0)} for name, arm in arms.items()}
              for task, arms in results.items()}
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
-               "table": table, "runs": results, "wall_seconds": time.perf_counter() - t0}
+    recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "table": table, "runs": results})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="MBDPO", claims=claims, arms=arms, scale=setup.scale(), quick=quick,
+                        command="longhorizon repro mbdpo" + (" --quick" if quick else ""),
+                        wall_seconds=time.perf_counter() - t0, **recorded)
+    for task, runs in recorded["runs"].items():
+        for arm, run in runs.items():
+            C.write_curve(out, f"{arm} ({task})", [{"step": st, "seed": i, "eval_return": r[i]}
+                                                   for st, r in zip(run["steps"], run["returns"]) for i in range(len(r))])
     write(out, summary, report_lines(summary, setup, quick))
     return summary
 
@@ -278,6 +280,7 @@ def report_lines(summary: dict, setup: Setup, quick: bool) -> list[str]:
                          f"{row['train_seconds']:.0f} | {row['compile_seconds']:.0f} |")
     lines += ["", "(final return: mean +- SE over seeds of the evaluation episodes without exploration noise; "
               "PPO: greedy. Times on the shared 2-core machine.)", "", "![learning curves and policy size](mbdpo.png)",
-              "", "## Verdict", "", summary["verdict"], ""] + [f"- {c}: **{v}**" for c, v in summary["claims"].items()]
+              "", "## Verdict", "", *verdict_lines(summary), "",
+              "Rules: `longhorizon.repro.mbdpo.judge` (module docstring)."]
     lines += ["", f"Total wall time: {summary['wall_seconds']:.0f} s.", "", "Produced by:", "", "```bash", command, "```"]
     return lines

@@ -12,7 +12,8 @@ Rules (written here, tested by hand in tests/games/test_preference.py):
   (N = 2k; 1e-15 is the float64 rounding floor of a KL);
 * the empirical per-query factor is exp(slope) of a least-squares fit of log KL vs N over the iterates
   with KL >= 1e-11 KL_0 (above the rounding floor);
-* a method reaches the target when KL <= 1e-8 KL_0; "queries to target" compares methods.
+* a method reaches the target when KL <= 1e-8 KL_0; "queries to target" compares methods, paired over games.
+The claims are judged by :func:`judge` (:mod:`longhorizon.repro.claims`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import numpy as np
 
 from longhorizon.errors import UsageError
 from longhorizon.games import preference as pref
-from longhorizon.repro.report import write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines, write
 
 BASELINES = ("nash-md", "omd", "extragradient", "mwu")
 METHODS = ("nash-mp", "nash-mp-grid") + BASELINES  # nash-mp-grid: Nash-MP at its best grid step (beyond the theorem's)
@@ -116,15 +118,6 @@ def mwu_cycle(P, steps: int = 3000, eta: float = 0.1) -> dict:
             "kl_average_end": float(run["kl_average"][-1])}
 
 
-def mwu_claim(cycle: dict) -> str:
-    """Holds when the last iterate never gets closer to Nash than it started and the average ends 10x closer."""
-    diverges = cycle["kl_last_min"] >= cycle["kl_start"] * (1 - 1e-9)
-    averages = cycle["kl_average_end"] <= 0.1 * cycle["kl_start"]
-    detail = (f"KL to the Nash policy: start {cycle['kl_start']:.3g}, last iterate after {cycle['steps']} steps "
-              f"{cycle['kl_last_end']:.3g} (min {cycle['kl_last_min']:.3g}), average {cycle['kl_average_end']:.3g}")
-    return f"{'holds' if diverges and averages else 'contradicted'} ({detail})"
-
-
 def measure(setup: Setup, progress=print) -> list[dict]:
     rows = []
     for beta in setup.betas:
@@ -157,36 +150,32 @@ def _median_queries(group, method):
     return float(np.median([np.inf if v is None else v for v in values]))
 
 
-def claims(rows: list[dict], cycle: dict) -> dict:
-    """Every claim decided from the measured rows (rules in the module docstring)."""
-    out = {}
-    failing = [f"beta={b} {g}" for b, g, group in _groups(rows) if not all(r["bound_holds"] for r in group)]
-    sizes = ", ".join(dict.fromkeys(g for _, g, _ in _groups(rows)))
-    out["Nash-MP's KL(pi*_beta || pi_k) <= KL_0 (1 + 2 beta)^(-N/2) at every N (eta = 2)"] = (
-        f"holds (every iterate of every game: {sizes}; {len(rows)} games)" if not failing
-        else f"contradicted (bound exceeded on {', '.join(failing)})")
-    slow = []
-    spread = []
-    for beta, game, group in _groups(rows):
-        factors = [r["methods"]["nash-mp"]["factor"] for r in group if r["methods"]["nash-mp"]["factor"] is not None]
-        if factors:
-            spread.append(f"beta={beta} {game}: {max(factors):.3f}")
-            if max(factors) > (1 + 2 * beta) ** -0.5:
-                slow.append(game)
-    out["Nash-MP's rate does not degrade with n: the worst per-query factor at every size is <= (1 + 2 beta)^(-1/2)"] = (
-        f"{'holds' if not slow else 'contradicted'} (worst empirical factors {'; '.join(spread)}; "
-        f"bound {', '.join(f'{(1 + 2 * b) ** -0.5:.3f} at beta={b}' for b in dict.fromkeys(r['beta'] for r in rows))})")
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded games (exact closed-form updates, so no arm has to learn): the bound and
+    the rate as agreements (tolerance 0), queries to the target paired over games (never reached counts as the
+    budget), Student-t 95% intervals; MWU's cycle as two agreements."""
+    games_, budget = L["games"], L["setup"]["queries"]
+    queries = lambda m: [budget if g["methods"][m]["queries_to_target"] is None else g["methods"][m]["queries_to_target"]  # noqa: E731
+                         for g in games_]
+    claims = [
+        C.judge("Nash-MP's KL(pi*_beta || pi_k) <= KL_0 (1 + 2 beta)^(-N/2) at every N (eta = 2), on every game",
+                C.agreement([0.0 if g["bound_holds"] else 1.0 for g in games_], 0.0, tolerance=0.0), quick=quick),
+        C.judge("Nash-MP's rate does not degrade with n: its per-query factor is <= (1 + 2 beta)^(-1/2) on every game",
+                C.agreement([g["methods"]["nash-mp"]["factor"] for g in games_], [(1 + 2 * g["beta"]) ** -0.5 for g in games_],
+                            tolerance=0.0, side="below"), quick=quick),
+    ]
     for method in ("nash-md", "omd", "extragradient"):
-        # tuned against tuned: Nash-MP's best grid step against the baseline's (Nash-MD: its schedule)
-        slower = [f"beta={b} {g}" for b, g, group in _groups(rows)
-                  if not _median_queries(group, "nash-mp-grid") < _median_queries(group, method)]
-        detail = "; ".join(f"beta={b} {g}: {_fmt_queries(_median_queries(group, 'nash-mp-grid'))} "
-                           f"(eta=2: {_fmt_queries(_median_queries(group, 'nash-mp'))}) vs {_fmt_queries(_median_queries(group, method))}"
-                           for b, g, group in _groups(rows))
-        out[f"Nash-MP (best grid step) needs fewer queries than {method} to reach KL <= {TARGET:g} KL_0 (median over games)"] = (
-            f"{'holds' if not slower else 'contradicted'} (median queries, Nash-MP vs {method}: {detail})")
-    out["unregularised MWU's last iterate does not converge on the 3x3 intransitive game, its average does"] = mwu_claim(cycle)
-    return out
+        claims.append(C.judge(f"Nash-MP (best grid step) needs fewer queries than {method} to reach KL <= {L['target']:g} KL_0 "
+                              f"(paired over the {len(games_)} games; never reached counts as the {budget}-query budget)",
+                              C.difference(queries("nash-mp-grid"), queries(method), higher_is_better=False), quick=quick))
+    cyc = L["mwu_cycle"]
+    claims.append(C.judge("unregularised MWU's last iterate does not converge on the 3x3 intransitive game, its average does",
+                          C.combine({"last iterate never closer than at the start": C.agreement(
+                                         cyc["kl_start"] * (1 - 1e-9), cyc["kl_last_min"], tolerance=0.0, side="below"),
+                                     "average 10x closer": C.agreement(cyc["kl_average_end"], 0.1 * cyc["kl_start"],
+                                                                       tolerance=0.0, side="below")}, "part"), quick=quick))
+    sig = {"arm": "Nash-MP", "test": "not applicable: exact closed-form updates on known games", "moved": True}
+    return claims, {m: C.arm(budget, len(games_), dict(sig, arm=m)) for m in games_[0]["methods"]}
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
@@ -195,23 +184,17 @@ def run(out_dir: str, quick: bool = False) -> dict:
     started = time.perf_counter()
     rows = measure(setup)
     cycle = mwu_cycle(pref.intransitive_3x3(), steps=1000 if quick else 3000)
-    decided = claims(rows, cycle)
-    summary = {"quick": quick, "setup": dataclasses.asdict(setup), "eta_grid": ETA_GRID, "target": TARGET,
-               "claims": decided, "mwu_cycle": cycle, "table": table(rows), "seconds": time.perf_counter() - started,
-               "verdict": verdict(decided),
-               "games": [_without_curves(r) for r in rows]}
+    recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "eta_grid": ETA_GRID, "target": TARGET, "mwu_cycle": cycle,
+                              "table": table(rows), "games": [_without_curves(r) for r in rows]})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="Nash-MP", claims=claims, arms=arms, quick=quick, wall_seconds=time.perf_counter() - started,
+                        scale=f"exact tabular preference games, n in {list(setup.sizes)}, beta in {list(setup.betas)}, "
+                              f"{setup.seeds} random games per size, {setup.queries} queries",
+                        command="longhorizon repro nash-mp" + (" --quick" if quick else ""), **recorded)
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "nash_mp.png", rows)
     write(out, summary, report(summary, setup))
     return summary
-
-
-def verdict(decided: dict) -> str:
-    bound = next(iter(decided.values()))
-    failed = [claim for claim, value in decided.items() if not value.startswith("holds")]
-    return (f"nash-mp: the (1+2 beta)^(-N/2) bound {'holds on every game and size' if bound.startswith('holds') else 'fails'}; "
-            f"{len(decided) - len(failed)} of {len(decided)} claims hold"
-            + (f", not: {'; '.join(failed)}." if failed else "."))
 
 
 def _without_curves(row: dict) -> dict:
@@ -240,11 +223,11 @@ def _fmt_queries(q: float) -> str:
 
 
 def report(summary: dict, setup: Setup) -> list[str]:
-    command = "longhorizon repro nash-mp" + (" --quick" if summary["quick"] else "")
+    command = summary["command"]
     lines = ["# Nash-MP: last-iterate convergence on tabular preference games", "",
              "Claim (Tiapkin et al., *Accelerating Nash Learning from Human Feedback via Mirror Prox*, 2025): Nash-MP's "
              "KL(pi*_beta || pi_k) <= KL_0 (1 + 2 beta)^(-N/2) with N preference queries, whatever the number of responses.",
-             "", f"Command: `{command}` ({summary['seconds']:.0f} s on 2 shared CPU cores).", "",
+             "", f"Command: `{command}` ({summary['wall_seconds']:.0f} s on 2 shared CPU cores).", "",
              "## Scale and differences from the paper", "",
              f"Exact float64 updates (no sampling): the 3x3 intransitive game (uniform reference) and {setup.seeds} random "
              f"skew-symmetric games per size n in {setup.sizes} (P = 1/2 + A, |A| <= 1/2, reference softmax(N(0,1))), "
@@ -268,8 +251,8 @@ def report(summary: dict, setup: Setup) -> list[str]:
         f"beta={line['beta']:g} {line['game']}: " + ", ".join(f"{m} {'/'.join(line[m]['etas'])}" for m in ("nash-mp-grid", "nash-md", "omd", "extragradient", "mwu"))
         for line in summary["table"]), "",
         "![KL(pi*_beta || pi_k) / KL_0 vs preference queries](nash_mp.png)", "",
-        "## Claims", ""] + [f"- {c}: **{v}**" for c, v in summary["claims"].items()] + [
-        "", "## Verdict", "", summary["verdict"], "",
+        "## Verdict", "", *verdict_lines(summary), "",
+        "Rules: `longhorizon.repro.nash_mp.judge` (each claim's rule and numbers are in `summary.json`).", "",
         "The bound is a worst case. Near pi* the log-policy error of Nash-MP shrinks by 1/(1 + 2 beta) per iteration and "
         "KL is quadratic in it, so the measured per-query factor sits near (1 + 2 beta)^(-1), the square of the bound's, "
         "at every size. Steps beyond the theorem's eta = 2 (nash-mp-grid) are faster still, but carry no guarantee.", ""]

@@ -21,8 +21,7 @@ class Paper:
 
 PAPERS: tuple[Paper, ...] = (
     # online deep RL
-    Paper("PQN", "Simplifying Deep Temporal Difference Learning (Gallici et al., 2024)",
-          note="implemented (algos/pqn.py, docs/pqn.md); no claim reproduction yet"),
+    Paper("PQN", "Simplifying Deep Temporal Difference Learning (Gallici et al., 2024)", ("pqn",)),
     Paper("CaRL", "simple rewards keep PPO working at large minibatches (Jaeger et al., 2025)", ("carl",)),
     Paper("TA-LPO", "temporally-aware discovered policy objectives (Jackson et al., 2024)", ("ta-lpo",)),
     Paper("ES fine-tuning", "evolution strategies fine-tune an LM policy with inference-only memory", ("es-finetune",)),

@@ -15,13 +15,15 @@ the start (RARL). Here, on the adversarial-wind corridor of :mod:`longhorizon.ga
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
 
 from longhorizon.games import qarl
 from longhorizon.games.qarl_learners import CURRICULA, LearnerConfig, train
-from longhorizon.repro.report import mean_se
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines
 from longhorizon.runner.results import write_json_atomic
 
 LABELS = {"rarl": "RARL (tau = tau_min from the start)", "linear": "linear schedule", "qarl": "QARL (self-paced Gamma)"}
@@ -63,32 +65,33 @@ def exact_part(setup: Setup) -> dict:
             "robust_reference": rows[0]["worst_case_of_qre_protagonist"]}
 
 
-def compare(better: list[float], worse: list[float]) -> str:
-    """Decide "the first sample's mean is higher": holds if the difference of means exceeds 2 standard
-    errors (independent seeds: ``se = sqrt(se_1^2 + se_2^2)``), contradicted if it is below -2 SE."""
-    (m1, s1), (m2, s2) = mean_se(better), mean_se(worse)
-    gap, se = m1 - m2, float(np.hypot(s1, s2))
-    verdict = "holds" if gap > 2 * se else ("contradicted" if gap < -2 * se else "inconclusive")
-    return f"{verdict} ({m1:.3f} +- {s1:.3f} vs {m2:.3f} +- {s2:.3f}, difference {gap:+.3f}, 2 SE {2 * se:.3f})"
+CLAIMS = ("the regularised game's QRE is an exact fixed point (stage residual < 1e-10) reached by a gamma-contraction",
+          "QARL's protagonist has a better worst-case value than RARL's at equal training budget",
+          "a linear temperature schedule's protagonist has a better worst-case value than RARL's")
 
 
-def claims_from(exact: dict, learners: dict, gamma: float) -> dict[str, str]:
-    residual = max(r["residual"] for r in exact["qre"])
-    ratio = max(r["max_contraction_ratio"] for r in exact["qre"])
-    fixed = "holds" if residual < 1e-10 and ratio <= gamma + 1e-9 else "contradicted"
-    final = {name: [curve[-1] for curve in run["worst_case"]] for name, run in learners.items()}
-    return {
-        "the regularised game's QRE is an exact fixed point (stage residual < 1e-10) reached by a gamma-contraction":
-            f"{fixed} (largest residual {residual:.1e}, largest sweep-to-sweep ratio {ratio:.3f} <= gamma {gamma})",
-        "QARL's protagonist has a better worst-case value than RARL's at equal training budget":
-            compare(final["qarl"], final["rarl"]),
-        "a linear temperature schedule's protagonist has a better worst-case value than RARL's":
-            compare(final["linear"], final["rarl"]),
-    }
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers: the exact side as agreements (residual below 1e-10, every
+    sweep-to-sweep ratio at most gamma); the learners' final worst-case values, Welch's Student-t 95% interval over
+    independent seeds (>= 3), each learner's worst-case curve required to rise (``no signal`` otherwise)."""
+    ex, ln = L["exact"], L["learners"]
+    gamma = L["setup"]["game"]["discount"]
+    worst = {a: np.array(r["worst_case"]) for a, r in ln.items()}  # [seeds, points]
+    sig = {a: C.arm_signal(a, w, what="worst-case value over training") for a, w in worst.items()}
+    final = {a: w[:, -1] for a, w in worst.items()}
+    claims = [
+        C.judge(CLAIMS[0], C.combine({"residual": C.agreement(max(q["residual"] for q in ex["qre"]), 0.0, tolerance=1e-10),
+                                      "contraction": C.agreement(max(q["max_contraction_ratio"] for q in ex["qre"]), gamma,
+                                                                 tolerance=0.0, side="below")}, "check"), quick=quick),
+        C.judge(CLAIMS[1], C.difference(final["qarl"], final["rarl"], paired=False), [sig["qarl"], sig["rarl"]], quick=quick),
+        C.judge(CLAIMS[2], C.difference(final["linear"], final["rarl"], paired=False), [sig["linear"], sig["rarl"]], quick=quick),
+    ]
+    steps = ln["rarl"]["steps"][-1]
+    return claims, {a: C.arm(steps, len(w), sig[a]) for a, w in worst.items()}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
-    setup = setup or (QUICK if quick else FULL)
+    setup, t0 = setup or (QUICK if quick else FULL), time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     exact = exact_part(setup)
@@ -99,15 +102,19 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
         history.pop("final_weights")
         learners[name] = history
         print(f"[qarl] {name}: final worst case {mean_se([c[-1] for c in history['worst_case']])}")
-    claims = claims_from(exact, learners, setup.game.discount)
-    exact_claim, curriculum_claim = list(claims.values())[:2]
-    wording = {"holds": "holds", "contradicted": "does not hold", "inconclusive": "is inconclusive"}
-    verdict = (f"qarl: the curriculum claim {wording[curriculum_claim.split()[0]]} at this scale ({curriculum_claim}); "
-               f"the exact QRE side {exact_claim.split()[0]}.")
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "exact": exact, "learners": learners,
-               "setup": {"game": dataclasses.asdict(setup.game), "learner": dataclasses.asdict(setup.learner),
-                         "seeds": setup.seeds, "threshold_share": setup.threshold_share,
-                         "teacher_threshold": teacher.threshold}}
+    recorded = C.as_recorded(
+        {"exact": exact, "learners": learners,
+         "setup": {"game": dataclasses.asdict(setup.game), "learner": dataclasses.asdict(setup.learner), "seeds": setup.seeds,
+                   "threshold_share": setup.threshold_share, "teacher_threshold": teacher.threshold}})
+    claims, arms = judge(recorded, quick)
+    steps = learners["rarl"]["steps"][-1]
+    summary = C.summary(paper="QARL", claims=claims, arms=arms, quick=quick, wall_seconds=time.perf_counter() - t0,
+                        scale=f"adversarial-wind corridor, {steps:,} steps per learner, {setup.seeds} seeds",
+                        command="longhorizon repro qarl" + (" --quick" if quick else ""), **recorded)
+    curves = {a: [{"step": st, "seed": i, "worst_case": r["worst_case"][i][j], "train_return": r["train_return"][i][j]}
+                  for i in range(len(r["worst_case"])) for j, st in enumerate(r["steps"])] for a, r in recorded["learners"].items()}
+    for arm, rows in curves.items():
+        C.write_curve(out, arm, rows)
     plot(out / "qarl.png", summary)
     write_json_atomic(out / "summary.json", summary)
     write_report(out / "README.md", summary)
@@ -195,10 +202,10 @@ def write_report(path: Path, summary: dict) -> None:
         updates = int((~np.asarray(run["gated"], bool)).sum()) if name == "qarl" else "-"
         lines.append(f"| {LABELS[name]} | {m:.4f} +- {se:.4f} | {curves.mean():.4f} | "
                      f"{np.mean(np.asarray(run['temperature_mean'])[:, -1]):.3g} | {updates} |")
-    lines += ["", "![worst-case value vs steps](qarl.png)", "", "## Verdict", "", summary["verdict"], ""]
-    lines += [f"- {k}: {v}" for k, v in summary["claims"].items()]
-    lines += ["", "Rule: a learner is better when its mean final worst case exceeds the other's by more than 2 standard "
-              "errors over independent seeds; below -2 SE the claim is contradicted; otherwise inconclusive.", "",
+    lines += ["", "![worst-case value vs steps](qarl.png)", "", "## Verdict", "", *verdict_lines(summary)]
+    lines += ["", "Rules (`longhorizon.repro.qarl.judge`): the exact side, agreements with stated tolerances; a learner "
+              "is better when the Welch 95% interval of the difference of final worst cases over independent seeds "
+              "(>= 3) lies above 0, contradicted below; a learner whose worst-case curve did not rise gives no signal.", "",
               f"Command: `{command}`", ""]
     path.write_text("\n".join(lines))
     print(f"wrote {path}")

@@ -12,7 +12,8 @@ of different reward and some bad data), >= 3 seeds, the flow and the IQL critic 
 
 Settings (``w``, ``alpha``) are chosen on one set of evaluation samples and reported on a second,
 independent set (other noise), so the chosen setting's number is not the maximum of noisy estimates.
-Differences from the paper and the scale are stated in the written README (:data:`NOTES`).
+Each claim is judged by :func:`judge` (per-seed paired differences, Student-t 95% intervals over >= 3 seeds).
+How it was measured and how it differs from the paper: docs/results/qgf/NOTES.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.repro.qgf_cube import CubeSetup, _cell, _stats, cube_claim, cube_lines, run_cube
+from longhorizon.repro import claims as C
+from longhorizon.repro.qgf_cube import CubeSetup, _cell, cube_lines, run_cube
+from longhorizon.repro.report import verdict_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,51 +172,49 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["method"] == b["method"] and a["setting"] == b["setting"]
 
 
-def summarise(result: dict[str, Any]) -> dict[str, Any]:
-    """Pick QGF's ``w`` and FQL's ``alpha`` on the selection samples, compare on the report samples.
-    A difference counts when it exceeds two standard errors of the per-seed paired difference."""
-    def report_row(chosen):
-        return next(r for r in _rows(result, "report") if _same(r, chosen))
-
-    def diff(a, b, key="return"):
-        d = np.asarray(a[key]) - np.asarray(b[key])
-        return _stats(d)
-
-    bc = report_row(_rows(result, "select", "bc")[0])
-    guided = _rows(result, "select", "qgf")
-    best_w = report_row(max(guided, key=lambda r: np.mean(r["return"])))
-    largest = report_row(max(guided, key=lambda r: r["setting"]["w"]))
-    fql_best = report_row(max(_rows(result, "select", "fql"), key=lambda r: np.mean(r["return"])))
-    budget = best_w["evaluations"]["total"]
+def choose(result: dict[str, Any]) -> dict[str, Any]:
+    """QGF's ``w`` and FQL's ``alpha`` picked on the selection samples (best mean return), and the smallest
+    best-of-N whose compute is at least the chosen QGF's (the baseline gets the larger budget)."""
+    best = max(_rows(result, "select", "qgf"), key=lambda r: np.mean(r["return"]))
+    fql = max(_rows(result, "select", "fql"), key=lambda r: np.mean(r["return"]))
+    budget = next(r for r in _rows(result, "report") if _same(r, best))["evaluations"]["total"]
     bon = sorted(_rows(result, "report", "best_of_n"), key=lambda r: r["evaluations"]["total"])
-    equal = next((r for r in bon if r["evaluations"]["total"] >= budget), bon[-1])  # the first N at >= QGF's count
+    equal = next((r for r in bon if r["evaluations"]["total"] >= budget), bon[-1])
+    return {"w": best["setting"]["w"], "alpha": fql["setting"]["alpha"], "best_of_n_at_equal_compute": equal["setting"]["N"]}
 
-    claims = {}
-    d = diff(best_w, bc)
-    claims["guidance_raises_return_over_bc"] = (
-        ("held" if d["mean"] > 2 * d["se"] else "did not hold")
-        + f" (w={best_w['setting']['w']:g}: return {np.mean(best_w['return']):.3f} vs BC {np.mean(bc['return']):.3f}, "
-          f"difference {d['mean']:+.3f} +- {d['se']:.3f} SE)")
-    d = diff(best_w, largest)
-    claims["too_large_w_leaves_the_support_and_hurts"] = (
-        ("held" if d["mean"] > 2 * d["se"] and np.mean(largest["off_support"]) > np.mean(best_w["off_support"]) else "did not hold")
-        + f" (w={largest['setting']['w']:g}: return {np.mean(largest['return']):.3f}, off-support share "
-          f"{np.mean(largest['off_support']):.2f} vs {np.mean(best_w['off_support']):.2f} at w={best_w['setting']['w']:g})")
-    d = diff(best_w, equal)
-    verdict = "held" if d["mean"] > 2 * d["se"] else ("held (tie within 2 SE)" if d["mean"] > -2 * d["se"] else "did not hold")
-    claims["qgf_beats_best_of_n_at_equal_compute"] = (
-        verdict + f" (QGF {budget} evaluations/action: {np.mean(best_w['return']):.3f}; best-of-{equal['setting']['N']} "
-                  f"{equal['evaluations']['total']} evaluations: {np.mean(equal['return']):.3f}; difference "
-                  f"{d['mean']:+.3f} +- {d['se']:.3f})")
-    d = diff(best_w, fql_best)
-    claims["qgf_vs_fql"] = (
-        ("QGF higher" if d["mean"] > 2 * d["se"] else "FQL higher" if d["mean"] < -2 * d["se"] else "tie within 2 SE")
-        + f" (QGF w={best_w['setting']['w']:g} {np.mean(best_w['return']):.3f} with {budget} evaluations/action; "
-          f"FQL alpha={fql_best['setting']['alpha']:g} {np.mean(fql_best['return']):.3f} with 1, after "
-          "training a policy per alpha)")
-    verdict = "qgf (toy 2-D task): " + "; ".join(f"{k}: {v}" for k, v in claims.items())
-    return {"claims": claims, "verdict": verdict, "chosen": {"w": best_w["setting"]["w"],
-            "alpha": fql_best["setting"]["alpha"], "best_of_n_at_equal_compute": equal["setting"]["N"]}}
+
+def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (``rows``: per-seed return, success and off-support share on
+    the report samples; ``chosen``; ``setup``; ``cube``, None when not run), compared on the report samples."""
+    setup, chosen = L["setup"], L["chosen"]
+    row = lambda method, key, value: next(r for r in L["rows"] if r["split"] == "report" and r["method"] == method  # noqa: E731
+                                         and r["setting"].get(key) == value)
+    bc, best, top = row("bc", "w", 0.0), row("qgf", "w", chosen["w"]), row("qgf", "w", max(setup["weights"]))
+    bon, fql = row("best_of_n", "N", chosen["best_of_n_at_equal_compute"]), row("fql", "alpha", chosen["alpha"])
+    w = f"w={chosen['w']:g} (chosen on the selection split)"
+    claims = [
+        C.judge(f"critic-gradient guidance raises return over BC ({w}; report split)", C.difference(best["return"], bc["return"]),
+                quick=quick),
+        C.judge(f"too large a weight (w={max(setup['weights']):g}) leaves the data's support and hurts",
+                C.combine({"hurts": C.difference(best["return"], top["return"]),
+                           "leaves the support": C.difference(top["off_support"], best["off_support"])}, "part"), quick=quick),
+        C.judge(f"QGF beats best-of-{bon['setting']['N']} at equal compute ({best['evaluations']['total']} vs "
+                f"{bon['evaluations']['total']} evaluations per action)", C.difference(best["return"], bon["return"]), quick=quick),
+        C.judge(f"test-time guidance (QGF) is at least as good as training a policy per alpha (FQL, alpha={chosen['alpha']:g})",
+                C.difference(best["return"], fql["return"]), quick=quick),
+    ]
+    note = "offline: the flow and critic are trained once per seed; BC returns the data's level"
+    arms = {"BC": C.arm(setup["flow_updates"], setup["seeds"], C.not_applied("BC", note)),
+            "QGF": C.arm(setup["critic_updates"], setup["seeds"], C.not_applied("QGF", note)),
+            "FQL": C.arm(setup["fql_updates"], setup["seeds"], C.not_applied("FQL", note))}
+    if L.get("cube"):
+        cube = {(r["method"], json.dumps(r["setting"])): r["success"] for r in L["cube"]["rows"]}
+        floor = C.task_floor("BC on cube-single", cube["bc", json.dumps({"w": 0.0})], C.TASK_FLOOR)
+        guided = max((k for k in cube if k[0] == "qgf"), key=lambda k: np.mean(cube[k]))
+        claims.append(C.judge("guidance raises success on OGBench cube-single (best weight)",
+                              C.difference(cube[guided], cube["bc", json.dumps({"w": 0.0})]), [floor], quick=quick))
+        arms["BC on cube-single"] = C.arm(L["cube"]["setup"]["updates"], L["cube"]["setup"]["seeds"], floor)
+    return claims, arms
 
 
 # ----------------------------------------------------------------------------- report
@@ -297,49 +298,22 @@ def write_report(root: Path, result: dict[str, Any], summary: dict[str, Any], se
         setting = ", ".join(f"{k}={v:g}" for k, v in r["setting"].items())
         lines.append(f"| {r['method']} | {setting} | {e['total']} ({e['velocity']} + {e['critic']} + {e['policy']}) | "
                      f"{_cell(r['return'])} | {_cell(r['success'])} | {_cell(r['off_support'])} |")
-    lines += ["", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in summary["claims"].items()]
+    lines += ["", "## Verdict", "", *verdict_lines(summary)]
     lines += ["", "![samples and curves](qgf.png)", ""] + cube_lines(cube) + [
-        "", NOTES.format(**dataclasses.asdict(setup), **result["timings"])]
+        "", f"Time: flow {result['timings']['flow_s']:.0f} s, critic {result['timings']['critic_s']:.0f} s, sampling "
+        f"{result['timings']['sampling_s']:.0f} s, FQL {result['timings']['fql_s']:.0f} s. How it was measured, and how it "
+        "differs from the paper: docs/results/qgf/NOTES.md."]
     (root / "README.md").write_text("\n".join(lines) + "\n")
-
-
-NOTES = """## How it was measured, and how it differs from the paper
-
-- Task (`longhorizon.offline.toy`): one step, one state; actions in [-1, 1]^2; reward a sum of Gaussian
-  bumps (width 0.3) of heights 1, 0.7, 0.4, 0.1 at the four diagonals (radius 0.6). Data: {dataset_size:,}
-  actions, 80% from the four modes (std 0.08, equal weights), 20% "bad" actions from a broad Gaussian at the
-  origin (std 0.25). The corners beyond the modes hold no data.
-- Per seed, trained once: flow BC (linear-path conditional flow matching, MLP {hidden}, {flow_updates} updates,
-  batch 256, Adam 3e-4) and the IQL critic (twin Q with expectile-0.7 V and Polyak targets, the same MLP
-  size, {critic_updates} updates). Nothing is retrained per guidance weight. Sampling: {num_steps} Euler steps.
-- QGF: at every Euler step the one-step denoised action a_hat = x + (1 - t) v, the gradient of
-  min(Q1, Q2) at a_hat (Jacobian replaced by the identity) added to the velocity with weight w, for
-  w in {weights}. Best-of-N: N = {best_of_n} BC samples, the one with the highest min(Q1, Q2) kept.
-  FQL: a one-step policy per alpha in {alphas}, {fql_updates} updates against the same fixed critic and
-  flow (distillation to the flow's {num_steps}-step map from the same noise, Q normalised by its batch
-  mean magnitude).
-- Compute is counted in network evaluations per action; a critic gradient counts as one critic
-  evaluation (a forward and a backward pass of the twin critic). QGF costs 2K, best-of-N N(K + 1),
-  FQL 1; "equal compute" compares QGF with the smallest N whose count is at least QGF's (the baseline
-  gets the larger budget).
-- A claim counts as held when the per-seed paired difference exceeds two standard errors.
-- Differences from the paper: a toy task with a known reward instead of OGBench/D4RL; small MLPs;
-  the critic is IQL's (the paper's choice of critic may differ), and FQL uses that shared critic,
-  not its own critic trained jointly with the one-step policy (on a one-step task both estimate Q = r);
-  w, alpha and N are swept rather than tuned per task.
-- Time: flow {flow_s:.0f} s, critic {critic_s:.0f} s, sampling {sampling_s:.0f} s, FQL {fql_s:.0f} s.
-"""
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None,
         cube: CubeSetup | None | str = "default") -> dict[str, Any]:
     """Run the study (``QUICK`` with ``quick``) and write README.md, summary.json and qgf.png into ``out_dir``.
     The full run adds OGBench cube-single (``cube``; None skips it; ``--quick`` never runs it)."""
-    setup = setup or (QUICK if quick else Setup())
+    setup, t0 = setup or (QUICK if quick else Setup()), time.perf_counter()
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     result = run_toy(setup)
-    summary = summarise(result)
     cube_result = None
     if not quick and cube is not None:
         try:
@@ -348,12 +322,18 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None,
             print("qgf: ogbench is not installed (pip install 'longhorizon[offline]'); cube-single skipped")
         else:
             cube_result = run_cube(CubeSetup() if cube == "default" else cube)
-            summary["claims"]["qgf_raises_success_on_cube_single"] = cube_claim(cube_result)
-            summary["verdict"] += f"; qgf_raises_success_on_cube_single: {summary['claims']['qgf_raises_success_on_cube_single']}"
-    write_report(root, result, summary, setup, quick, cube_result)
     rows = [{**{k: v for k, v in r.items() if k not in ("return", "success", "off_support")},
              **{k: [float(x) for x in r[k]] for k in ("return", "success", "off_support")}} for r in result["rows"]]
-    out = {**summary, "setup": dataclasses.asdict(setup), "quick": quick, "rows": rows, "optimum": result["optimum"],
-           "data_return": result["data_return"], "timings": result["timings"], "cube": cube_result}
-    (root / "summary.json").write_text(json.dumps(out, indent=2) + "\n")
-    return out
+    recorded = C.as_recorded({"chosen": choose(result), "setup": dataclasses.asdict(setup), "rows": rows,
+                                      "optimum": result["optimum"], "data_return": result["data_return"],
+                                      "timings": result["timings"], "cube": cube_result})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="QGF", claims=claims, arms=arms, quick=quick,
+                        scale=f"toy 2-D multi-modal task ({setup.dataset_size:,} transitions), {setup.flow_updates} flow / "
+                              f"{setup.critic_updates} critic updates, {setup.seeds} seeds"
+                              + ("" if cube_result is None else f"; cube-single at {cube_result['setup']['updates']} updates"),
+                        command=f"longhorizon repro qgf{' --quick' if quick else ''}", wall_seconds=time.perf_counter() - t0,
+                        **recorded)
+    write_report(root, result, summary, setup, quick, cube_result)
+    (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

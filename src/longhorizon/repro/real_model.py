@@ -16,10 +16,9 @@ loop (:func:`longhorizon.lm.run.run_rl`), Dr. GRPO (``loss_type="dr_grpo"``, ``s
 * ``rhorizon-smollm2`` (R-HORIZON): composed queries, all-or-nothing. Claims: the base model's
   accuracy falls as problems are composed; RL on composed data raises it at n >= 2.
 
-Verdicts compare differences with twice the binomial standard error of the accuracies compared
-(``2 sqrt(p (1 - p) / n)``, ``n`` the held-out problems): a claim holds only beyond that, is
-"inconclusive" when training did not move the trained arms beyond it from the base model, and
-"did not hold" otherwise. Scale: what 2 shared CPU cores allow (``RealSetup``); the module
+Verdicts (:func:`judge_h1`, :func:`judge_sgpo`, :func:`judge_rhorizon`, :mod:`longhorizon.repro.claims`): per-seed
+differences with Student-t 95% intervals over seeds (>= 3); an arm whose held-out accuracy did not rise above the
+base model's gives ``no signal`` (training did not move it, so the arms cannot be told apart). Scale: what 2 shared CPU cores allow (``RealSetup``); the module
 docstrings of the entries and each README give the full-protocol GPU command. ``--quick`` runs
 the same code on ``tiny-random`` (a random 2-layer Llama, :func:`longhorizon.lm.policy.tiny_random`),
 a smoke test whose numbers mean nothing.
@@ -28,12 +27,16 @@ a smoke test whose numbers mean nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import verdict_lines
 
 ARMS = ("curriculum", "only-short", "only-long", "uniform")
 TRAIN_SEED, HELD_SEED, POOL_SEED = 1_000, 2_000_003, 3_000_017  # apart from each other and from nl_tasks' own
@@ -126,7 +129,8 @@ def _train(out: Path, policy, grpo, sampler, setup: RealSetup, held: tuple, task
     """One RL run through the spine; its final held-out evaluation."""
     from longhorizon.lm.run import EvalSpec, RLSpec, run_rl
 
-    evaluation = EvalSpec(held, grpo.max_prompt_length, grpo.max_completion_length, every=0, rewards=_rewards(task))
+    evaluation = EvalSpec(held, grpo.max_prompt_length, grpo.max_completion_length, every=0, rewards=_rewards(task),
+                          at_start=False)  # the base is evaluated once, before the arms
     spec = RLSpec(out=str(out), init=policy, grpo=grpo, sampler=sampler, steps=setup.steps,
                   prompts_per_step=setup.prompts_per_step, evaluation=evaluation, checkpoint_every=setup.steps, seed=seed,
                   rewards=_rewards(task))
@@ -151,11 +155,69 @@ def _fresh(out: Path) -> Path:
 
 
 def _write(out: Path, summary: dict, lines: list[str]) -> None:
-    from longhorizon.runner.results import write_json_atomic
+    """summary.json, README.md and each run's training curve (its metrics rows) under ``curves/``."""
+    from longhorizon.repro.report import write_run
 
-    write_json_atomic(out / "summary.json", summary)
-    (out / "README.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'README.md'}")
+    runs = out / "runs"
+    rows = {"-".join(path.parent.relative_to(runs).parts) or "rl": [json.loads(line) for line in path.read_text().splitlines()
+                                                                  if line.strip()]
+            for path in sorted(runs.rglob("metrics.jsonl"))}
+    write_run(out, summary, lines, rows)
+
+
+def _long(by_h: dict, horizons) -> float:
+    return float(np.mean([by_h[str(h)] for h in horizons]))
+
+
+def judge_h1(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """h1-smollm2: per seed, the curriculum's accuracy at the long horizons against the best other arm's (by mean)."""
+    setup = L["setup"]
+    longs = [h for h in setup["eval_horizons"] if h >= max(setup["train_horizons"])]
+    base = _long(L["base_by_horizon"], longs)
+    long = {a: [_long(r[a]["by_horizon"], longs) for r in L["results"]] for a in L["results"][0]}
+    sig = {a: C.arm_signal(a, eval_start=base, eval_end=long[a], what="long-chain accuracy") for a in long}
+    best = max((a for a in long if a != "curriculum"), key=lambda a: np.mean(long[a]))
+    claims = [C.judge("h1: a composition curriculum (h = 1 -> 3) beats fixed-horizon training on long chained problems",
+                      C.difference(long["curriculum"], long[best]), [sig["curriculum"], sig[best]], quick=quick)]
+    return claims, {a: C.arm(setup["steps"], setup["seeds"], sig[a]) for a in long}
+
+
+def judge_sgpo(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """sgpo-smollm2: per seed, sGPO's accuracy non-inferior to GRPO's (within 0.05) and its training tokens fewer."""
+    setup, res = L["setup"], L["results"]
+    sig = {a: C.arm_signal(a, eval_start=L["base_accuracy"], eval_end=[r[a]["accuracy"] for r in res], what="held-out accuracy")
+           for a in ("grpo", "sgpo")}
+    per = lambda a, k: [r[a][k] for r in res]  # noqa: E731
+    ruling = C.combine({"accuracy": C.difference(per("sgpo", "accuracy"), per("grpo", "accuracy"), margin=-0.05),
+                        "tokens": C.difference(per("sgpo", "tokens"), per("grpo", "tokens"), higher_is_better=False)}, "part")
+    claims = [C.judge("sGPO reaches GRPO's accuracy (within 0.05) with fewer training tokens", ruling, list(sig.values()),
+                      quick=quick)]
+    return claims, {a: C.arm(setup["steps"], setup["seeds"], sig[a]) for a in sig}
+
+
+def judge_rhorizon(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """rhorizon-smollm2: the base model's accuracy against n (one greedy evaluation: a slope without seeds); RL's
+    mean accuracy at n >= 2 per seed against the base's."""
+    setup, base, trained = L["setup"], L["base_by_n"], L["trained_by_n"]
+    composed = [n for n in base if int(n) >= 2]
+    sig = C.arm_signal("RL on composed problems", eval_start=[base[n] for n in composed],
+                       eval_end=[t[n] for t in trained for n in composed], what="accuracy on composed problems (n >= 2)")
+    claims = [
+        C.judge("the base model's all-or-nothing accuracy falls as problems are composed",
+                C.trend([int(n) for n in base], [list(base.values())], direction="decreasing"), quick=quick),
+        C.judge("RL on composed problems raises accuracy at n >= 2",
+                C.difference([np.mean([t[n] for n in composed]) for t in trained], float(np.mean([base[n] for n in composed]))),
+                [sig], quick=quick),
+    ]
+    return claims, {"RL on composed problems": C.arm(setup["steps"], setup["seeds"], sig)}
+
+
+def _summary(name: str, paper: str, judge, recorded: dict, setup: "RealSetup", quick: bool, t0: float) -> dict:
+    recorded = C.as_recorded({**recorded, "setup": dataclasses.asdict(setup)})
+    claims, arms = judge(recorded, quick)
+    return C.summary(paper=paper, claims=claims, arms=arms, scale=_scale(setup, quick), quick=quick,
+                     command=f"longhorizon repro {name}" + (" --quick" if quick else ""),
+                     wall_seconds=time.perf_counter() - t0, **recorded)
 
 
 def _step_times(runs: Path) -> str:
@@ -231,35 +293,10 @@ def run_h1(out_dir: str, quick: bool = False, setup: RealSetup | None = None) ->
                         "wall_s": summary["wall_s"]}
             print(f"h1-smollm2 seed {seed} {arm}: {row[arm]['by_horizon']}", flush=True)
         results.append(row)
-    summary = summarise_h1(base, results, setup)
-    summary.update(wall_s=time.perf_counter() - t0, setup=dataclasses.asdict(setup), quick=quick)
+    summary = _summary("h1-smollm2", "h1", judge_h1, {"base_by_horizon": base, "results": results}, setup, quick, t0)
     _plot_h1(out, base, results, setup)
     _write(out, summary, _report_h1(out, summary, base, results, setup, quick))
     return summary
-
-
-def summarise_h1(base: dict, results: list[dict], setup: RealSetup) -> dict:
-    """The verdict rule of the module docstring on accuracies at ``setup.long_horizons``."""
-    longs, n = setup.long_horizons, setup.eval_per_horizon * len(setup.long_horizons)
-    base_long = _mean_at(base, longs)
-    checks, moved = [], False
-    for row in results:
-        acc = {arm: _mean_at(row[arm]["by_horizon"], longs) for arm in ARMS}
-        best_other = max(acc[a] for a in ARMS if a != "curriculum")
-        margin = 2 * _se(max(acc["curriculum"], best_other), n)
-        moved |= any(abs(acc[a] - base_long) > 2 * _se(max(acc[a], base_long), n) for a in ARMS)
-        checks.append({"long_accuracy": acc, "best_fixed": best_other, "margin": margin,
-                       "curriculum_wins": acc["curriculum"] > best_other + margin})
-    if all(c["curriculum_wins"] for c in checks):
-        verdict = "HOLDS: the curriculum beats every fixed-horizon arm at h >= {} in every seed.".format(min(longs))
-    elif not moved:
-        verdict = ("INCONCLUSIVE: no arm's long-horizon accuracy moved from the base model's beyond two standard errors "
-                   "at this budget, so the arms cannot be told apart; the GPU protocol in the README decides it.")
-    else:
-        verdict = "DID NOT HOLD at this scale: the curriculum did not beat the best fixed-horizon arm beyond noise in every seed."
-    claim = "h1: a composition curriculum (h = 1 -> 3) beats fixed-horizon training on long chained problems"
-    return {"claims": [{"claim": claim, "checks": checks, "base_long_accuracy": base_long}], "verdict": verdict,
-            "base_by_horizon": base, "results": results}
 
 
 def _plot_h1(out: Path, base: dict, results: list[dict], setup: RealSetup) -> None:
@@ -280,7 +317,7 @@ def _plot_h1(out: Path, base: dict, results: list[dict], setup: RealSetup) -> No
 def _report_h1(out: Path, summary: dict, base: dict, results: list[dict], setup: RealSetup, quick: bool) -> list[str]:
     hs = list(setup.eval_horizons)
     lines = ["# h1 on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `longhorizon repro h1-smollm2{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
+             f"Command: `{summary['command']}` (wall {summary['wall_seconds']:.0f} s).", "",
              _scale(setup, quick), _step_times(out / "runs"), "", "![accuracy by horizon](accuracy_by_horizon.png)", "",
              "| seed | arm | " + " | ".join(f"h={h}" for h in hs) + " | training tokens | groups with signal |",
              "|---|---|" + "---|" * len(hs) + "---|---|",
@@ -291,7 +328,7 @@ def _report_h1(out: Path, summary: dict, base: dict, results: list[dict], setup:
                          + f" | {row[arm]['tokens']:,} | {_signal(out / 'runs' / f'seed{seed}' / arm)} |")
     lines += ["", "*Groups with signal*: the share of training groups whose completions got different rewards; "
               "a group whose rewards are all equal has zero advantage and teaches GRPO nothing."]
-    lines += ["", "## Verdict", "", summary["verdict"], "", *_h1_protocol_notes(setup)]
+    lines += ["", "## Verdict", "", *verdict_lines(summary), "", *_h1_protocol_notes(setup)]
     return lines
 
 
@@ -347,29 +384,12 @@ def run_sgpo(out_dir: str, quick: bool = False, setup: RealSetup | None = None) 
                          "profile": s.get("sampler")}
             print(f"sgpo-smollm2 seed {seed} {name}: {row[name]['accuracy']:.3f} ({row[name]['tokens']:,} tokens)", flush=True)
         rows.append(row)
-    n = len(held)
-    checks = []
-    for row in rows:
-        g, s = row["grpo"], row["sgpo"]
-        margin = 2 * _se(max(g["accuracy"], s["accuracy"]), n)
-        checks.append({"grpo_improves": g["accuracy"] > base + 2 * _se(max(g["accuracy"], base), n),
-                       "sgpo_matches": s["accuracy"] >= g["accuracy"] - margin, "fewer_tokens": s["tokens"] < g["tokens"],
-                       "margin": margin})
-    if not all(c["grpo_improves"] for c in checks):
-        verdict = ("INCONCLUSIVE: GRPO did not improve on the base model beyond two standard errors at this budget, so "
-                   "matching it says nothing; the GPU protocol in the README decides it.")
-    elif all(c["sgpo_matches"] and c["fewer_tokens"] for c in checks):
-        verdict = "HOLDS: sGPO matched GRPO's held-out accuracy with fewer training tokens (profiling counted) in every seed."
-    else:
-        verdict = "DID NOT HOLD at this scale: sGPO did not match GRPO's accuracy with fewer tokens in every seed."
-    summary = {"claims": [{"claim": "sGPO reaches GRPO's accuracy with fewer training tokens", "checks": checks}],
-               "verdict": verdict, "base_accuracy": base, "results": rows, "wall_s": time.perf_counter() - t0,
-               "setup": dataclasses.asdict(setup), "quick": quick}
+    summary = _summary("sgpo-smollm2", "sGPO", judge_sgpo, {"base_accuracy": base, "results": rows}, setup, quick, t0)
     _plot_points(out / "accuracy_vs_tokens.png", base, [(f"{m} s{i}", r[m]["tokens"], r[m]["accuracy"], m)
                                                        for i, r in enumerate(rows) for m in ("grpo", "sgpo")],
                  "training tokens (profiling included)", f"sGPO vs GRPO on {setup.model}")
     lines = ["# sGPO vs GRPO on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `longhorizon repro sgpo-smollm2{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
+             f"Command: `{summary['command']}` (wall {summary['wall_seconds']:.0f} s).", "",
              _scale(setup, quick) + " " + _step_times(runs), f" Pool: {len(pool)} chains of h = {list(setup.sgpo_horizons)}; sGPO profiles each "
              f"with {setup.profile_samples} samples, groups of 2..{setup.max_group}.", "",
              "![accuracy vs tokens](accuracy_vs_tokens.png)", "",
@@ -377,7 +397,7 @@ def run_sgpo(out_dir: str, quick: bool = False, setup: RealSetup | None = None) 
     for i, r in enumerate(rows):
         lines.append(f"| {i} | {base:.3f} | {r['grpo']['accuracy']:.3f} | {r['grpo']['tokens']:,} | "
                      f"{r['sgpo']['accuracy']:.3f} | {r['sgpo']['tokens']:,} |")
-    lines += ["", "## Verdict", "", verdict, "", "Both methods run the same number of steps; sGPO's steps hold at most "
+    lines += ["", "## Verdict", "", *verdict_lines(summary), "", "Both methods run the same number of steps; sGPO's steps hold at most "
               "the samples of a GRPO step. Full protocol on one GPU (an estimate, not run): pool 512, 3 seeds, 300 steps "
               "of 16 x 8, about 2 h."]
     _write(out, summary, lines)
@@ -406,29 +426,19 @@ def run_rhorizon(out_dir: str, quick: bool = False, setup: RealSetup | None = No
                    setup, _flat(held), "composed", seed)
         trained.append(_by_h(s["eval"]["by_horizon"]))
         print(f"rhorizon-smollm2 seed {seed}: {trained[-1]}", flush=True)
-    n, ns = setup.eval_per_horizon, list(setup.composed_eval)
-    decays = base[ns[-1]] < base[ns[0]] - 2 * _se(base[ns[0]], n)
-    gains = [all(t[k] > base[k] + 2 * _se(max(t[k], base[k]), n) for k in ns if k >= 2) for t in trained]
-    moved = any(abs(t[k] - base[k]) > 2 * _se(max(t[k], base[k], 0.5 / n), n) for t in trained for k in ns)
-    claims = [{"claim": "the base model's all-or-nothing accuracy falls as problems are composed", "holds": decays},
-              {"claim": "RL on composed problems raises accuracy at n >= 2", "holds": all(gains)}]
-    verdict = (f"Composition decay {'HOLDS' if decays else 'DID NOT HOLD'} for the base model "
-               f"({base[ns[0]]:.3f} at n={ns[0]} -> {base[ns[-1]]:.3f} at n={ns[-1]}). RL on composed data: "
-               + ("HOLDS (gain at every n >= 2 beyond two standard errors)." if all(gains) else
-                  "INCONCLUSIVE (training did not move accuracy beyond two standard errors at this budget)." if not moved
-                  else "DID NOT HOLD at this scale."))
-    summary = {"claims": claims, "verdict": verdict, "base_by_n": base, "trained_by_n": trained,
-               "wall_s": time.perf_counter() - t0, "setup": dataclasses.asdict(setup), "quick": quick}
+    ns = list(setup.composed_eval)
+    summary = _summary("rhorizon-smollm2", "R-HORIZON", judge_rhorizon, {"base_by_n": base, "trained_by_n": trained}, setup,
+                       quick, t0)
     _plot_lines(out / "accuracy_vs_composed.png", ns, {"base": base, **{f"after RL (seed {i})": t for i, t in enumerate(trained)}},
                 "composed problems n", f"R-HORIZON on {setup.model} (all-or-nothing)")
     lines = ["# R-HORIZON on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `longhorizon repro rhorizon-smollm2{' --quick' if quick else ''}` (wall {summary['wall_s']:.0f} s).", "",
+             f"Command: `{summary['command']}` (wall {summary['wall_seconds']:.0f} s).", "",
              _scale(setup, quick) + " " + _step_times(runs), f" RL on composed queries of n = {list(setup.composed_train)}, completions up to "
              f"{n_new} tokens.", "", "![accuracy vs composed problems](accuracy_vs_composed.png)", "",
              "| model | " + " | ".join(f"n={k}" for k in ns) + " |", "|---|" + "---|" * len(ns),
              "| base | " + " | ".join(f"{base[k]:.3f}" for k in ns) + " |"]
     lines += [f"| after RL, seed {i} | " + " | ".join(f"{t[k]:.3f}" for k in ns) + " |" for i, t in enumerate(trained)]
-    lines += ["", "## Verdict", "", verdict, "", "Full protocol on one GPU (an estimate, not run): n = 1..5, 300 steps of "
+    lines += ["", "## Verdict", "", *verdict_lines(summary), "", "Full protocol on one GPU (an estimate, not run): n = 1..5, 300 steps of "
               "16 x 8 on n = 1..3, 128 held-out queries per n, about 1.5 h."]
     _write(out, summary, lines)
     return summary

@@ -6,15 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-
-def mean_se(values) -> tuple[float, float]:
-    """``(mean, standard error)`` of independent samples (``std(ddof=1) / sqrt(n)``; 0.0 for a single sample,
-    which has no spread to estimate: decision rules that need an SE refuse fewer than 2 seeds themselves)."""
-    v = np.asarray(values, np.float64)
-    if v.size == 0:
-        raise ValueError("mean_se needs at least one value.")
-    se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else 0.0
-    return float(v.mean()), se
+# (mean, standard error) of independent samples; 0.0 SE for a single sample, which has no spread to estimate:
+# decision rules that need an SE refuse fewer than 2 seeds themselves. One definition, in core.
+from longhorizon.core.stats import mean_se  # noqa: F401  (re-exported for the reproductions)
 
 
 def write(out: Path, summary: dict, lines: list[str]) -> None:
@@ -33,6 +27,26 @@ def write(out: Path, summary: dict, lines: list[str]) -> None:
     write_json_atomic(out / "summary.json", summary)
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / 'README.md'}")
+
+
+def verdict_lines(summary: dict) -> list[str]:
+    """The README's verdict block of a claims-schema summary: one line per claim, its verdict and why."""
+    lines = []
+    for c in summary["claims"]:
+        why = c["evidence"].get("did_not_move") or c["evidence"].get("reason")
+        why = "; ".join(why) if isinstance(why, list) else why
+        lines.append(f"- {c['claim']}: **{c['verdict']}**" + (f" ({why})" if why else ""))
+    return lines
+
+
+def write_run(out: Path, summary: dict, lines: list[str], curves: dict | None = None) -> None:
+    """Write a claims-schema run: each arm's training curve (``curves[arm]`` = rows) under ``out/curves/``,
+    then ``summary.json`` and ``README.md`` (:func:`write`)."""
+    from longhorizon.repro.claims import write_curve
+
+    for arm, rows in (curves or {}).items():
+        write_curve(out, arm, rows)
+    write(out, summary, lines)
 
 
 def plot_curves(path: Path, curves: dict, xlabel: str, ylabel: str, title: str) -> None:

@@ -16,17 +16,16 @@ the question's domain is at least the threshold) on the same questions. The pape
 Qwen2.5-3B routing among real LLMs on QA benchmarks; here the agent is a 2-layer byte-level model
 and the models are scripted.
 
-Verdict (per claim, on held-out episodes pooled over seeds; SE = the standard error of the
-per-episode values): judged only when some arm's cost or accuracy differs from the warm start's by
-more than two SE; "raising w lowers cost" holds when the cost at the largest ``w`` is below the cost
-at ``w = 0`` by more than two SE of their difference and no step up in ``w`` raises the cost by more
-than two SE; contradicted when the cost at the largest ``w`` is not lower; otherwise not shown.
-"raising w lowers accuracy" is judged the same way on accuracy.
+Rules (:func:`judge`, :mod:`longhorizon.repro.claims`): each claim is a fitted slope over ``w`` of the per-seed
+held-out cost (accuracy), its Student-t 95% interval over seeds (>= 3 to decide). The cost claim needs routers that
+do the task (held-out accuracy >= 0.1 at every ``w``), the accuracy claim arms that learned (held-out accuracy off
+the warm start, a rising training reward, GRPO groups with a signal); else ``no signal``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,9 @@ import numpy as np
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "Router-R1"
 
 SETUP = common.AgentRepro(env="router", agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=3,
                                                           max_action_tokens=40, max_context_tokens=1024,
@@ -80,7 +82,7 @@ def expert_frontier(rows) -> dict:
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     held = setup.rows(setup.eval_tasks, 10_000)
     warm: dict = {"outcome": [], "cost": [], "format": []}
@@ -95,49 +97,46 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
             for k, v in scores(policy, r["params"], setup, held).items():
                 arms[w][k] += v
             arms[w]["rows"].append(r["rows"])
-    summary = summarise(setup, warm, arms, expert_frontier(held))
+    rows = {f"w={w:g}": a["rows"] for w, a in arms.items()}
+    summary = common.finish(out, PAPER, "router-r1", setup, recorded(setup, warm, arms, expert_frontier(held)), judge,
+                            lambda s: report(setup, s, quick), quick, rows, time.perf_counter() - t0)
     plot(out / "router_r1.png", summary)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
-def _trend(what: str, values: dict, warm: list) -> str:
-    """The verdict rule of the module docstring on per-episode ``values[w]`` (``what``: cost or accuracy)."""
-    ws = sorted(values)
-    m = {w: common.mean_se(values[w]) for w in ws}
-    w_mean, w_se = common.mean_se(warm)
-    moved = any(abs(m[w][0] - w_mean) > 2 * np.hypot(m[w][1], w_se) for w in ws)
-    lo, hi = ws[0], ws[-1]
-    drop = m[lo][0] - m[hi][0]
-    se_drop = np.hypot(m[lo][1], m[hi][1])
-    rises = [(a, b) for a, b in zip(ws, ws[1:]) if m[b][0] - m[a][0] > 2 * np.hypot(m[a][1], m[b][1])]
-    tail = ", ".join(f"w={w:g}: {m[w][0]:.3f}" for w in ws) + f" (warm start {w_mean:.3f})"
-    if not moved:
-        return (f"inconclusive: no arm's {what} moved off the warm start's by more than two standard errors at "
-                f"this scale; {tail}")
-    if drop > 2 * se_drop and not rises:
-        return f"holds: {what} falls as w rises; {tail}"
-    if drop <= 0:
-        return f"contradicted: {what} at w={hi:g} is not below {what} at w={lo:g}; {tail}"
-    return (f"not shown: {what} falls by {drop:.3f}, within two standard errors ({2 * se_drop:.3f}) or not "
-            f"monotone; {tail}")
-
-
-def summarise(setup, warm, arms, frontier) -> dict:
-    cost = _trend("cost", {w: a["cost"] for w, a in arms.items()}, warm["cost"])
-    acc = _trend("accuracy", {w: a["outcome"] for w, a in arms.items()}, warm["outcome"])
+def recorded(setup, warm, arms, frontier) -> dict:
+    """The run's numbers: pooled means +- SE over held-out episodes, and per seed (each seed scores ``eval_tasks``)."""
+    n = setup.eval_tasks
+    per_seed = lambda v: [float(np.mean(v[i:i + n])) for i in range(0, len(v), n)]  # noqa: E731
     stats = {f"{w:g}": {"accuracy": common.mean_se(a["outcome"]), "cost": common.mean_se(a["cost"]),
+                        "accuracy_per_seed": per_seed(a["outcome"]), "cost_per_seed": per_seed(a["cost"]),
                         "answered": float(np.mean(a["format"])),
                         "train_cost_last": float(np.mean([rs[-1].get("reward_cost", 0.0) for rs in a["rows"]]))}
              for w, a in arms.items()}
     curves = {f"{w:g}": [float(np.mean([rs[i].get("reward_cost", 0.0) for rs in a["rows"]]))
                          for i in range(min(len(rs) for rs in a["rows"]))] for w, a in arms.items()}
-    verdict = f"cost: {cost.split(':')[0]}; accuracy: {acc.split(':')[0]}"
-    return {"claims": {CLAIMS[0]: cost, CLAIMS[1]: acc}, "verdict": verdict,
-            "warm_start": {"accuracy": common.mean_se(warm["outcome"]), "cost": common.mean_se(warm["cost"]),
-                           "answered": float(np.mean(warm["format"]))},
-            "arms": stats, "train_cost_curves": curves, "expert_frontier": frontier, "weights": list(WEIGHTS),
-            "setup": dataclasses.asdict(setup)}
+    return {"warm_start": {"accuracy": common.mean_se(warm["outcome"]), "cost": common.mean_se(warm["cost"]),
+                           "accuracy_per_seed": per_seed(warm["outcome"]), "answered": float(np.mean(warm["format"]))},
+            "by_weight": stats, "train_cost_curves": curves, "expert_frontier": frontier, "weights": list(WEIGHTS),
+            "setup": dataclasses.asdict(setup), "training": common.training({f"w={w:g}": a["rows"] for w, a in arms.items()})}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring); a summary without per-seed numbers (one
+    seed) uses its means, which are that seed's."""
+    setup, warm, weights = L["setup"], L["warm_start"], [f"{w:g}" for w in L["weights"]]
+    stats = L.get("by_weight") or L["arms"]  # "arms" in a summary written before the claims schema
+    seeds = lambda stats, k: stats[f"{k}_per_seed"] if f"{k}_per_seed" in stats else [stats[k][0]]  # noqa: E731
+    acc = {w: seeds(stats[w], "accuracy") for w in weights}
+    cost = {w: seeds(stats[w], "cost") for w in weights}
+    floors = [C.task_floor(f"w={w}", acc[w], C.TASK_FLOOR) for w in weights]
+    learned = {w: common.learned(f"w={w}", L, seeds(warm, "accuracy"), acc[w], "held-out accuracy") for w in weights}
+    x = [float(w) for w in weights]
+    claims = [C.judge(CLAIMS[0], C.trend(x, np.array([cost[w] for w in weights]).T, direction="decreasing"), floors, quick=quick),
+              C.judge(CLAIMS[1], C.trend(x, np.array([acc[w] for w in weights]).T, direction="decreasing"),
+                      [s for w in weights for s in learned[w]], quick=quick)]
+    arms = {f"w={w}": C.arm(setup["steps"], setup["seeds"], f, *learned[w]) for w, f in zip(weights, floors)}
+    return claims, arms
 
 
 def plot(path: Path, summary) -> None:
@@ -150,7 +149,7 @@ def plot(path: Path, summary) -> None:
     ex = summary["expert_frontier"]
     ax.plot([v["cost"] for v in ex.values()], [v["accuracy"] for v in ex.values()], "k--", marker="s", ms=3,
             label="scripted expert, threshold sweep")
-    for w, s in summary["arms"].items():
+    for w, s in summary["by_weight"].items():
         ax.errorbar(s["cost"][0], s["accuracy"][0], xerr=s["cost"][1], yerr=s["accuracy"][1], marker="o", capsize=2,
                     label=f"RL, w={w}")
     ws = summary["warm_start"]
@@ -175,15 +174,13 @@ def report(setup, summary, quick: bool) -> list[str]:
              f"| warm start | {ws['accuracy'][0]:.3f} ± {ws['accuracy'][1]:.3f} | "
              f"{ws['cost'][0]:.3f} ± {ws['cost'][1]:.3f} "
              f"| {ws['answered']:.2f} | |"]
-    for w, s in summary["arms"].items():
+    for w, s in summary["by_weight"].items():
         lines.append(f"| RL, w={w} | {s['accuracy'][0]:.3f} ± {s['accuracy'][1]:.3f} | {s['cost'][0]:.3f} ± "
                      f"{s['cost'][1]:.3f} | {s['answered']:.2f} | {s['train_cost_last']:.3f} |")
     lines += ["", "Reference: the scripted expert's threshold sweep on the same questions.", "",
               "| threshold | accuracy | mean cost |", "|---|---|---|"]
     lines += [f"| {th} | {v['accuracy']:.3f} | {v['cost']:.3f} |" for th, v in summary["expert_frontier"].items()]
-    lines += ["", "![accuracy vs cost](router_r1.png)", ""]
-    lines += [f"- **{claim}**: {verdict}" for claim, verdict in summary["claims"].items()]
-    lines += ["", f"**Verdict**: {summary['verdict']}.", "",
+    lines += ["", "![accuracy vs cost](router_r1.png)", "", "## Verdict", "", *common.verdict_lines(summary), "",
               "Differences from the paper: a 2-layer byte-level router over four scripted models (prices 0.02-0.8, "
               "accuracies by domain) instead of Qwen2.5 routing among real LLMs; one route-then-answer round is "
               "enough here, so multi-round routing is possible but not needed; ± is the standard error over held-out "

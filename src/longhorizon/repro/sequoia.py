@@ -6,9 +6,11 @@ average over the four constraint families (paper: +24.8%). Here at a small CPU s
 action: N, or 2N for two interventions), a one-hidden-layer Q-network, short training, several seeds; each
 seed draws its own bandit instance, and every policy is scored on the same evaluation episodes.
 
-Rule: per (family, seed), the relative gain ``g = (R_sequoia - R_best) / R_best`` over the baseline with the best
-mean return in that family; pooled over families and seeds, ``holds`` if ``mean(g) - 2 SE > 0``,
-``contradicted`` if ``mean(g) + 2 SE < 0``, else ``inconclusive``.
+Rule (:func:`judge`, :mod:`longhorizon.repro.claims`): per seed, the relative gain ``g = (R_sequoia - R_best) /
+R_best`` over the baseline with the best mean return in each family, averaged over the families; ``holds`` if
+the Student-t 95% interval of ``g`` over seeds (>= 3) lies above 0, ``contradicted`` if below, else
+``inconclusive``; ``no signal`` if SEQUOIA or the best baseline is no better than a random policy. A ``--quick``
+run is not judged.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.report import mean_se
-from longhorizon.runner.results import write_json_atomic
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines, write_run
 from longhorizon.structured import milp_q, sequoia
 from longhorizon.structured.restless import FAMILIES, RestlessBandit, RestlessConfig
 
 POLICIES = ("sequoia", "sampling", "myopic", "iterative", "random")
 BASELINES = POLICIES[1:]
-CLAIM = "the MILP-embedded Q-learner (SEQUOIA) beats the best baseline on average (paper: +24.8%)"
+PAPER = "SEQUOIA"
+CLAIM = ("the MILP-embedded Q-learner (SEQUOIA) beats the best baseline on average (paper: +24.8%): "
+         "relative gain averaged over the four families, per seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,15 +57,15 @@ QUICK = Setup(families=("budget",), n_arms=3, seeds=2, total_steps=200, hidden=(
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
-    setup = setup or (QUICK if quick else Setup())
+    setup, t0 = setup or (QUICK if quick else Setup()), time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {family: [run_seed(setup, family, seed) for seed in range(setup.seeds)] for family in setup.families}
-    scaling = solve_time_scaling(setup)
-    summary = summarise(results, scaling, setup, quick)
+    curves = {"SEQUOIA": [{"family": r["family"], "seed": r["seed"], "episode": i + 1, "train_return": v}
+                          for rows in results.values() for r in rows for i, v in enumerate(r.pop("train_returns"))]}
+    summary = summarise(results, solve_time_scaling(setup), setup, quick, time.perf_counter() - t0)
     plot(out / "sequoia.png", summary)
-    write_json_atomic(out / "summary.json", summary)
-    write_report(out / "README.md", summary)
+    write_run(out, summary, report_lines(summary), curves)
     return summary
 
 
@@ -73,7 +77,7 @@ def run_seed(setup: Setup, family: str, seed: int) -> dict:
     train_seconds = time.perf_counter() - t0
     sampled = sequoia.train(env, dataclasses.replace(config, maximizer="sampling"))
     eval_seed = 10_000 + seed
-    row = {"family": family, "seed": seed, "train_seconds": train_seconds,
+    row = {"family": family, "seed": seed, "train_seconds": train_seconds, "train_returns": list(learned["train_returns"]),
            "milp_solves": learned["milp_solves"], "milp_cache_hits": learned["milp_hits"],
            "milp_seconds_per_solve": learned["milp_seconds_per_solve"]}
     for policy in POLICIES:
@@ -115,26 +119,28 @@ def relative_gains(results: dict) -> tuple[list[float], dict]:
     return gains, best
 
 
-def decide(gains: list[float]) -> str:
-    mean, se = mean_se(gains)
-    text = f"mean relative gain {mean:+.1%} +- {se:.1%} SE over {len(gains)} (family, seed) pairs"
-    if len(gains) < 2:
-        return f"inconclusive ({text}; too few pairs)"
-    if mean - 2 * se > 0:
-        return f"holds ({text})"
-    if mean + 2 * se < 0:
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers ``L`` (``setup``, ``per_seed``, ``best_baseline``)."""
+    setup, per = L["setup"], L["per_seed"]
+    fams, seeds = setup["families"], setup["seeds"]
+    val = lambda f, m: np.array([row[m] for row in sorted(per[f], key=lambda r: r["seed"])])  # noqa: E731
+    best = L["best_baseline"]
+    gain = np.mean([(val(f, "sequoia") - val(f, best[f])) / val(f, best[f]) for f in fams], 0)
+    rand = np.mean([val(f, "random") for f in fams], 0)
+    sq = C.baseline_signal("SEQUOIA", np.mean([val(f, "sequoia") for f in fams], 0), rand, what="a random policy")
+    bb = C.baseline_signal("best baseline", np.mean([val(f, best[f]) for f in fams], 0), rand, what="a random policy")
+    claims = [C.judge(CLAIM, C.difference(gain, 0.0), [sq, bb], quick=quick)]
+    return claims, {"SEQUOIA": C.arm(setup["total_steps"], seeds, sq), "best baseline": C.arm(None, seeds, bb)}
 
 
-def summarise(results: dict, scaling: list, setup: Setup, quick: bool) -> dict:
+def summarise(results: dict, scaling: list, setup: Setup, quick: bool, wall_seconds: float | None = None) -> dict:
     gains, best = relative_gains(results)
-    claims = {CLAIM: decide(gains)}
     table = {family: {p: mean_se([r[p] for r in rows]) for p in POLICIES} for family, rows in results.items()}
-    verdict = f"sequoia: {claims[CLAIM]} at this scale ({setup.scale()})."
-    return {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup), "scale": setup.scale(),
-            "returns": table, "best_baseline": best, "relative_gains": gains, "per_seed": results,
-            "solve_time_scaling": scaling}
+    tables = {"setup": dataclasses.asdict(setup), "returns": table, "best_baseline": best, "relative_gains": gains,
+              "per_seed": results, "solve_time_scaling": scaling}
+    claims, arms = judge(tables, quick)
+    return C.summary(paper=PAPER, claims=claims, arms=arms, scale=setup.scale(), quick=quick,
+                     command="longhorizon repro sequoia" + (" --quick" if quick else ""), wall_seconds=wall_seconds, **tables)
 
 
 def plot(path: Path, summary: dict) -> None:
@@ -166,9 +172,7 @@ def plot(path: Path, summary: dict) -> None:
     plt.close(fig)
 
 
-def write_report(path: Path, summary: dict) -> None:
-    quick = summary["quick"]
-    command = "longhorizon repro sequoia" + (" --quick" if quick else "")
+def report_lines(summary: dict) -> list[str]:
     lines = ["# SEQUOIA: a Q-network embedded in a MILP on coupled restless bandits", "",
              f"Claim: {CLAIM}.", "",
              f"Scale: {summary['scale']}. "
@@ -192,8 +196,9 @@ def write_report(path: Path, summary: dict) -> None:
               "| N | action bits | median s | max s |", "|---|---|---|---|"]
     lines += [f"| {r['n_arms']} | {r['action_bits']} | {r['median_seconds']:.3f} | {r['max_seconds']:.3f} |"
               for r in summary["solve_time_scaling"]]
-    lines += ["", "![returns and solve time](sequoia.png)", "", "## Verdict", "", summary["verdict"], "",
-              "Rule: per (family, seed) the relative gain over the family's best baseline; holds if its mean minus "
-              "2 SE is above 0, contradicted if its mean plus 2 SE is below 0, else inconclusive.", "",
-              f"Produced by `{command}`."]
-    path.write_text("\n".join(lines) + "\n")
+    lines += ["", "![returns and solve time](sequoia.png)", "", "## Verdict", "", *verdict_lines(summary), "",
+              "Rule: per seed the relative gain over each family's best baseline, averaged over the families; holds if "
+              "its Student-t 95% interval over seeds (>= 3) lies above 0, contradicted if below; no signal if SEQUOIA or "
+              "the best baseline is no better than a random policy (the rule and numbers are in `summary.json`).", "",
+              f"Produced by `{summary['command']}`."]
+    return lines

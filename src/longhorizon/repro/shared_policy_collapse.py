@@ -12,13 +12,11 @@ over the last ``window`` share of the steps: the *greedy* cooperation rate (the 
 argmax is C: the learnt policy, without the epsilon-random actions that lower the behaviour rate by
 construction), the behaviour cooperation rate and the mean Q(C) - Q(D) gap.
 
-The rule (:func:`decide_claims`), at the harshest b, with SE over seeds:
-* collapse under sharing: drop = greedy cooperation at the smallest epsilon minus at the largest;
-  "collapses" when drop - 2 SE > ``COLLAPSE``, "does not" when drop + 2 SE < ``COLLAPSE``;
-* independent networks "keep cooperation" when their drop + 2 SE < ``COLLAPSE`` and their greedy
-  cooperation at the largest epsilon - 2 SE > ``COLLAPSE``; contradicted when that level + 2 SE <
-  ``COLLAPSE`` (no cooperation left, whether it collapsed or never arose);
-* "delays": an arm's mean greedy cooperation over the epsilon grid exceeds shared's by more than 2 SE.
+The rules (:func:`judge`), at the harshest b, Student-t 95% intervals over seeds (>= 3):
+* collapse under sharing: the fitted slope of greedy cooperation on epsilon lies below 0;
+* independent networks "keep cooperation": that slope lies above ``-COLLAPSE``;
+* "delays": an arm's mean greedy cooperation over the epsilon grid is above shared's, per seed;
+* an arm whose greedy cooperation at the smallest epsilon is below ``COLLAPSE`` never cooperated: ``no signal``.
 """
 
 from __future__ import annotations
@@ -31,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.repro.report import mean_se, plot_curves, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write
 from longhorizon.structured import shared_dqn
 from longhorizon.structured.dilemma import DilemmaConfig, NetworkedDilemma, payoff_matrix
 
@@ -105,63 +104,53 @@ def run_arm(env: NetworkedDilemma, setup: Setup, arm: str) -> dict:
             "by_b": {str(b): {name: tail[name][i].tolist() for name in tail} for i, b in enumerate(setup.harshness)}}
 
 
-def _drop(per_eps: list) -> tuple[float, float]:
-    first, last = np.asarray(per_eps[0]), np.asarray(per_eps[-1])
-    (m0, s0), (m1, s1) = mean_se(first), mean_se(last)
-    return m0 - m1, float(np.hypot(s0, s1))
-
-
-def _delay(arm: list, shared: list) -> tuple[float, float]:
-    a, s = np.asarray(arm).mean(0), np.asarray(shared).mean(0)  # [seeds]: mean over the epsilon grid
-    (ma, sa), (ms, ss) = mean_se(a), mean_se(s)
-    return ma - ms, float(np.hypot(sa, ss))
-
-
-def decide_claims(results: dict, harshest: str) -> dict:
-    """Claims from ``results[arm]["by_b"][b]["greedy_cooperation"]`` ([eps][seed]) by the module's rule."""
-    greedy = {arm: r["by_b"][harshest]["greedy_cooperation"] for arm, r in results.items()}
-    claims = {}
-    if "shared" in greedy:
-        drop, se = _drop(greedy["shared"])
-        text = f"greedy cooperation falls by {drop:.2f} +- {se:.2f} (SE) from the smallest to the largest epsilon"
-        claims[CLAIMS["collapse"]] = ("holds" if drop - 2 * se > COLLAPSE else
-                                      "contradicted" if drop + 2 * se < COLLAPSE else "inconclusive") + f" ({text})"
-    if "independent" in greedy:  # "keeps cooperation": no collapse AND still cooperating at the largest epsilon
-        drop, se = _drop(greedy["independent"])
-        level, level_se = mean_se(greedy["independent"][-1])
-        text = (f"greedy cooperation falls by {drop:.2f} +- {se:.2f} (SE) to {level:.2f} +- {level_se:.2f} "
-                "at the largest epsilon")
-        claims[CLAIMS["independent"]] = ("holds" if drop + 2 * se < COLLAPSE and level - 2 * level_se > COLLAPSE else
-                                         "contradicted" if level + 2 * level_se < COLLAPSE else
-                                         "inconclusive") + f" ({text})"
-    for arm, claim in (("grouped", "grouped"), ("shared+exploration", "augmented")):
-        if arm in greedy and "shared" in greedy:
-            gain, se = _delay(greedy[arm], greedy["shared"])
-            text = f"mean greedy cooperation over the epsilon grid {gain:+.2f} +- {se:.2f} (SE) vs shared"
-            claims[CLAIMS[claim]] = ("holds" if gain > 2 * se else "contradicted" if gain < -2 * se else
-                                     "inconclusive") + f" ({text})"
-    return claims
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded greedy cooperation (``results[arm]["by_b"][b]``, [epsilon][seed]) at the
+    harshest b: fitted slopes over epsilon and per-seed differences, Student-t 95% intervals over seeds (>= 3). An
+    arm that never cooperated (greedy cooperation below the collapse threshold at the smallest epsilon) cannot
+    collapse: ``no signal``."""
+    setup, res, floor = L["setup"], L["results"], L["collapse_threshold"]
+    b = f"{max(setup['harshness']):g}"
+    eps = np.array(setup["epsilons"])
+    coop = {a: np.array(r["by_b"][b]["greedy_cooperation"]).T for a, r in res.items()}  # [seeds, eps]
+    sig = {a: C.task_floor(f"{a} at the smallest epsilon", coop[a][:, 0], floor) for a in coop}
+    for a in sig:
+        sig[a]["what"] = f"{a}: greedy cooperation {sig[a]['success']:.3g} at the smallest epsilon, below {floor:g}: it never cooperated"
+    mean = {a: c.mean(1) for a, c in coop.items()}
+    claims = []
+    if "shared" in coop:
+        claims.append(C.judge(CLAIMS["collapse"], C.trend(eps, coop["shared"], direction="decreasing"), [sig["shared"]],
+                              quick=quick))
+    if "independent" in coop:
+        claims.append(C.judge(f"{CLAIMS['independent']} (slope on epsilon above -{floor:g})",
+                              C.trend(eps, coop["independent"], direction="increasing", margin=-floor), [sig["independent"]],
+                              quick=quick))
+    for arm, key, text in (("grouped", "grouped", " (mean greedy cooperation over the epsilon grid above shared's)"),
+                           ("shared+exploration", "augmented", "")):
+        if arm in coop and "shared" in coop:
+            claims.append(C.judge(CLAIMS[key] + text, C.difference(mean[arm], mean["shared"]), [sig[arm], sig["shared"]],
+                                  quick=quick))
+    return claims, {a: C.arm(setup["total_steps"], setup["seeds"], sig[a]) for a in coop}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
-    setup = setup or (QUICK if quick else Setup())
+    setup, t0 = setup or (QUICK if quick else Setup()), time.perf_counter()
     out = Path(out_dir)
     results = {}
     for arm in setup.arms:
         results[arm] = run_arm(setup.environment(arm), setup, arm)
         print(f"{arm}: compile {results[arm]['compile_s']:.1f} s, run {results[arm]['run_s']:.1f} s")
-    return finish(out, setup, results, quick)
+    return finish(out, setup, results, quick, time.perf_counter() - t0)
 
 
-def finish(out: Path, setup: Setup, results: dict, quick: bool) -> dict:
+def finish(out: Path, setup: Setup, results: dict, quick: bool, wall_seconds: float | None = None) -> dict:
     """Claims, verdict, plot, README and summary.json from the measured ``results``."""
-    harshest = str(max(setup.harshness))
-    claims = decide_claims(results, harshest)
-    held = [c for c, v in claims.items() if v.startswith("holds")]
-    outcomes = "; ".join(f"{claim}: {value.split(' (')[0]}" for claim, value in claims.items())
-    verdict = f"shared-policy-collapse: {len(held)} of {len(claims)} claims hold at b = {harshest} ({outcomes})."
-    summary = {"claims": claims, "verdict": verdict, "quick": quick, "setup": dataclasses.asdict(setup),
-               "collapse_threshold": COLLAPSE, "results": results}
+    recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "collapse_threshold": COLLAPSE, "results": results})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper="Shared-policy collapse", claims=claims, arms=arms, quick=quick, wall_seconds=wall_seconds,
+                        scale=f"networked Prisoner's Dilemma, b = {max(setup.harshness):g}, epsilons {list(setup.epsilons)}, "
+                              f"{setup.total_steps} steps, {setup.seeds} seeds",
+                        command="longhorizon repro shared-policy-collapse" + (" --quick" if quick else ""), **recorded)
     out.mkdir(parents=True, exist_ok=True)
     curves = {}
     for arm, r in results.items():
@@ -170,11 +159,11 @@ def finish(out: Path, setup: Setup, results: dict, quick: bool) -> dict:
             curves[f"{arm}, b={b}"] = (list(setup.epsilons), [m for m, _ in stats], [s for _, s in stats])
     plot_curves(out / "cooperation.png", curves, "exploration epsilon (fixed)", "greedy cooperation rate",
                 f"{setup.side ** 2} agents ({setup.side}x{setup.side} torus unless marked), {setup.seeds} seeds, mean +- SE")
-    write(out, summary, readme(setup, results, claims, verdict, quick))
+    write(out, summary, readme(setup, results, summary, quick))
     return summary
 
 
-def readme(setup: Setup, results: dict, claims: dict, verdict: str, quick: bool) -> list[str]:
+def readme(setup: Setup, results: dict, summary: dict, quick: bool) -> list[str]:
     n, dqn = setup.side ** 2, setup.agent_config("shared")
     lines = ["# shared-policy-collapse: exploration vs cooperation under parameter sharing", "",
              "Claim (Lee & Weng 2026): shared-network DQN agents on a networked Prisoner's Dilemma lose cooperation as "
@@ -202,13 +191,13 @@ def readme(setup: Setup, results: dict, claims: dict, verdict: str, quick: bool)
                                                           ("greedy_cooperation", "cooperation", "q_gap"))]
                 lines.append(f"| {arm} | {b} | {eps} | " + " | ".join(row) + " |")
     lines += ["", "![greedy cooperation vs epsilon](cooperation.png)", "", "## Verdict", "",
-              f"Rule: at the harshest b, an arm collapses when its greedy cooperation falls from the smallest to the "
-              f"largest epsilon by more than {COLLAPSE} beyond 2 SE; independent networks keep cooperation when they do "
-              f"not collapse and still cooperate above {COLLAPSE} (beyond 2 SE) at the largest epsilon; an arm delays "
-              "the collapse when its mean greedy cooperation over the epsilon grid exceeds shared's by more than 2 SE.",
-              ""]
-    lines += [f"- {claim}: **{value}**" for claim, value in claims.items()]
-    lines += ["", verdict, "", "Time: " + ", ".join(f"{arm} compile {r['compile_s']:.0f} s + run {r['run_s']:.0f} s"
+              "Rules (`longhorizon.repro.shared_policy_collapse.judge`), at the harshest b, Student-t 95% intervals over "
+              "seeds: a collapse is a falling fitted slope of greedy cooperation on epsilon; independent networks keep "
+              f"cooperation when that slope's interval lies above -{COLLAPSE}; an arm delays the collapse when its mean "
+              "greedy cooperation over the epsilon grid is above shared's, per seed. An arm below "
+              f"{COLLAPSE} greedy cooperation at the smallest epsilon never cooperated: no signal.", "",
+              *verdict_lines(summary)]
+    lines += ["", "Time: " + ", ".join(f"{arm} compile {r['compile_s']:.0f} s + run {r['run_s']:.0f} s"
                                                      for arm, r in results.items()) + ".", "",
               "Command: `longhorizon repro shared-policy-collapse" + (" --quick`" if quick else "`")]
     return lines

@@ -13,7 +13,6 @@ meta-trained the paper's way, with the engine's PPO as the inner loop on a contr
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -22,7 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.evolution import lpo, meta, meta_ppo
-from longhorizon.repro.report import mean_se, write
+from longhorizon.repro import claims as C
+from longhorizon.repro.report import mean_se, verdict_lines, write_run
+
+PAPER = "TA-LPO"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,46 +54,61 @@ QUICK = Setup(generations=2, es=meta.ESConfig(population=4, tasks=2, train_lifet
 GRID_R = np.linspace(0.5, 2.0, 31)
 
 
-def two_se_rule(diff, label: str) -> str:
-    """``holds`` if the mean of the paired differences ``diff`` is above twice its SE, ``contradicted`` if below
-    minus twice, else ``inconclusive``; the text names what was compared (``label``)."""
-    m, se = mean_se(diff)
-    text = label.format(m=m, se=se)
-    if m > 2 * se:
-        return f"holds ({text})"
-    if m < -2 * se:
-        return f"contradicted ({text})"
-    return f"inconclusive ({text})"
+CHANGE = 0.1  # a drift "changes over the lifetime" if mean |f_late - f_early| / mean |f| is above this (stated before the run)
+UNIT = "; the unit is the meta-training run (one per drift here): a claim about what meta-training finds needs >= 3 of them"
 
 
-def generalisation_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
-    """Paired over eval tasks (``[lifetimes, tasks]`` each): TA-LPO minus LPO, averaged over held-out lifetimes."""
-    return two_se_rule((np.asarray(ta_scores) - np.asarray(lpo_scores)).mean(axis=0),
-                       "TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE) normalised score over held-out lifetimes")
+def lifetime_change(early, late) -> float:
+    """``mean |f_late - f_early| / mean |f|`` of a drift's grids early and late in the lifetime."""
+    early, late = np.asarray(early), np.asarray(late)
+    return float(np.abs(late - early).mean() / max(0.5 * (np.abs(early).mean() + np.abs(late).mean()), 1e-12))
 
 
-def es_vs_meta_gradient_claim(es_scores: np.ndarray, mg_scores: np.ndarray) -> str:
-    """Paired over eval tasks (``[lifetimes, tasks]``): the ES-trained TA-LPO drift minus the meta-gradient one,
-    averaged over every lifetime. Holds if ES is ahead by more than 2 SE; contradicted if behind by more."""
-    return two_se_rule((np.asarray(es_scores) - np.asarray(mg_scores)).mean(axis=0),
-                       "ES - meta-gradient = {m:+.3f} +- {se:.3f} (SE) normalised score over all lifetimes")
+def per_run(ruling: C.Claim, **evidence) -> C.Claim:
+    return dataclasses.replace(ruling, rule=ruling.rule + UNIT, evidence={**ruling.evidence, **evidence})
 
 
-def lifetime_change_claim(early: np.ndarray, late: np.ndarray, threshold: float = 0.1) -> str:
-    """The drift changes over the lifetime if its early and late grids differ by more than ``threshold`` relatively."""
-    scale = 0.5 * (np.abs(early).mean() + np.abs(late).mean())
-    rel = float(np.abs(late - early).mean() / max(scale, 1e-12))
-    text = f"mean |f_late - f_early| / mean |f| = {rel:.3f} (threshold {threshold})"
-    return f"holds ({text})" if rel > threshold else f"contradicted ({text})"
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers: each drift's meta-training fitness curve (it must rise), its
+    bandit scores per lifetime, PPO's normalised returns with it on held-out environments, and its drift grids.
+    Each drift comes from one meta-training run, so every comparison has one value per drift (the evaluation's
+    spread over held-out bandits or PPO seeds is kept in the evidence but is not the meta-training's)."""
+    control, held = L["setup"]["control"]["env"], L["held_out_lifetimes"]
+    fit = {a: C.arm_signal(a, [curve], what="meta-training fitness") for a, curve in L["meta_fitness"].items()}
+    score = lambda a, lifetimes: float(np.mean([L["scores"][a][str(n)][0] for n in lifetimes]))  # noqa: E731
+    every = list(L["scores"]["LPO"])
+    envs = L["held_out_envs"]
+    cells = [(e, n) for e in envs for n in envs[e]]
+    unseen = [(e, n) for e, n in cells if not (e == control and int(n) in L["setup"]["control"]["lifetimes"])]
+    ppo = lambda a, cs: float(np.mean([envs[e][n][a] for e, n in cs]))  # noqa: E731
+    grid = L["drift_grid"]
 
+    def transfer(a, b, cs):
+        if not cs:
+            return C.undecidable("no held-out environment or lifetime in this setup")
+        return per_run(C.difference([ppo(a, cs)], [ppo(b, cs)]), ppo_seed_differences=(
+            np.array([envs[e][n][a] for e, n in cs]) - np.array([envs[e][n][b] for e, n in cs])).mean(0))
 
-def env_transfer_claim(lpo_scores: np.ndarray, ta_scores: np.ndarray) -> str:
-    """Paired over seeds (``[cells, seeds]`` of normalised returns, cell = environment x lifetime): TA-LPO minus
-    LPO, averaged over cells."""
-    diff = (np.asarray(ta_scores) - np.asarray(lpo_scores)).mean(axis=0)
-    if diff.size < 2:
-        return f"inconclusive (one seed: TA-LPO - LPO = {float(diff.mean()):+.3f} normalised return, no SE)"
-    return two_se_rule(diff, "TA-LPO - LPO = {m:+.3f} +- {se:.3f} (SE over seeds) normalised return on held-out environments")
+    claims = [
+        C.judge("the temporally-aware drift generalises across held-out training horizons better than LPO's",
+                per_run(C.difference([score("TA-LPO", held)], [score("LPO", held)]), lifetimes=held),
+                [fit["TA-LPO"], fit["LPO"]], quick=quick),
+        C.judge("the discovered TA-LPO drift changes over the lifetime (f early vs late)",
+                per_run(C.difference([lifetime_change(grid["ta_early"], grid["ta_late"])], CHANGE)), [fit["TA-LPO"]], quick=quick),
+        C.judge("meta-trained on bandits, the temporally-aware drift transfers to held-out environments better than LPO's",
+                transfer("TA-LPO (bandit)", "LPO (bandit)", cells), [fit["TA-LPO"], fit["LPO"]], quick=quick),
+        C.judge(f"meta-trained on {control} with PPO, the temporally-aware drift generalises to held-out environments and "
+                "lifetimes better than LPO's", transfer(f"TA-LPO ({control})", f"LPO ({control})", unseen),
+                [fit[f"TA-LPO ({control})"], fit[f"LPO ({control})"]], quick=quick),
+        C.judge(f"meta-trained on {control}, the TA-LPO drift changes over the lifetime",
+                per_run(C.difference([lifetime_change(grid["ta_control_early"], grid["ta_control_late"])], CHANGE)),
+                [fit[f"TA-LPO ({control})"]], quick=quick),
+        C.judge("ES finds a better TA-LPO drift than a meta-gradient through the inner updates (bandits)",
+                per_run(C.difference([score("TA-LPO", every)], [score("TA-LPO (meta-gradient)", every)])),
+                [fit["TA-LPO"], fit["TA-LPO (meta-gradient)"]], quick=quick),
+    ]
+    gens = {a: len(curve) for a, curve in L["meta_fitness"].items()}
+    return claims, {a: C.arm(gens[a], 1, fit[a]) for a in fit}
 
 
 def held_out_environments(setup: Setup, drift_files: dict, runs_dir: Path, log=print) -> dict:
@@ -144,7 +161,7 @@ def slug(arm: str) -> str:
 
 
 def run(out_dir: str, quick: bool = False) -> dict:
-    setup = QUICK if quick else Setup()
+    setup, t0 = QUICK if quick else Setup(), time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     control = setup.control.env
@@ -171,8 +188,6 @@ def run(out_dir: str, quick: bool = False) -> dict:
     lifetimes = tuple(sorted(set(setup.held_out_lifetimes) | set(setup.es.train_lifetimes)))
     scores = {name: np.asarray(jax.jit(lambda k, o=obj: meta.evaluate(o, setup.bandit, k, lifetimes, setup.eval_tasks))(key))
               for name, obj in objectives.items()}
-    held = [i for i, n in enumerate(lifetimes) if n in setup.held_out_lifetimes]
-
     ta = trained["TA-LPO"]
     horizon = float(max(setup.es.train_lifetimes))
     early, late = drift_grid(ta.drift, ta.params(), 0.05, horizon), drift_grid(ta.drift, ta.params(), 0.95, horizon)
@@ -190,35 +205,21 @@ def run(out_dir: str, quick: bool = False) -> dict:
     cells = [(env, n) for env in envs for n in envs[env]]
     env_scores = {arm: np.array([envs[e][n][arm] for e, n in cells]) for arm in envs[cells[0][0]][cells[0][1]]}
     unseen = [i for i, (e, n) in enumerate(cells) if not (e == control and n in setup.control.lifetimes)]
-    pick = lambda arm: env_scores[arm][unseen]  # noqa: E731
-    claims = {
-        "the temporally-aware drift generalises across held-out training horizons better than LPO's":
-            generalisation_claim(scores["LPO"][held], scores["TA-LPO"][held]),
-        "the discovered TA-LPO drift changes over the lifetime (f early vs late)": lifetime_change_claim(early, late),
-        "meta-trained on bandits, the temporally-aware drift transfers to held-out environments better than LPO's":
-            env_transfer_claim(env_scores["LPO (bandit)"], env_scores["TA-LPO (bandit)"]),
-        f"meta-trained on {control} with PPO, the temporally-aware drift generalises to held-out environments and "
-        "lifetimes better than LPO's":
-            env_transfer_claim(pick(f"LPO ({control})"), pick(f"TA-LPO ({control})")) if unseen
-            else "inconclusive (no held-out environment or lifetime in this setup)",
-        f"meta-trained on {control}, the TA-LPO drift changes over the lifetime": lifetime_change_claim(env_early, env_late),
-        "ES finds a better TA-LPO drift than a meta-gradient through the inner updates (bandits)":
-            es_vs_meta_gradient_claim(scores["TA-LPO"], scores["TA-LPO (meta-gradient)"]),
-    }
-    shorts = ("held-out lifetimes", "drift changes", "held-out envs (bandit drifts)", f"held-out ({control} drifts)",
-              f"drift changes ({control})", "ES vs meta-gradient")
     table = {name: {int(n): mean_se(s[i]) for i, n in enumerate(lifetimes)} for name, s in scores.items()}
-    summary = {"claims": claims, "quick": quick,
-               "verdict": "ta-lpo: " + "; ".join(f"{short}: {v.split(' ')[0]}" for short, v in zip(shorts, claims.values())),
-               "scores": {name: {str(n): list(v) for n, v in t.items()} for name, t in table.items()},
-               "held_out_lifetimes": list(setup.held_out_lifetimes), "train_lifetimes": list(setup.es.train_lifetimes),
-               "throughput": rates, "meta_fitness": curves, "held_out_envs": envs, "meta_gradient_skipped_steps": mg.skipped,
-               "drift_grid": {"r": GRID_R.tolist(), "ta_early": early.tolist(), "ta_late": late.tolist(), "lpo": lpo_grid.tolist(),
-                              "ta_control_early": env_early.tolist(), "ta_control_late": env_late.tolist()},
-               "setup": json.loads(json.dumps(dataclasses.asdict(setup)))}
-    plot(out / "ta_lpo.png", lifetimes, table, early, late, lpo_grid, envs, cells)
-
+    tables = {"scores": {name: {str(n): list(v) for n, v in t.items()} for name, t in table.items()},
+              "held_out_lifetimes": list(setup.held_out_lifetimes), "train_lifetimes": list(setup.es.train_lifetimes),
+              "throughput": rates, "meta_fitness": curves, "held_out_envs": envs, "meta_gradient_skipped_steps": mg.skipped,
+              "drift_grid": {"r": GRID_R.tolist(), "ta_early": early.tolist(), "ta_late": late.tolist(), "lpo": lpo_grid.tolist(),
+                             "ta_control_early": env_early.tolist(), "ta_control_late": env_late.tolist()},
+              "setup": C.as_recorded(dataclasses.asdict(setup))}
+    claims, arms = judge(C.as_recorded(tables), quick)  # the numbers as recorded (string keys)
     command = "longhorizon repro ta-lpo" + (" --quick" if quick else "")
+    summary = C.summary(paper=PAPER, claims=claims, arms=arms, quick=quick, command=command, wall_seconds=time.perf_counter() - t0,
+                        scale=f"bandits: {setup.generations} ES generations x population {setup.es.population}; {control}: "
+                              f"{setup.control_generations} generations x population {setup.control_es.population}; one "
+                              f"meta-training run per drift; held-out environments {list(setup.held_out_envs)} x "
+                              f"{setup.env_seeds} PPO seeds", **tables)
+    plot(out / "ta_lpo.png", lifetimes, table, early, late, lpo_grid, envs, cells)
     lines = ["# TA-LPO: a lifetime-aware drift vs LPO's on held-out training horizons and environments", "",
              f"Produced by `{command}`.", "", __doc__.split("\n\n", 1)[1].strip(), "",
              f"Scale (bandits): {setup.generations} ES generations, population {setup.es.population} (antithetic), "
@@ -249,8 +250,12 @@ def run(out_dir: str, quick: bool = False) -> dict:
               "| environment | N | " + " | ".join(env_scores) + " |", "|---|---|" + "---|" * len(env_scores)]
     lines += [f"| {e}{'' if i in unseen else '*'} | {n} | " + " | ".join(
         "{:.3f} +- {:.3f}".format(*mean_se(envs[e][n][arm])) for arm in env_scores) + " |" for i, (e, n) in enumerate(cells)]
-    lines += ["", "![TA-LPO](ta_lpo.png)", "", "## Verdict", ""] + [f"- {k}: **{v}**" for k, v in claims.items()]
-    write(out, summary, lines)
+    lines += ["", "![TA-LPO](ta_lpo.png)", "", "## Verdict", "", *verdict_lines(summary), "",
+              "Rules: `longhorizon.repro.ta_lpo.judge` (each claim's rule and numbers are in `summary.json`). Each drift "
+              "is one meta-training run, so no comparison of drifts has the 3 runs that holds or contradicted need; a "
+              "drift whose meta-training fitness did not rise gives no signal."]
+    curves_out = {a: [{"generation": i + 1, "fitness": f} for i, f in enumerate(c)] for a, c in curves.items()}
+    write_run(out, summary, lines, curves_out)
     return summary
 
 

@@ -15,15 +15,15 @@ prefixes are shared), so the arms are compared at equal tokens: each arm's held-
 (greedy, measured every few steps) is interpolated linearly in cumulative sampled tokens at
 ``T* = min`` over the arms of their final token counts.
 
-Verdict: judged only when an arm's final success improves on the warm start by more than two
-standard errors (binomial over held-out tasks and seeds), else inconclusive; it holds when
-TreeOPSD's success at ``T*`` exceeds GRPO's by more than one standard error of the difference, is
-contradicted when it is lower by more than that, and is "not shown" in between.
+Rule (:func:`judge`): TreeOPSD's per-seed success at ``T*`` minus GRPO's, paired over seeds, its Student-t 95%
+interval above 0 (>= 3 seeds); ``no signal`` unless both arms learned (held-out success over training above the
+warm start, GRPO groups with a signal).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from longhorizon.lm.agents.opd import TreeOPSD
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
 
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
@@ -55,20 +56,23 @@ class TreeRollouts:
         return BranchingRollout(trainer.rollout, self.cfg)
 
 
+PAPER = "TreeOPSD"
+CLAIM = "tree credit with a bounded teacher beats GRPO at equal sampled tokens"
 ARMS = {GRPO: {}, TREE: {"rollout": TreeRollouts(), "token_advantages": TEACHER}}
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     arms = {arm: ("tree" if arm == TREE else "grpo", CreditConfig(credit="trajectory"), options)
             for arm, options in ARMS.items()}
     warm, results, _ = common.run_arms(out, setup, arms, eval_every=max(1, setup.steps // 4))
     warm_success = float(np.mean([w["success"] for w in warm]))
     curves = {arm: [curve(r, warm_success) for r in rs] for arm, rs in results.items()}
-    summary = summarise(setup, warm_success, curves, results)
+    rows = {arm: [r["rows"] for r in rs] for arm, rs in results.items()}
+    summary = common.finish(out, PAPER, "treeopsd", setup, recorded(setup, warm_success, curves, results), judge,
+                            lambda s: report(setup, s, quick), quick, rows, time.perf_counter() - t0)
     plot(out / "treeopsd.png", curves)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
@@ -82,34 +86,25 @@ def curve(result: dict, warm_success: float) -> tuple[list[float], list[float]]:
     return tokens, success
 
 
-def summarise(setup, warm_success, curves, results) -> dict:
-    n = setup.eval_tasks
+def recorded(setup, warm_success, curves, results) -> dict:
     finals = {arm: [float(r["summary"]["eval"]["success"]) for r in rs] for arm, rs in results.items()}
     final_tokens = {arm: float(np.mean([c[0][-1] for c in cs])) for arm, cs in curves.items()}
     t_star = min(final_tokens.values())
     at = {arm: [float(np.interp(t_star, *c)) for c in cs] for arm, cs in curves.items()}
-    at_mean = {arm: float(np.mean(v)) for arm, v in at.items()}
-    se = float(np.sqrt(max(warm_success * (1 - warm_success), 1 / n) / (n * setup.seeds)))
-    se_diff = float(np.sqrt(2) * se)
-    improved = max(float(np.mean(v)) for v in finals.values()) - warm_success > 2 * se
-    diff = at_mean[TREE] - at_mean[GRPO]
-    if not improved:
-        verdict = (f"inconclusive: neither arm improved on the warm start ({warm_success:.2f}) by more than two standard "
-                   f"errors ({2 * se:.2f}) at this scale")
-    elif diff > se_diff:
-        verdict = f"holds: TreeOPSD {at_mean[TREE]:.2f} vs GRPO {at_mean[GRPO]:.2f} at {t_star:.0f} sampled tokens"
-    elif diff < -se_diff:
-        verdict = f"contradicted: TreeOPSD {at_mean[TREE]:.2f} < GRPO {at_mean[GRPO]:.2f} at {t_star:.0f} sampled tokens"
-    else:
-        verdict = (f"not shown: TreeOPSD {at_mean[TREE]:.2f} vs GRPO {at_mean[GRPO]:.2f} at {t_star:.0f} sampled tokens, "
-                   f"within one standard error of the difference ({se_diff:.2f})")
-    return {"claims": {"tree credit with a bounded teacher beats GRPO at equal sampled tokens": verdict},
-            "verdict": verdict, "warm_start_success": warm_success, "final_success": finals,
-            "final_tokens": final_tokens, "equal_tokens": t_star, "success_at_equal_tokens": at,
-            "success_at_equal_tokens_mean": at_mean, "standard_error": se,
+    return {"warm_start_success": warm_success, "final_success": finals, "final_tokens": final_tokens, "equal_tokens": t_star,
+            "success_at_equal_tokens": at, "success_at_equal_tokens_mean": {arm: float(np.mean(v)) for arm, v in at.items()},
             "curves": {arm: [list(map(list, zip(*c))) for c in cs] for arm, cs in curves.items()},
-            "branch": dataclasses.asdict(BRANCH), "teacher": dataclasses.asdict(TEACHER),
-            "setup": dataclasses.asdict(setup)}
+            "branch": dataclasses.asdict(BRANCH), "teacher": dataclasses.asdict(TEACHER), "setup": dataclasses.asdict(setup),
+            "training": common.training({arm: [r["rows"] for r in rs] for arm, rs in results.items()})}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring)."""
+    signals = {a: common.learned(a, L, L["warm_start_success"], L["final_success"][a], "held-out success over training",
+                                 curve=[[s for _, s in run] for run in runs]) for a, runs in L["curves"].items()}
+    at = L["success_at_equal_tokens"]
+    claims = [C.judge(CLAIM, C.difference(at[TREE], at[GRPO]), [s for ss in signals.values() for s in ss], quick=quick)]
+    return claims, {a: C.arm(L["setup"]["steps"], L["setup"]["seeds"], *s) for a, s in signals.items()}
 
 
 def plot(path: Path, curves) -> None:
@@ -136,12 +131,11 @@ def report(setup, summary, quick: bool) -> list[str]:
                      f"{summary['success_at_equal_tokens_mean'][arm]:.3f} | "
                      f"{np.mean(summary['final_success'][arm]):.3f} |")
     b = summary["branch"]
-    lines += ["", "![held-out success vs sampled tokens](treeopsd.png)", "", f"**Verdict**: {summary['verdict']}.", "",
+    lines += ["", "![held-out success vs sampled tokens](treeopsd.png)", "", "## Verdict", "", *common.verdict_lines(summary), "",
               f"Tree: {setup.num_generations // b['branches']} roots per task to the end of turn {b['branch_turn']}, "
               f"then {b['branches']} continuations each (prefix replayed into fresh environments); teacher tau = "
               f"{summary['teacher']['tau']:g}, log-ratio clip = {summary['teacher']['clip']:g}.", "",
               "Differences from the paper: the TreeOPSD paper's text was not reachable from this machine, so the tree "
               "backup (mean over children) and the per-node normalisation of the teacher are ours "
-              "(`lm/agents/tree.py`); a 2-layer byte-level agent on synthetic 2-hop search; one branch point; "
-              "standard errors are binomial over the held-out tasks and seeds."]
+              "(`lm/agents/tree.py`); a 2-layer byte-level agent on synthetic 2-hop search; one branch point."]
     return lines

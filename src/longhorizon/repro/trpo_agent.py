@@ -11,15 +11,15 @@ arms from the same warm start with equal steps, tasks and episodes; held-out suc
 exact match) at the end and during training. The paper trains a 7B GUI agent on real phone and
 desktop tasks; here the agent is a 2-layer byte-level model and the tasks are synthetic.
 
-Verdict: the claim is judged only when at least one arm improves on the warm start by more than
-two standard errors of the held-out success; it holds when TRPO's final success (mean over seeds)
-is no lower than the per-turn arm's minus the standard error of their difference, else it is
-contradicted.
+Rule (:func:`judge`): TRPO's per-seed final success minus the per-turn arm's, paired over seeds, with a Student-t
+95% interval above -0.05 (non-inferiority, >= 3 seeds); ``no signal`` unless both arms learned (held-out success
+above the warm start or a rising training reward, GRPO groups with a signal).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,10 @@ import numpy as np
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
+from longhorizon.repro import claims as C
+
+PAPER = "Mobile-Agent-v3"
+CLAIM = "trajectory-level advantages train at least as well as per-turn credit"
 
 SETUP = common.AgentRepro(env="search", task_args=(("hops", 2),),
                           agent=AgentConfig(tool_format="tags", describe_tools=False, max_turns=4, max_action_tokens=40,
@@ -39,43 +43,34 @@ ARMS = {"trajectory (TRPO)": CreditConfig(credit="trajectory"),
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
-    setup = setup or (QUICK if quick else SETUP)
+    setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
     eval_every = max(1, setup.steps // 5)
     arms = {arm: ("trajectory" if arm.startswith("trajectory") else "turn", credit, {}) for arm, credit in ARMS.items()}
     warm, results, _ = common.run_arms(out, setup, arms, eval_every)
-    summary = summarise(setup, warm, results, eval_every)
+    rows = {arm: [r["rows"] for r in rs] for arm, rs in results.items()}
+    summary = common.finish(out, PAPER, "trpo-agent", setup, recorded(setup, warm, results, eval_every), judge,
+                            lambda s: report(setup, s, quick), quick, rows, time.perf_counter() - t0)
     plot(out / "trpo_agent.png", results, warm, eval_every)
-    common.write(out, summary, report(setup, summary, quick))
     return summary
 
 
-def _final(result: dict) -> float:
-    return float(result["summary"]["eval"]["success"])
-
-
-def summarise(setup, warm, results, eval_every) -> dict:
-    n = setup.eval_tasks
-    warm_success = float(np.mean([w["success"] for w in warm]))
-    finals = {arm: [_final(r) for r in rs] for arm, rs in results.items()}
-    means = {arm: float(np.mean(v)) for arm, v in finals.items()}
-    se_binom = np.sqrt(max(warm_success * (1 - warm_success), 1 / n) / (n * setup.seeds))
-    (a, b) = list(finals)
-    diff = np.asarray(finals[a]) - np.asarray(finals[b])
-    se_diff = float(np.sqrt(2) * se_binom)
-    improved = max(means.values()) - warm_success > 2 * se_binom
-    if not improved:
-        verdict = (f"inconclusive: neither arm improved on the warm start ({warm_success:.2f}) by more than two standard "
-                   f"errors ({2 * se_binom:.2f}) at this scale")
-    elif diff.mean() >= -se_diff:
-        verdict = f"holds: TRPO {means[a]:.2f} vs per-turn {means[b]:.2f} (warm start {warm_success:.2f})"
-    else:
-        verdict = f"contradicted: TRPO {means[a]:.2f} < per-turn {means[b]:.2f} by more than {se_diff:.2f}"
+def recorded(setup, warm, results, eval_every) -> dict:
+    finals = {arm: [float(r["summary"]["eval"]["success"]) for r in rs] for arm, rs in results.items()}
     turns = {arm: float(np.mean([r["summary"]["eval"]["turns"] for r in rs])) for arm, rs in results.items()}
-    return {"claims": {"trajectory-level advantages train at least as well as per-turn credit": verdict},
-            "verdict": verdict, "warm_start_success": warm_success, "final_success": finals, "final_success_mean": means,
-            "held_out_turns": turns, "standard_error": float(se_binom), "eval_every": eval_every,
-            "setup": dataclasses.asdict(setup)}
+    return {"warm_start_success": float(np.mean([w["success"] for w in warm])), "final_success": finals,
+            "final_success_mean": {arm: float(np.mean(v)) for arm, v in finals.items()}, "held_out_turns": turns,
+            "eval_every": eval_every, "setup": dataclasses.asdict(setup),
+            "training": common.training({arm: [r["rows"] for r in rs] for arm, rs in results.items()})}
+
+
+def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """``(claims, arms)`` from the recorded numbers (module docstring)."""
+    signals = {a: common.learned(a, L, L["warm_start_success"], v) for a, v in L["final_success"].items()}
+    traj, turn = list(L["final_success"])
+    claims = [C.judge(CLAIM, C.difference(L["final_success"][traj], L["final_success"][turn], margin=common.NON_INFERIOR),
+                      [s for ss in signals.values() for s in ss], quick=quick)]
+    return claims, {a: C.arm(L["setup"]["steps"], L["setup"]["seeds"], *s) for a, s in signals.items()}
 
 
 def plot(path: Path, results, warm, eval_every) -> None:
@@ -99,8 +94,8 @@ def report(setup, summary, quick: bool) -> list[str]:
     for arm, values in summary["final_success"].items():
         lines.append(f"| {arm} | {', '.join(f'{v:.3f}' for v in values)} | {summary['final_success_mean'][arm]:.3f} | "
                      f"{summary['held_out_turns'][arm]:.2f} |")
-    lines += ["", "![held-out success](trpo_agent.png)", "", f"**Verdict**: {summary['verdict']}.", "",
+    lines += ["", "![held-out success](trpo_agent.png)", "", "## Verdict", "", *common.verdict_lines(summary), "",
               "Differences from the paper: a 2-layer byte-level agent on synthetic multi-hop search instead of a 7B GUI "
               "agent on phone/desktop tasks; the per-turn arm uses milestone rewards (one per hop found) as its dense "
-              "signal; standard errors are binomial over the held-out tasks and seeds."]
+              "signal."]
     return lines
