@@ -69,6 +69,7 @@ CURRICULUM = (*RL, "--curriculum")
 DATASET = ("lm", "rl", "--dataset", "{DATA}", "--reward-funcs", "math:sqrt", "--out", "{TMP}/d", "--steps", "10")
 SGPO = (*RL, "--sgpo")
 LM_EVAL = ("lm", "eval", "--init", "{SFT}")
+LM_EVAL_DATA = ("lm", "eval", "--model", "{GGUF}", "--dataset", "{DATA}", "--reward-funcs", "math:sqrt")
 FETCH = ("lm", "fetch", "smollm2")
 REPRO = ("repro", "h1")
 OTRAIN = ("offline", "train", "ota", "--dataset", "pointmaze-medium-stitch-v0", "--out", "{TMP}/o")
@@ -276,6 +277,19 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "temperature": [acts(LM_EVAL, "--temperature", "0.7")],
         "out": [acts(LM_EVAL, "--out", "{TMP}/le")],
         "seed": [acts(LM_EVAL, "--seed", "1")],
+        "model": [acts(LM_EVAL_DATA, replace={"{GGUF}": "tiny-random"}),
+                  refused((*LM_EVAL, "--model", "{GGUF}"), "applies to --dataset evaluations only")],
+        "dtype": [acts(LM_EVAL_DATA, "--dtype", "bfloat16")],
+        "dataset": [acts(LM_EVAL_DATA, replace={"{DATA}": "{DATA2}"})],
+        "reward_funcs": [acts(LM_EVAL_DATA, replace={"math:sqrt": "math:log"})],
+        "reward_weights": [acts(LM_EVAL_DATA, "--reward-weights", "2")],
+        "num_samples": [acts(LM_EVAL_DATA, "--temperature", "1", "--num-samples", "2"),
+                        refused((*LM_EVAL_DATA, "--num-samples", "0"), "--num-samples")],
+        "correct_threshold": [acts(LM_EVAL_DATA, "--correct-threshold", "0.5")],
+        "limit": [acts(LM_EVAL_DATA, "--limit", "1")],
+        "max_completion_length": [acts(LM_EVAL_DATA, "--max-completion-length", "32")],
+        "max_prompt_length": [acts(LM_EVAL_DATA, "--max-prompt-length", "64")],
+        "json_out": [acts(LM_EVAL_DATA, "--json")],
         "dry_run": [DRY],
     },
     ("lm", "fetch"): {

@@ -21,6 +21,7 @@ with ``g_phi`` a tanh MLP. ``(r-1)^2`` vanishes with its derivative at ``r = 1``
 from __future__ import annotations
 
 import dataclasses
+import zipfile
 from pathlib import Path
 
 import jax
@@ -103,8 +104,15 @@ def config_of(params: dict) -> DriftConfig:
 
 
 def save_drift(path, params: dict) -> None:
-    """Write a drift as ``.npz`` (what ``algos.ppo``'s ``--drift FILE`` reads)."""
-    np.savez(path, **{k: np.asarray(params[k], np.float32) for k in DRIFT_KEYS})
+    """Write a drift as ``.npz`` (what ``algos.ppo``'s ``--drift FILE`` reads), atomically: a stop mid-write
+    leaves the previous file whole. The zip format stores a CRC-32 per array, checked by :func:`load_drift`."""
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        np.savez(handle, **{k: np.asarray(params[k], np.float32) for k in DRIFT_KEYS})
+    os.replace(tmp, path)
 
 
 def load_drift(path) -> dict:
@@ -115,8 +123,8 @@ def load_drift(path) -> dict:
     try:
         with np.load(path) as data:
             params = {k: np.asarray(data[k], np.float32) for k in DRIFT_KEYS}
-    except (OSError, KeyError, ValueError, AttributeError):
-        raise UsageError(f"--drift {path} is not a drift file (an .npz with arrays {', '.join(DRIFT_KEYS)}); {fix}.") from None
+    except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):  # BadZipFile: a CRC mismatch
+        raise UsageError(f"--drift {path} is not a drift file (or is damaged) (an .npz with arrays {', '.join(DRIFT_KEYS)}); {fix}.") from None
     features, hidden = params["w1"].shape if params["w1"].ndim == 2 else (0, 0)
     if features not in (5, 7) or params["b1"].shape != (hidden,) or params["w2"].shape != (hidden,) or params["b2"].shape:
         raise UsageError(f"--drift {path} has parameter shapes no drift has (w1 {params['w1'].shape}); {fix}.")

@@ -658,7 +658,7 @@ def _eval_dataset(o: dict, given: set[str]) -> None:
               "temperature": spec.temperature, "correct_threshold": spec.correct_threshold, "seed": spec.seed,
               "max_completion_length": o["max_completion_length"], "max_prompt_length": o["max_prompt_length"]}
     if o["dry_run"]:
-        _print_plan({**record, "out": o["out"] and str(o["out"])})
+        _print_plan({**record, "out": o["out"] and str(o["out"]), "json": o["json_out"]})
         return
     from longhorizon.lm.run import load_policy
 
