@@ -39,6 +39,16 @@ MAX_STALENESS = 2
 NO_NAMESPACE = 77  # the child's exit code when it cannot make a private network namespace
 
 
+def _same_metric(key, a, b) -> bool:
+    """Bit-equal, except explained variance: a variance of the batch that the fused program and the Ray
+    learner compile inside different fusions, so it may differ in the last bits (the state does not)."""
+    import numpy as np
+
+    if key == "explained_variance":
+        return np.allclose(a, b, rtol=1e-5, atol=1e-6)
+    return np.array_equal(a, b)
+
+
 def test_ray_engine_across_nodes_survives_a_node_removal(tmp_path):
     pytest.importorskip("ray")
     import jax
@@ -204,7 +214,7 @@ def _child(out: str) -> None:
                 "differing_state_leaves": _differences(fused_state, state),
                 "differing_metrics": [f"chunk {i}: {k}" for i, (a, b) in enumerate(zip(fused_rows, rows))
                                       for k in sorted(set(a) | set(b)) if k not in a or k not in b
-                                      or not np.array_equal(a[k], b[k])]}
+                                      or not _same_metric(k, a[k], b[k])]}
         engine.close()
 
         workers["worker3"] = cluster.add_node(num_cpus=8, resources={"worker3": 1}, **node_args)
