@@ -188,6 +188,8 @@ def test_quick_repro_writes_its_files(tmp_path):
     summary = repro.run(str(tmp_path), quick=True, log=lambda *_: None)
     for name in ("README.md", "summary.json", "adversarial_linear.png"):
         assert (tmp_path / name).is_file()
+    curve = (tmp_path / "curves" / "log_barrier_switching.csv").read_text().splitlines()
+    assert curve[0].startswith("step,regret_mean,regret_seed0") and len(curve) == 1 + 20  # one row per checkpoint
     from longhorizon.repro import claims as C
 
     saved = json.loads((tmp_path / "summary.json").read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import bootstrap_slope, verdict_lines, write
+from longhorizon.repro.report import bootstrap_slope, verdict_lines, write_run
 
 SLOPE_LIMIT = 0.65  # sqrt(K) up to logs over two decades: a fitted slope whose interval lies below this holds
 ARMS = (("log_barrier", "switching"), ("hedge", "switching"), ("log_barrier", "adaptive"), ("hedge", "adaptive"))
@@ -131,6 +131,17 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     return claims, arms
 
 
+def curves(m: dict) -> dict:
+    """Each arm's regret curve (its training curve): K, the mean regret over seeds and each seed's regret."""
+    out = {}
+    for i, r in enumerate(m["rows"]):
+        regret = m["regret"][i]
+        out[f"{r['learner']} ({r['adversary']})"] = [
+            {"step": k, "regret_mean": regret[:, j].mean(), **{f"regret_seed{s}": regret[s, j] for s in range(len(regret))}}
+            for j, k in enumerate(m["ks"])]
+    return out
+
+
 def plot(path: Path, m: dict) -> None:
     import matplotlib
 
@@ -204,16 +215,18 @@ def readme(summary: dict, scale: Scale) -> str:
               f"{scale.bootstrap} resamplings of the seeds. Hedge's instability is judged on per-seed log ratios of its "
               "regret to FTRL's (its regret is heavy-tailed: a log tames one seed whose probabilities collapsed).", "",
               "![regret vs K](adversarial_linear.png)", "",
+              "Each arm's regret curve (mean and per seed, at every recorded K) is in `curves/`.", "",
               "## Verdict", ""]
     lines += verdict_lines(summary)
     lines += ["", "Rules: `longhorizon.repro.adversarial_linear.judge` (each claim's rule and numbers are in `summary.json`).", "",
-              f"Compile {summary['compile_s']:.1f} s, run {summary['run_s']:.1f} s (all arms and seeds in one program).",
+              f"Wall time {summary['wall_seconds']:.0f} s on a shared CPU: compile {summary['compile_s']:.1f} s, run "
+              f"{summary['run_s']:.1f} s (all arms and seeds in one program). Produced by:",
               "", "```bash", "longhorizon repro adversarial-linear" + (" --quick" if summary["quick"] else ""), "```"]
     return "\n".join(lines)
 
 
 def run(out_dir: str, quick: bool = False, log=print) -> dict:
-    """Measure every arm, write README.md, summary.json and adversarial_linear.png into ``out_dir``."""
+    """Measure every arm, write README.md, summary.json, adversarial_linear.png and curves/ into ``out_dir``."""
     scale = QUICK if quick else FULL
     out = Path(out_dir)
     m = measure(scale, log)
@@ -226,5 +239,5 @@ def run(out_dir: str, quick: bool = False, log=print) -> dict:
                         wall_seconds=m["compile_s"] + m["run_s"], **recorded)
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "adversarial_linear.png", m)
-    write(out, summary, [readme(summary, scale)])
+    write_run(out, summary, [readme(summary, scale)], curves(m))
     return summary
