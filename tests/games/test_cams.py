@@ -104,7 +104,7 @@ def test_claim_rules_by_hand():
 
     row = {"U": 3, "value": -0.20, "exploitability": 0.0, "seconds": 10.0,
            "support": {"player1": 2, "player2": 1, "excess1": 0.0}}
-    summary = {"comparisons": [{"steps": 4, "types": 2, "iterations": 100, "structured": {"value": -0.21, "seconds": 1.0},
+    summary = {"comparisons": [{"steps": 4, "types": 2, "iterations": 100, "structured": {"value": -0.21, "seconds": 1.0, "grid_error": 1e-4},
                                 "cfr": [row, {**row, "U": 5, "value": -0.209}]}],
                "complexity": {"cfr": [{"K": 4, "U": 3, "seconds_per_iteration": t} for t in (1e-4, 1e-2, 1.0)],
                               "structured": [{"K": K, "seconds": t, "prototype_nodes": n, "bound_nodes": 2 ** (K + 1) - 1}
@@ -120,6 +120,13 @@ def test_claim_rules_by_hand():
     summary["comparisons"][0]["cfr"][1]["exploitability"] = 0.5  # CFR+ did not converge: its value says nothing
     claims, arms = repro.judge(summary)
     assert claims[1].verdict == C.NO_SIGNAL and not arms["CFR+ (I=2, K=4)"]["signal"]["moved"]
+    # the tolerance is 5% of |V| = 0.0105; a reference coarser than that cannot decide an agreement within it
+    summary["comparisons"][0]["cfr"][1].update(exploitability=0.0, value=-0.209)
+    assert repro.judge(summary)[0][1].verdict == C.HOLDS
+    assert repro.judge(summary)[0][1].evidence["tolerance"] == pytest.approx(0.0105)
+    summary["comparisons"][0]["structured"]["grid_error"] = 0.02
+    ruled = repro.judge(summary)[0][1]
+    assert ruled.verdict == C.NO_SIGNAL and "grid error" in ruled.evidence["did_not_move"][0]
     assert {c.verdict for c in repro.judge(summary, quick=True)[0]} == {C.QUICK}
 
 
