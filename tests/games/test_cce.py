@@ -241,6 +241,8 @@ def test_repro_quick_run_writes_files_and_claims_from_the_data(tmp_path):
     assert game["cce"]["markov_gap"] <= 1e-8 and game["cce"]["history_gap"] <= 1e-8
     for gaps in game["hedge"].values():  # a history-dependent deviation is also allowed to be Markov
         assert all(h >= m - 1e-12 for m, h in zip(gaps["markov_gap"], gaps["history_gap"]))
+    curve = (tmp_path / "curves" / "Hedge_eta_1.csv").read_text().splitlines()
+    assert curve[0] == "game,step,markov_gap,history_gap" and len(curve) == 1 + len(summary["games"][0]["rounds"])
     text = (tmp_path / "README.md").read_text()
     assert "longhorizon repro cce --quick" in text and "## Verdict" in text and "does not re-prove" in text
 

@@ -23,8 +23,7 @@ import numpy as np
 from longhorizon.games import cce
 from longhorizon.games import markov_games as mg
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import verdict_lines
-from longhorizon.runner.results import write_json_atomic
+from longhorizon.repro.report import verdict_lines, write_run
 
 RATES = (1.0, 5.0, 20.0)  # Hedge's eta in eta_t = eta / sqrt(t)
 EXACT = 1e-8  # a gap below this is zero up to the LP's tolerance
@@ -133,10 +132,16 @@ def run(out_dir: str, quick: bool = False, log=print) -> dict:
                         command="longhorizon repro cce" + (" --quick" if quick else ""), **recorded)
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "cce.png", rows)
-    write_json_atomic(out / "summary.json", summary)
-    (out / "README.md").write_text(readme(summary) + "\n")
-    log(f"wrote {out / 'README.md'}")
+    write_run(out, summary, [readme(summary)], curves(rows))
     return summary
+
+
+def curves(rows: list[dict]) -> dict:
+    """Each Hedge arm's curve: per game and T (rounds in the mixture), its Markov and history gaps."""
+    return {f"Hedge eta={float(rate):g}": [{"game": r["game"], "step": t, "markov_gap": m, "history_gap": h}
+                                           for r in rows for t, m, h in zip(r["rounds"], r["hedge"][rate]["markov_gap"],
+                                                                            r["hedge"][rate]["history_gap"])]
+            for rate in rows[0]["hedge"]}
 
 
 FLOOR = 1e-5  # the plot's lowest gap; the CCE's ~1e-16 gaps are drawn there and labelled with their value
@@ -196,7 +201,8 @@ def readme(summary: dict) -> str:
         "are a repeated general-sum matching-pennies cycle (1 state, H = 2), the same with 2 states that",
         "record whether the actions matched (H = 3), and a random game (3 states, 2 actions, H = 3, seed 0).",
         "",
-        f"Command: `{command}`",
+        f"Command: `{command}`; wall time {summary['wall_seconds']:.0f} s on a shared CPU. Each Hedge arm's gaps at every "
+        "T are in `curves/`.",
         "",
         "| game | play | " + " | ".join(f"T={rows[0]['rounds'][i]}" for i in shown) + " |",
         "|---|---|" + "---|" * len(shown),
