@@ -141,7 +141,8 @@ def test_claim_rule_on_constructed_numbers():
     assert slope == pytest.approx(1.0, abs=0.05) and low < slope < high
 
     def verdicts(hf, ucrl, censored=False):  # [seeds, horizons] K(eps) of HF-UCRL-RFE++ and UCRL-RFE
-        runs = {f"{a}@{h}": {"k_eps": list(k[:, i]), "censored": [censored] * len(k)}
+        runs = {f"{a}@{h}": {"k_eps": list(k[:, i]), "censored": [censored is True or (censored == "some" and h == 512 and s == 0)
+                                                                  for s in range(len(k))]}
                 for a, k in zip(ALGORITHMS, (hf, ucrl)) for i, h in enumerate(horizons)}
         L = {"horizons": horizons.tolist(), "seeds": 3, "episodes": 2000, "flat_slope": 0.25,
              "results": {"hard": {"runs": runs}}}
@@ -150,6 +151,8 @@ def test_claim_rule_on_constructed_numbers():
     assert verdicts(flat, grows) == [C.HOLDS, C.HOLDS]
     assert verdicts(grows, flat) == [C.CONTRADICTED, C.CONTRADICTED]
     assert verdicts(flat, grows, censored=True) == [C.NO_SIGNAL, C.NO_SIGNAL]  # K(eps) never measured
+    # one censored run in 12: its K(eps) is only a lower bound, so the slopes decide nothing
+    assert verdicts(flat, grows, censored="some") == verdicts(grows, flat, censored="some") == [C.INCONCLUSIVE] * 2
 
 
 def test_quick_repro_writes_its_files(tmp_path):
@@ -157,7 +160,9 @@ def test_quick_repro_writes_its_files(tmp_path):
     from longhorizon.repro import horizon_free_rfe
 
     summary = horizon_free_rfe.run(str(tmp_path), quick=True)
-    assert {"README.md", "summary.json", "rfe.png"} <= {p.name for p in tmp_path.iterdir()}
+    assert {"README.md", "summary.json", "rfe.png", "curves"} <= {p.name for p in tmp_path.iterdir()}
+    curve = (tmp_path / "curves" / "hf-ucrl-rfe_hard_instance.csv").read_text().splitlines()
+    assert curve[0] == "horizon,step,gap_mean,gap_min,gap_max" and len(curve) > 2
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
     assert saved["claims"] and {c["verdict"] for c in saved["claims"]} == {C.QUICK}

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import bootstrap_slope, verdict_lines, write
+from longhorizon.repro.report import bootstrap_slope, verdict_lines, write_run
 from longhorizon.theory import linear_mixture as lm
 from longhorizon.theory import reward_free as rf
 
@@ -39,7 +39,8 @@ def fit_slope(horizons: np.ndarray, log_k: np.ndarray, rng, resamples: int = 200
 def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     """``(claims, arms)`` from the recorded K(eps) per seed and horizon: per-seed least-squares slopes of log K(eps)
     on log H, Student-t 95% interval over seeds (>= 3), against ``flat_slope``; an algorithm whose K(eps) was
-    censored at the episode budget in most runs gives ``no signal`` (its K(eps) was not measured)."""
+    censored at the episode budget in most runs gives ``no signal`` (its K(eps) was not measured), and in some
+    runs ``inconclusive`` (:func:`uncensored`)."""
     hs, seeds, claims, arms = L["horizons"], L["seeds"], [], {}
     for inst, res in L["results"].items():
         k = {a: np.array([res["runs"][f"{a}@{h}"]["k_eps"] for h in hs]).T for a in rf.ALGORITHMS}
@@ -50,13 +51,24 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
                for a in k}
         flat, grows = rf.ALGORITHMS
         claims.append(C.judge(f"{LABELS[flat]}: K(eps) is flat (polylog) in H ({inst}): slope of log K on log H below "
-                              f"{L['flat_slope']:g}", C.trend(np.log(hs), np.log(k[flat]), direction="decreasing",
-                                                              margin=L["flat_slope"]), [sig[flat]], quick=quick))
+                              f"{L['flat_slope']:g}", uncensored(C.trend(np.log(hs), np.log(k[flat]), direction="decreasing",
+                                                                         margin=L["flat_slope"]), cens[flat]),
+                              [sig[flat]], quick=quick))
         claims.append(C.judge(f"{LABELS[grows]}: K(eps) grows with H ({inst}): slope of log K on log H above "
-                              f"{L['flat_slope']:g}", C.trend(np.log(hs), np.log(k[grows]), direction="increasing",
-                                                              margin=L["flat_slope"]), [sig[grows]], quick=quick))
+                              f"{L['flat_slope']:g}", uncensored(C.trend(np.log(hs), np.log(k[grows]), direction="increasing",
+                                                                         margin=L["flat_slope"]), cens[grows]),
+                              [sig[grows]], quick=quick))
         arms.update({f"{a} ({inst})": C.arm(L["episodes"], seeds, sig[a]) for a in k})
     return claims, arms
+
+
+def uncensored(ruling: C.Claim, censored_share: float) -> C.Claim:
+    """A slope fitted through censored K(eps) (a lower bound, K_max) can lean either way, so it decides nothing:
+    holds or contradicted from an arm with any censored run becomes inconclusive."""
+    if censored_share == 0 or ruling.verdict not in (C.HOLDS, C.CONTRADICTED):
+        return ruling
+    reason = f"{censored_share:.0%} of the runs censored at K_max (their K(eps) is a lower bound); the slope would say {ruling.verdict}"
+    return C.Claim("", C.INCONCLUSIVE, ruling.rule + "; no run censored", {**ruling.evidence, "reason": reason})
 
 
 def episodes_to_eps(gaps: np.ndarray, checkpoints: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +102,14 @@ def measure(mdp_at, horizons, episodes: int, seeds: int, rewards: int, log=print
             log(f"{mdp.name} H={horizon} {algorithm}: final gap {gaps[:, -1].mean():.3f}, K(eps) {k_eps.tolist()}"
                 f"{' (censored)' if censored.any() else ''}, {run.seconds:.1f}s")
     return out
+
+
+def curves(results: dict, horizons) -> dict:
+    """Each arm's (algorithm on an instance) curve: per H and checkpoint K, the planning suboptimality over seeds."""
+    return {f"{a} ({name.split(' (')[0]})": [{"horizon": h, "step": k, "gap_mean": m, "gap_min": lo, "gap_max": hi}
+                                             for h in horizons for k, m, lo, hi in zip(
+                                                 res["checkpoints"], *(res["runs"][f"{a}@{h}"][f"gap_{x}"] for x in ("mean", "min", "max")))]
+            for name, res in results.items() for a in rf.ALGORITHMS}
 
 
 def plot(path: Path, results: dict, horizons, slopes: dict) -> None:
@@ -154,7 +174,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
     summary = C.summary(paper="Horizon-free RFE", claims=claims, arms=arms, quick=quick, command=command, wall_seconds=seconds,
                         scale=f"H in {list(horizons)}, up to {episodes} exploration episodes, eps = {EPS}, {seeds} seeds",
                         **recorded)
-    write(out, summary, readme(results, horizons, slopes, summary, episodes, seeds, rewards, seconds))
+    write_run(out, summary, readme(results, horizons, slopes, summary, episodes, seeds, rewards, seconds), curves(results, horizons))
     return summary
 
 
@@ -187,5 +207,7 @@ def readme(results, horizons, slopes, summary, episodes, seeds, rewards, seconds
         lines.append("")
     lines += ["## Verdict", "", *verdict_lines(summary), "",
               "Rules (`longhorizon.repro.horizon_free_rfe.judge`): per-seed slopes of log K(eps) on log H, Student-t 95% "
-              f"interval over seeds, against {FLAT_SLOPE:g}; an algorithm censored at K_max in most runs gives no signal."]
+              f"interval over seeds, against {FLAT_SLOPE:g}; an algorithm censored at K_max in most runs gives no signal, in "
+              "some runs inconclusive (a censored K(eps) is only a lower bound). Each arm's suboptimality curve (per H, "
+              "at every checkpoint K) is in `curves/`."]
     return lines
