@@ -160,12 +160,49 @@ def test_invalid_configs_raise_one_sentence():
         sequoia.SequoiaConfig(gamma=1.0)
 
 
-def _recorded(gains_by_seed, random=5.0):
-    """Recorded numbers with one family whose best baseline (myopic) returns 10 and SEQUOIA 10 (1 + gain)."""
-    rows = [{"seed": i, "sequoia": 10.0 * (1 + g), "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": random}
+def _recorded(gains_by_seed, random=5.0, dqn_rise=2.0):
+    """Recorded numbers with one family whose best baseline (myopic) returns 10 and SEQUOIA 10 (1 + gain); both
+    learners' training returns rise by 3 (SEQUOIA) and ``dqn_rise`` (the sampled-max DQN) over 8 episodes."""
+    rise = lambda d, i: list(5.0 + d * np.linspace(0, 1, 8) + 0.1 * np.sin(i + np.arange(8)))  # noqa: E731
+    rows = [{"seed": i, "sequoia": 10.0 * (1 + g), "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": random,
+             "train_returns": {"sequoia": rise(3.0, i), "sampling": rise(dqn_rise, i)}}
             for i, g in enumerate(gains_by_seed)]
     return {"setup": {"families": ["budget"], "seeds": len(rows), "total_steps": 800}, "per_seed": {"budget": rows},
             "best_baseline": {"budget": "myopic"}}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_enumerated_argmax_equals_the_milp(family):
+    """The exact argmax by enumeration (the reproduction's maximizer at N = 5) is the MILP's, in every family."""
+    env = RestlessBandit(RestlessConfig(family=family, n_arms=4, budget=2, seed=2))
+    rng = np.random.default_rng(0)
+    config = sequoia.SequoiaConfig(maximizer="enumerate")
+    enumerate_ = sequoia.Maximizer(env, config, rng)
+    obs = env.reset(rng)
+    for seed in range(3):
+        net = random_net(seed, env.obs_dim + env.n_actions)
+        action, value = enumerate_(net, seed, obs)
+        solution = milp_q.solve_q(net, obs, env.constraints(obs))
+        np.testing.assert_allclose(value, solution.value, atol=1e-6)
+        assert env.constraints(obs).feasible(action)
+        obs, _, _ = env.step(rng, env.sample_feasible(rng, obs))  # a new state (and cool-downs for schedule)
+
+
+def test_enumeration_refuses_large_action_spaces():
+    env = RestlessBandit(RestlessConfig(family="budget", n_arms=7))  # 14 action bits
+    with pytest.raises(UsageError, match="at most 12 action bits"):
+        sequoia.Maximizer(env, sequoia.SequoiaConfig(maximizer="enumerate"), np.random.default_rng(0))
+
+
+def test_plateau_by_hand():
+    from longhorizon.repro import sequoia as repro
+
+    # quarters of 2 episodes: third quarter means 2 and 3, last quarter means 4 and 3 -> differences 2, 0
+    curve = np.array([[0, 0, 0, 0, 2, 2, 4, 4], [0, 0, 0, 0, 3, 3, 3, 3]], float)
+    out = repro.plateau(curve)
+    assert out["last_minus_third_quarter"] == pytest.approx(1.0)
+    half = 12.706 * 1.0 / np.sqrt(2) * np.sqrt(2)  # t_{0.975, 1} * sd(2, 0) / sqrt(2), sd = sqrt(2)
+    np.testing.assert_allclose(out["interval"], [1.0 - half, 1.0 + half], atol=1e-2)
 
 
 def test_claim_rule_by_hand():
@@ -179,6 +216,8 @@ def test_claim_rule_by_hand():
     assert verdict([-0.5, 0.6, 0.1]) == C.INCONCLUSIVE
     assert verdict([-0.2, -0.25]) == C.INCONCLUSIVE  # 2 seeds never judge
     assert verdict([-0.20, -0.25, -0.30], random=20.0) == C.NO_SIGNAL  # baselines no better than random
+    flat = repro.judge(_recorded([0.20, 0.25, 0.30], dqn_rise=0.0))[0][0]  # the DQN baseline did not learn
+    assert flat.verdict == C.NO_SIGNAL and flat.evidence["did_not_move"][0].startswith("DQN (sampled max)")
     claims, _ = repro.judge(_recorded([-0.20, -0.25, -0.30]), quick=True)
     assert claims[0].verdict == C.QUICK
     rows = {"budget": [{"sequoia": 12.0, "sampling": 8.0, "myopic": 10.0, "iterative": 9.0, "random": 5.0},

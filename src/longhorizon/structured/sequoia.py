@@ -4,7 +4,9 @@
     y     = r_t + gamma * max_{a' in A(s_{t+1})} Q_target(s_{t+1}, a')  (the same MILP at s_{t+1})
     loss  = mean (Q_theta(s_t, a_t) - y)^2 over a replay minibatch,
 
-with epsilon-greedy exploration by a random feasible action. Episodes end by time only (the bandit has no
+with epsilon-greedy exploration by a random feasible action. ``maximizer="enumerate"`` computes the same argmax
+exactly by scoring every feasible action (the feasible set enumerated once per constraint set), for small action
+spaces (at most ``MAX_ENUMERATED_BITS`` bits) where that is far cheaper than a MILP per state. Episodes end by time only (the bandit has no
 terminal state), so every target bootstraps. Deviation, for CPU cost: the network that acts is a snapshot of
 theta refreshed every ``policy_every`` steps, so that repeated states reuse memoised solves (the target network
 is memoised the same way between its copies).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +32,8 @@ from longhorizon.errors import UsageError
 from longhorizon.structured import milp_q
 from longhorizon.structured.restless import RestlessBandit, RestlessConfig
 
-MAXIMIZERS = ("milp", "sampling")
+MAXIMIZERS = ("milp", "enumerate", "sampling")
+MAX_ENUMERATED_BITS = 12  # 4096 candidate actions: enumeration beyond this is the MILP's job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +51,7 @@ class SequoiaConfig:
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_fraction: float = 0.5
-    maximizer: str = "milp"  # "sampling": the sampled-actions baseline
+    maximizer: str = "milp"  # "enumerate": the same exact argmax by enumeration; "sampling": the sampled-actions baseline
     n_samples: int = 16
     time_limit: float = 5.0
     seed: int = 0
@@ -75,6 +79,18 @@ class Maximizer:
         self.env, self.config, self.rng = env, config, rng
         self.milp = milp_q.MilpArgmax(time_limit=config.time_limit)
         self.myopic: dict = {}  # state bytes -> the myopic action (a deterministic function of the state)
+        self.feasible_sets: dict = {}  # action_upper bytes -> every feasible action [K, n]
+        if config.maximizer == "enumerate" and env.n_actions > MAX_ENUMERATED_BITS:
+            raise UsageError(f"maximizer 'enumerate' scores all 2^{env.n_actions} actions; it takes at most "
+                             f"{MAX_ENUMERATED_BITS} action bits. Use maximizer 'milp' for this action space.")
+
+    def feasible_set(self, cons: milp_q.LinearConstraints) -> np.ndarray:
+        """Every feasible action of ``cons`` (rows of 0/1), enumerated once per set of fixed bits."""
+        key = cons.action_upper().tobytes()
+        if key not in self.feasible_sets:
+            bits = np.array(list(itertools.product([0.0, 1.0], repeat=cons.n_actions)))
+            self.feasible_sets[key] = bits[[_feasible(cons, a) for a in bits]]
+        return self.feasible_sets[key]
 
     def myopic_action(self, obs: np.ndarray) -> np.ndarray:
         key = np.asarray(obs, np.float32).tobytes()
@@ -86,6 +102,11 @@ class Maximizer:
         if self.config.maximizer == "milp":
             solution = self.milp(net, version, obs, self.env.constraints(obs), self.env.expected_gain(obs))
             return solution.action, solution.value
+        if self.config.maximizer == "enumerate":
+            candidates = self.feasible_set(self.env.constraints(obs))
+            q, _ = milp_q.forward(net, obs, candidates)
+            best = int(np.argmax(q))
+            return candidates[best], float(q[best])
         candidates = np.array([self.myopic_action(obs)] +
                               [self.env.sample_feasible(self.rng, obs) for _ in range(self.config.n_samples)])
         q, _ = milp_q.forward(net, obs, candidates)
@@ -192,8 +213,9 @@ def evaluate(env_config: RestlessConfig, policy: str, episodes: int, seed: int, 
 
     env, rng = RestlessBandit(env_config), np.random.default_rng(seed)
     policy_rng = np.random.default_rng(seed + 1)  # the policies' own draws do not shift the episodes'
-    maximizer = "sampling" if policy == "sampling" else "milp"
-    maximize = Maximizer(env, dataclasses.replace(config or SequoiaConfig(), maximizer=maximizer), policy_rng)
+    config = config or SequoiaConfig()
+    maximizer = "sampling" if policy == "sampling" else "milp" if config.maximizer == "sampling" else config.maximizer
+    maximize = Maximizer(env, dataclasses.replace(config, maximizer=maximizer), policy_rng)
     feasible_cache: dict = {}
     returns, seconds, choices = [], 0.0, 0
     for _ in range(episodes):
