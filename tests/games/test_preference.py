@@ -190,5 +190,7 @@ def test_quick_repro_writes_files_and_claims_from_the_data(tmp_path):
     assert {c["verdict"] for c in summary["claims"]} == {C.QUICK}
     assert [c.to_dict() for c in nash_mp.judge(summary, quick=True)[0]] == summary["claims"]
     assert {row["n"] for row in summary["games"]} == {3, 10}
+    curve = (tmp_path / "curves" / "nash-mp.csv").read_text().splitlines()
+    assert curve[0] == "beta,game,step,kl_ratio_median" and curve[1].endswith(",0,1.0")  # KL / KL_0 = 1 at N = 0
     readme = (tmp_path / "README.md").read_text()
     assert "longhorizon repro nash-mp --quick" in readme and "## Verdict" in readme and "nash_mp.png" in readme
