@@ -134,7 +134,9 @@ def test_h1_and_sgpo_run_end_to_end_through_the_spine(tmp_path, monkeypatch):
     assert {p.stem for p in (tmp_path / "h1" / "curves").glob("*.csv")} == set(h1.ARMS)
     for arm in h1.ARMS:
         arm_dir = tmp_path / "h1" / "runs" / "seed0" / arm
-        assert json.loads((arm_dir / "config.json").read_text())["init"] == h1.base_label(setup)
+        params = h1.cached_base(setup)[0]
+        assert json.loads((arm_dir / "config.json").read_text())["init"] == h1.base_label(setup, params)
+        assert h1.params_digest(params) in h1.base_label(setup, params)
         assert len((arm_dir / "metrics.jsonl").read_text().splitlines()) == 5
     assert (tmp_path / "h1" / "README.md").exists()
     small = sgpo.SGPOSetup(seeds=1, base=base, pool_size=6, steps=3, prompts_per_step=2, num_generations=2,

@@ -74,7 +74,7 @@ def base_policy(setup: Setup):
         cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2)
         return init_params(jax.random.PRNGKey(0), cfg), cfg, tok, "an untrained 1-layer d=32 policy (smoke test)"
     params, cfg, tok = h1.cached_base(h1.H1Setup())
-    return params, cfg, tok, h1.base_label(h1.H1Setup())
+    return params, cfg, tok, h1.base_label(h1.H1Setup(), params)
 
 
 def run_es(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measure: bool = True):

@@ -121,15 +121,20 @@ def train_base(setup: H1Setup, seed: int, log=print):
 
 
 def cached_base(setup: H1Setup, seed: int = 0, log=print):
-    """:func:`train_base`, cached on disk by its configuration (``LONGHORIZON_CACHE`` or ``~/.cache/longhorizon``).
+    """:func:`train_base`, cached on disk by its configuration and the JAX version (``LONGHORIZON_CACHE`` or
+    ``~/.cache/longhorizon``).
 
-    One supervised base is shared by every RL seed and by the sGPO reproduction.
+    One supervised base is shared by every RL seed and by the sGPO and ES reproductions on one machine. The
+    same configuration does not give the same base everywhere: the SFT ends where greedy h = 1 accuracy
+    swings with float rounding (docs/results/h1/NOTES.md), so a base is named by its parameters' digest
+    (:func:`base_label`), and a cache written by another JAX version is not reused.
     """
     import hashlib
     import json
     import os
 
     import jax
+    import jaxlib
     from flax import serialization
 
     from longhorizon.lm.model import ModelConfig, init_params
@@ -139,7 +144,8 @@ def cached_base(setup: H1Setup, seed: int = 0, log=print):
                                               "sft_packed")}
     if setup.sft_chain_fraction:
         fields["sft_chain_fraction"] = setup.sft_chain_fraction
-    fields.update(seed=seed, task=repr(task_config()), version=2)  # bump when task generation changes
+    fields.update(seed=seed, task=repr(task_config()), version=2,  # bump when task generation changes
+                  jax=jax.__version__, jaxlib=jaxlib.__version__)
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
     root = Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "lm"
     path = root / f"h1_base_{digest}.msgpack"
@@ -158,11 +164,25 @@ def cached_base(setup: H1Setup, seed: int = 0, log=print):
     return params, model_cfg, tokenizer
 
 
-def base_label(setup: H1Setup, seed: int = 0) -> str:
-    """How config.json names the cached supervised base (:func:`cached_base`)."""
+def params_digest(params) -> str:
+    """The first 16 hex digits of the SHA-256 of ``params``' serialised bytes: which base a run started from."""
+    import hashlib
+
+    import jax
+    from flax import serialization
+
+    return hashlib.sha256(serialization.to_bytes(jax.device_get(params))).hexdigest()[:16]
+
+
+def base_label(setup: H1Setup, params, seed: int = 0) -> str:
+    """How config.json and the summaries name the cached supervised base (:func:`cached_base`): its recipe and
+    its parameters' digest (two machines can train different bases from one recipe)."""
+    import jax
+
     fields = ", ".join(f"{k}={getattr(setup, k)!r}" for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch",
                                                              "sft_lr", "sft_packed", "sft_chain_fraction"))
-    return f"longhorizon.repro.h1.cached_base({fields}, seed={seed})"
+    return (f"longhorizon.repro.h1.cached_base({fields}, seed={seed}) "
+            f"[params sha256 {params_digest(params)}, jax {jax.__version__}]")
 
 
 def arm_spec(arm: str, policy, setup: H1Setup, seed: int, held, lengths, out):
@@ -225,7 +245,7 @@ def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict
     print("supervised base on packed single problems" + (f" and {setup.sft_chain_fraction:.0%} h=2 chains (a deviation)"
           if setup.sft_chain_fraction else "") + " (shared by every RL seed)")
     params, model_cfg, tokenizer = cached_base(setup)
-    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup))
+    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup, params))
     shutil.rmtree(Path(out_dir) / "runs", ignore_errors=True)  # one results folder per arm and seed, made afresh
     for seed in range(setup.seeds):
         held = make_problems("chain", setup.eval_horizons, setup.eval_per_horizon * len(setup.eval_horizons),

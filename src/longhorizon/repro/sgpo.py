@@ -139,7 +139,7 @@ def run(out_dir: str, quick: bool = False, setup: SGPOSetup | None = None) -> di
     runs = []
     print("supervised base (the h1 reproduction's, cached)")
     params, model_cfg, tokenizer = cached_base(setup.base)
-    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup.base))
+    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup.base, params))
     shutil.rmtree(Path(out_dir) / "runs", ignore_errors=True)  # one results folder per method and seed, made afresh
     for seed in range(setup.seeds):
         pool = make_problems("chain", setup.horizons, setup.pool_size, 500 + seed, tcfg)
