@@ -171,3 +171,18 @@ def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
     assert all(0.0 <= v <= 1.0 for per_eps in cells["greedy_cooperation"] for v in per_eps)
     assert np.all(np.isfinite(cells["q_gap"]))
     assert "--quick" in (tmp_path / "README.md").read_text()
+    curve = (tmp_path / "curves" / "independent.csv").read_text().splitlines()
+    # 300 steps in 50 blocks of 6, per (b, epsilon): one b, two epsilons
+    assert curve[0] == "b,epsilon,step,reward,greedy_cooperation,cooperation,q_gap" and len(curve) == 1 + 2 * 50
+    assert "curves" not in stored["results"]["independent"]
+
+
+def test_curve_rows_are_seed_means_over_blocks_of_steps():
+    setup = collapse.Setup(total_steps=4, seeds=2, epsilons=(0.1, 0.5), harshness=(0.4,))
+    # rows in the sweep's (b, epsilon, seed) order; the value is 10 * row + step
+    series = np.array([[10.0 * r + t for t in range(4)] for r in range(4)])
+    metrics = {n: series for n in ("reward", "greedy_cooperation", "cooperation", "q_gap")}
+    rows = collapse.curve_rows(metrics, setup, points=2)
+    assert [(r["epsilon"], r["step"]) for r in rows] == [(0.1, 2), (0.1, 4), (0.5, 2), (0.5, 4)]
+    # epsilon 0.1 = rows 0 and 1: steps 0-1 mean (0.5 + 10.5) / 2 = 5.5, steps 2-3: 7.5; epsilon 0.5 = rows 2, 3: 25.5, 27.5
+    assert [r["reward"] for r in rows] == [5.5, 7.5, 25.5, 27.5]

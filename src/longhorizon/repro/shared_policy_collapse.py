@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write
+from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write_run
 from longhorizon.structured import shared_dqn
 from longhorizon.structured.dilemma import DilemmaConfig, NetworkedDilemma, payoff_matrix
 
@@ -101,7 +101,21 @@ def run_arm(env: NetworkedDilemma, setup: Setup, arm: str) -> dict:
     tail = {name: np.asarray(metrics[name][:, -last:].mean(1)).reshape(shape)
             for name in ("greedy_cooperation", "cooperation", "q_gap")}
     return {"compile_s": compile_s, "run_s": run_s,
-            "by_b": {str(b): {name: tail[name][i].tolist() for name in tail} for i, b in enumerate(setup.harshness)}}
+            "by_b": {str(b): {name: tail[name][i].tolist() for name in tail} for i, b in enumerate(setup.harshness)},
+            "curves": curve_rows(metrics, setup)}
+
+
+def curve_rows(metrics: dict, setup: Setup, points: int = 50) -> list[dict]:
+    """The arm's training curve: per (b, epsilon), the seed mean of each metric over ``points`` equal blocks of steps
+    (``step`` is the block's last step)."""
+    block = max(1, setup.total_steps // points)
+    shape = (len(setup.harshness), len(setup.epsilons), setup.seeds)
+    names = ("reward", "greedy_cooperation", "cooperation", "q_gap")
+    means = {n: np.asarray(metrics[n])[:, :block * (setup.total_steps // block)].reshape(*shape, -1, block).mean((2, 4))
+             for n in names}  # [b, eps, blocks]
+    return [{"b": b, "epsilon": eps, "step": (k + 1) * block, **{n: means[n][i, j, k] for n in names}}
+            for i, b in enumerate(setup.harshness) for j, eps in enumerate(setup.epsilons)
+            for k in range(means["reward"].shape[-1])]
 
 
 def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
@@ -145,6 +159,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
 
 def finish(out: Path, setup: Setup, results: dict, quick: bool, wall_seconds: float | None = None) -> dict:
     """Claims, verdict, plot, README and summary.json from the measured ``results``."""
+    curves = {arm: r.pop("curves") for arm, r in results.items() if "curves" in r}  # beside the summary, not in it
     recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "collapse_threshold": COLLAPSE, "results": results})
     claims, arms = judge(recorded, quick)
     summary = C.summary(paper="Shared-policy collapse", claims=claims, arms=arms, quick=quick, wall_seconds=wall_seconds,
@@ -152,14 +167,14 @@ def finish(out: Path, setup: Setup, results: dict, quick: bool, wall_seconds: fl
                               f"{setup.total_steps} steps, {setup.seeds} seeds",
                         command="longhorizon repro shared-policy-collapse" + (" --quick" if quick else ""), **recorded)
     out.mkdir(parents=True, exist_ok=True)
-    curves = {}
+    lines = {}
     for arm, r in results.items():
         for b in map(str, setup.harshness):
             stats = [mean_se(v) for v in r["by_b"][b]["greedy_cooperation"]]
-            curves[f"{arm}, b={b}"] = (list(setup.epsilons), [m for m, _ in stats], [s for _, s in stats])
-    plot_curves(out / "cooperation.png", curves, "exploration epsilon (fixed)", "greedy cooperation rate",
+            lines[f"{arm}, b={b}"] = (list(setup.epsilons), [m for m, _ in stats], [s for _, s in stats])
+    plot_curves(out / "cooperation.png", lines, "exploration epsilon (fixed)", "greedy cooperation rate",
                 f"{setup.side ** 2} agents ({setup.side}x{setup.side} torus unless marked), {setup.seeds} seeds, mean +- SE")
-    write(out, summary, readme(setup, results, summary, quick))
+    write_run(out, summary, readme(setup, results, summary, quick), curves)
     return summary
 
 
@@ -197,7 +212,10 @@ def readme(setup: Setup, results: dict, summary: dict, quick: bool) -> list[str]
               "greedy cooperation over the epsilon grid is above shared's, per seed. An arm below "
               f"{COLLAPSE} greedy cooperation at the smallest epsilon never cooperated: no signal.", "",
               *verdict_lines(summary)]
-    lines += ["", "Time: " + ", ".join(f"{arm} compile {r['compile_s']:.0f} s + run {r['run_s']:.0f} s"
-                                                     for arm, r in results.items()) + ".", "",
+    wall = f"Wall time {summary['wall_seconds']:.0f} s on a shared CPU: " if summary["wall_seconds"] is not None else "Time: "
+    lines += ["", "Each arm's training curve (per b and epsilon, the seed mean of reward, greedy and behaviour cooperation "
+              "and Q(C) - Q(D) over blocks of steps) is in `curves/`.", "",
+              wall + ", ".join(f"{arm} compile {r['compile_s']:.0f} s + run {r['run_s']:.0f} s"
+                               for arm, r in results.items()) + ".", "",
               "Command: `longhorizon repro shared-policy-collapse" + (" --quick`" if quick else "`")]
     return lines
