@@ -42,7 +42,7 @@ from longhorizon.repro.report import verdict_lines
 # The base: h1's supervised recipe stopped early, so single problems are solved only part of the
 # time (measured, greedy / sampled h=1 accuracy: 700 steps 0.13-0.17 / 0.07-0.09, 900 steps
 # 0.29-0.34 / 0.17-0.23, 1000 steps 0.85-0.87 / 0.67-0.72). h1's 1,200-step base solves h=1 always
-# and h=2 almost never, which left fixed-group GRPO nothing to learn (docs/results/sgpo/strong-base/).
+# and h=2 almost never, which left fixed-group GRPO nothing to learn (docs/results/sgpo/NOTES.md).
 WEAK_BASE = H1Setup(seeds=1, sft_steps=900)
 
 
@@ -70,7 +70,7 @@ class SGPOSetup:
 
 QUICK = SGPOSetup(seeds=1, pool_size=32, steps=6, prompts_per_step=4,
                   eval_every=3, eval_per_horizon=16)
-# The earlier default (docs/results/sgpo/strong-base/, inconclusive): h1's 1,200-step base, pool h=1..3.
+# The earlier default (docs/results/sgpo/NOTES.md, inconclusive): h1's 1,200-step base, pool h=1..3.
 STRONG_BASE = SGPOSetup(seeds=2, base=H1Setup(seeds=1), horizons=(1, 2, 3), steps=40, learning_rate=1e-4,
                         eval_every=5, eval_per_horizon=64, tolerance=0.01, min_improvement=0.02)
 # A labelled deviation (`longhorizon repro sgpo-chain-base`): the base of `h1.CHAIN_BASE`, which
@@ -226,7 +226,7 @@ def write_report(out: Path, runs, summary: dict, setup: SGPOSetup, quick: bool) 
              f"{' --quick' if quick else ''}` (wall {summary['wall_seconds']:.0f} s).", "",
              *([f"**Deviation:** the base also saw {setup.base.sft_chain_fraction:.0%} supervised h=2 chains "
                 "(`h1.CHAIN_BASE`), so it solves h=2 and GRPO has h=3 to learn; the same setup from h1's own base is in "
-                "docs/results/sgpo/strong-base/.", ""] if setup.base.sft_chain_fraction else []),
+                "docs/results/sgpo/NOTES.md.", ""] if setup.base.sft_chain_fraction else []),
              "| seed | base acc | GRPO final acc | GRPO tokens | sGPO final acc | sGPO tokens to match (profiling incl.) | sGPO tokens, all steps | profiling tokens | ratio | kept / pool | mean group |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(runs):
