@@ -206,6 +206,7 @@ def write_report(path: Path, summary: dict) -> None:
     lines += ["", "Rules (`longhorizon.repro.qarl.judge`): the exact side, agreements with stated tolerances; a learner "
               "is better when the Welch 95% interval of the difference of final worst cases over independent seeds "
               "(>= 3) lies above 0, contradicted below; a learner whose worst-case curve did not rise gives no signal.", "",
-              f"Command: `{command}`", ""]
+              f"Command: `{command}` ({summary['wall_seconds']:.0f} s on a shared CPU). Each learner's curve (worst-case "
+              "value and training return per seed and evaluation) is in `curves/`.", ""]
     path.write_text("\n".join(lines))
     print(f"wrote {path}")
