@@ -143,6 +143,15 @@ def test_claim_rules_by_hand():
     for seed in flat["measured"]["seeds"]:
         seed["curve"] = [10.0, 10.0, 10.0, 10.0]
     assert [c.verdict for c in eamod.judge(flat)[0]] == [C.NO_SIGNAL] * 3 + [C.HOLDS]  # the timing needs no learning
+    # a policy that learned but earns less than no rebalancing (50), which it can represent, is under-trained
+    under = eamod.judge(_measured([45.0, 46.0, 47.0], [-5.0, -6.0, -7.0], 1.0, 0.001))[0]
+    assert [c.verdict for c in under] == [C.NO_SIGNAL] * 3 + [C.HOLDS]
+    assert "no rebalancing" in under[1].evidence["did_not_move"][0]
+    # a flat training return with a greedy validation profit that rose from its start still counts as learning
+    greedy = _measured([85.0, 86.0, 87.0], [-5.0, -6.0, -7.0], 1.0, 0.001)
+    for seed in greedy["measured"]["seeds"]:
+        seed["curve"], seed["eval_curve"] = [10.0, 10.0, 10.0, 10.0], [[0, 30.0], [2, 40.0], [4, 45.0]]
+    assert eamod.judge(greedy)[0][0].verdict == C.HOLDS
 
 
 def test_quick_repro_writes_its_report_under_the_bound(tmp_path):

@@ -203,9 +203,12 @@ def collect(agent: Agent, params, net: amod.Network, episode_seed: int, key, sca
     return {"x": xs, "w": ws, "reward": rewards, "value": values}, {"profit": profit, **seconds}
 
 
-def train(net: amod.Network, config: Config, log=None, agent: Agent | None = None) -> dict:
-    """A2C on ``net``'s city; episode seeds 1000 + k (evaluation uses other seeds). Returns params and the curve.
-    ``agent``: an :class:`Agent` built for the same config up to its seed, to reuse its compiled functions."""
+def train(net: amod.Network, config: Config, log=None, agent: Agent | None = None, evaluate=None,
+          eval_every: int = 0) -> dict:
+    """A2C on ``net``'s city; episode seeds 1000 + k (evaluation uses other seeds). Returns params and the curve
+    (each update's mean sampled-day profit). ``agent``: an :class:`Agent` built for the same config up to its seed,
+    to reuse its compiled functions. ``evaluate(agent, params) -> float`` is called before training and every
+    ``eval_every`` updates (and after the last); its values are ``eval_curve`` (``[(updates done, value)]``)."""
     agent = agent or Agent(net.C, config)
     if dataclasses.replace(agent.config, seed=config.seed) != config:
         raise UsageError("the agent passed to train was built for another config; build it from this config.")
@@ -215,6 +218,7 @@ def train(net: amod.Network, config: Config, log=None, agent: Agent | None = Non
     scale = config.reward_scale or net.city.fleet * net.city.base_fare
     mean_adj = mean_adjacency(net)
     curve, seconds = [], {"act": 0.0, "lp": 0.0, "learn": 0.0}
+    eval_curve = [(0, float(evaluate(agent, params)))] if evaluate and eval_every else []
     for u in range(config.updates):
         days = []
         for e in range(config.episodes):
@@ -229,7 +233,9 @@ def train(net: amod.Network, config: Config, log=None, agent: Agent | None = Non
         jax.block_until_ready(params)
         seconds["learn"] += time.perf_counter() - start
         curve.append(float(np.mean([d[1]["profit"] for d in days])))
+        if evaluate and eval_every and ((u + 1) % eval_every == 0 or u + 1 == config.updates):
+            eval_curve.append((u + 1, float(evaluate(agent, params))))
         if log and (u + 1) % max(1, config.updates // 5) == 0:
             log(f"[eamod a2c seed {config.seed}] update {u + 1}/{config.updates}: day profit {curve[-1]:.1f}, "
                 f"loss {float(metrics['loss']):.3f}")
-    return {"agent": agent, "params": params, "curve": curve, "seconds": seconds}
+    return {"agent": agent, "params": params, "curve": curve, "eval_curve": eval_curve, "seconds": seconds}
