@@ -113,6 +113,46 @@ def test_pinn_value_has_the_terminal_condition_built_in():
             assert float(mad_pinn.pinn_value(problem, config, params, problem.horizon, x, z)) == pytest.approx(expected, abs=1e-6)
 
 
+def test_deployed_value_is_floored_at_its_lower_bound_and_training_sees_the_raw_network():
+    problem = Navigation(agents=2, radius=0.3)
+    config = mad_pinn.PinnConfig(hidden=(8,), box=(2.0,) * 6)
+    params = mad_pinn.ValueNet(config.hidden, config.activation).init(jax.random.PRNGKey(0), jnp.zeros(8))
+    # the last layer's bias pushes the raw network 5 below everything
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, v: v - 5.0 if jax.tree_util.keystr(path) == "['params']['Dense_0']['bias']" else v, params)
+    x = jnp.array([1.0, 0.0, 0.0, 0.5, 0.2, 0.0])  # |e| = 1, 0.5; gap 0.2 < radius: g = 0.1
+    for t, z in ((0.0, 0.0), (0.0, 3.0), (0.5, 0.2)):
+        tau = 1.0 - t
+        c0 = sum(r * tau - tau ** 2 / 2 if r >= tau else r ** 2 / 2 for r in (1.0, 0.5))  # closed form, speed 1
+        bound = max(c0 - z, 0.3 - 0.2)
+        assert float(mad_pinn.lower_bound(problem, t, x, z)) == pytest.approx(bound, abs=1e-6)
+        raw = float(mad_pinn.pinn_value(problem, config, params, t, x, z, raw=True))
+        assert raw < bound - 1.0
+        assert float(mad_pinn.pinn_value(problem, config, params, t, x, z)) == pytest.approx(bound, abs=1e-6)
+        unfloored = dataclasses.replace(config, floor=False)
+        assert float(mad_pinn.pinn_value(problem, unfloored, params, t, x, z)) == pytest.approx(raw, abs=1e-6)
+
+
+def test_episode_metrics_by_hand():
+    """Three agents, two steps of dt 0.5: agent 0 arrives at step 1, agent 1 touches agent 2 at step 1 and
+    arrives at step 2, agent 2 never arrives."""
+    config = mad_pinn.DeployConfig(agents=3, steps=2, dt=0.5, goal_tolerance=0.05)
+    goals = np.array([[1.0, 0.0], [5.0, 1.0], [9.0, 9.0]])
+    path = np.array([[[0.0, 0.0], [5.0, 0.0], [5.0, 2.0]],
+                     [[1.0, 0.0], [5.0, 0.5], [5.0, 0.6]],
+                     [[1.0, 0.0], [5.0, 1.0], [5.0, 2.0]]])
+    controls = np.array([[[2.0, 0.0], [0.0, 1.0], [0.0, -2.8]], [[0.0, 0.0], [0.0, 1.0], [0.0, 2.8]]])
+    m = mad_pinn.episode_metrics(path, controls, goals, radius=0.25, config=config)
+    assert m["collision_rate"] == pytest.approx(2 / 3)  # agents 1 and 2 came 0.1 apart
+    assert m["arrival"] == pytest.approx(2 / 3) and m["success"] == pytest.approx(1 / 3)
+    assert m["collision_given_arrival"] == pytest.approx(1 / 2)  # of the arrived agents 0 and 1, agent 1 collided
+    assert m["time_to_goal"] == pytest.approx((1 + 2 + 2) / 3 * 0.5)
+    assert m["effort"] == pytest.approx((4 * 0.5 + 2 * 0.5 + 2 * 2.8 ** 2 * 0.5) / 3)
+    assert m["min_distance"] == pytest.approx(0.1)
+    none = mad_pinn.episode_metrics(path[:1].repeat(3, 0) * 0 + 7.0, controls, goals, 0.25, config)
+    assert np.isnan(none["collision_given_arrival"]) and none["arrival"] == 0.0
+
+
 def test_neighbour_selection_keeps_reachable_neighbours_and_picks_the_most_critical():
     positions = jnp.array([[0.0, 0.0], [0.5, 0.0], [3.0, 0.0], [0.0, 0.8], [10.0, 10.0]])
     mask = mad_pinn.candidate_mask(positions, speed=1.0, radius=0.3, lookahead=0.5)  # reach: gap <= 1.3
@@ -157,10 +197,11 @@ def test_claim_rules_decide_from_the_measured_values():
 
     jitter = np.array([-0.01, 0.0, 0.01])
 
-    def verdicts(grid, pinn_collisions, cbf_collisions, pinn_time, cbf_time, success=0.9, ppo_arrival=0.5):
+    def verdicts(grid, pinn_collisions, cbf_collisions, pinn_time, cbf_time, success=0.9, ppo_arrival=0.5, cbf_success=0.9):
         dep = {str(n): {"MAD-PINN": {"collision_rate": list(pc + jitter), "time_to_goal": list(pinn_time + jitter),
                                      "success": [success] * 3},
-                        "CBF-QP": {"collision_rate": list(cc - jitter), "time_to_goal": list(cbf_time - jitter)},
+                        "CBF-QP": {"collision_rate": list(cc - jitter), "time_to_goal": list(cbf_time - jitter),
+                                   "success": [cbf_success] * 3},
                         "independent PPO": {"collision_rate": list(cc - jitter), "time_to_goal": list(cbf_time - jitter)}}
                for n, pc, cc in zip((8, 16), pinn_collisions, cbf_collisions)}
         L = {"grid_check": grid, "deployment": dep,
@@ -172,6 +213,8 @@ def test_claim_rules_decide_from_the_measured_values():
     bad = verdicts({**good, "safe_set_agreement": 0.7}, (0.3, 0.9), (0.0, 0.0), 9.0, 8.0)
     assert bad == [C.CONTRADICTED] * 5
     assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0, success=0.05)[1:] == [C.NO_SIGNAL] * 4  # no agent arrives
+    assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0, success=0.75)[1:] == [C.NO_SIGNAL] * 4  # below the 0.8 floor
+    assert verdicts(good, (0.3, 0.3), (0.0, 0.0), 5.0, 8.0, cbf_success=0.0)[1] == C.NO_SIGNAL  # a deadlocked CBF is safe for free
     assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0, ppo_arrival=0.0)[4] == C.NO_SIGNAL  # PPO never arrives
 
 

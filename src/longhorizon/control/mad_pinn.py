@@ -15,6 +15,13 @@
    ``"free-cost"`` base is a lower bound of V whose HJB-VI residual is zero almost everywhere (it fails
    only on the kink of the max), so sampled residuals barely see the constraint's effect: it is kept
    as the measured negative result of docs/control.md, the default is DeepReach's.
+   **Floor.** The trained network falls below the value's known lower bound ``max(C0 - z, g)`` on a
+   large share of the pair system's states (37% of sampled points by more than 0.05 at 3000 steps, 30%
+   at 10000): there budgets below the unconstrained cost look feasible, the controller's ``z*`` sinks to
+   the bottom of its grid where the network extrapolates, and the agents stop short of their goals
+   (success 0-2%). The value as deployed is therefore ``max(V_theta, C0 - z, g)`` (``floor=True``);
+   training fits the raw network (floored, the residual vanishes wherever the bound is active and those
+   points would get no gradient: the ``"free-cost"`` base's failure).
 2. **Controller.** For an observation x, the smallest budget with ``V(0, x, z) <= 0`` on a grid of z
    (``z*``, the learnt constrained optimal cost), then ``u = argmin_u grad_x V(0, x, z*) . f(x, u)``
    (``Navigation.optimal_control``); each agent applies its own component of the pair's joint control.
@@ -62,6 +69,7 @@ class PinnConfig:
     box: tuple = (2.5, 2.5)  # |x_k| <= box_k: the sampled state region, one bound per state coordinate
     z_offset: tuple = (-0.5, 2.0)  # sampled budgets z - C0(t, x)
     base: str = "terminal"  # or "free-cost" (module docstring, 1)
+    floor: bool = True  # the value as deployed is max(V_theta, C0 - z, g) (module docstring, 1)
     seed: int = 0
 
     def __post_init__(self):
@@ -91,14 +99,22 @@ class PinnValue(NamedTuple):
     losses: np.ndarray  # [steps] mean squared residual
 
 
-def pinn_value(problem: Navigation, config: PinnConfig, params, t, x, z):
-    """V_theta(t, x, z) for one point (t, z scalars, x [state_dim]) (module docstring, 1)."""
+def lower_bound(problem: Navigation, t, x, z):
+    """max(C0(t, x) - z, g(x)): no budget below the unconstrained cost is feasible, and no state inside the
+    constraint is safe, so every epigraph value lies above it; t, z [...], x [..., n] -> [...]."""
+    return jnp.maximum(free_cost(problem, t, x) - z, problem.constraint(x))
+
+
+def pinn_value(problem: Navigation, config: PinnConfig, params, t, x, z, raw: bool = False):
+    """V_theta(t, x, z) for one point (t, z scalars, x [state_dim]) (module docstring, 1); floored at
+    :func:`lower_bound` when ``config.floor`` and not ``raw`` (training fits the raw network)."""
     features = jnp.concatenate([jnp.array([t / problem.horizon]), x / jnp.asarray(config.box),
                                 jnp.array([z - free_cost(problem, t, x)])])
     net = ValueNet(config.hidden, config.activation).apply(params, features)
     first = problem.terminal_cost(x) if config.base == "terminal" else free_cost(problem, t, x)
     base = jnp.maximum(first - z, problem.constraint(x))
-    return base + (problem.horizon - t) / problem.horizon * net
+    value = base + (problem.horizon - t) / problem.horizon * net
+    return jnp.maximum(value, lower_bound(problem, t, x, z)) if config.floor and not raw else value
 
 
 def sample_points(problem: Navigation, config: PinnConfig, key, window):
@@ -125,7 +141,7 @@ def train_pinn(problem: Navigation, config: PinnConfig, chunks: int = 10, progre
     ramp = max(1.0, config.curriculum * config.steps)
 
     def loss_fn(params, t, x, z):
-        value = lambda t, x, z: pinn_value(problem, config, params, t, x, z)
+        value = lambda t, x, z: pinn_value(problem, config, params, t, x, z, raw=True)
         return jnp.mean(hjb_vi_residual(problem, value, t, x, z) ** 2)
 
     def step(carry, index):
@@ -148,9 +164,9 @@ def train_pinn(problem: Navigation, config: PinnConfig, chunks: int = 10, progre
     return PinnValue(carry[0], problem, config, np.concatenate(losses))
 
 
-def batched_value(model: PinnValue):
-    """V(t, x, z) over batches: t [B], x [B, n], z [B] -> [B] (jitted)."""
-    return jax.jit(jax.vmap(lambda t, x, z: pinn_value(model.problem, model.config, model.params, t, x, z)))
+def batched_value(model: PinnValue, raw: bool = False):
+    """V(t, x, z) over batches: t [B], x [B, n], z [B] -> [B] (jitted); ``raw``: the network without the floor."""
+    return jax.jit(jax.vmap(lambda t, x, z: pinn_value(model.problem, model.config, model.params, t, x, z, raw)))
 
 
 # ---------------------------------------------------------------- decentralised deployment
@@ -169,6 +185,7 @@ class DeployConfig:
     budgets: int = 24  # z grid of the controller: C0 + linspace(z_offset)
     z_safe: float = 2.0  # budget above C0 at which the pair value ranks neighbours by safety
     cbf_alpha: float = 4.0
+    cbf_turn: float = 0.0  # radians the CBF's nominal control turns right while a neighbour is a candidate (deadlock breaking)
 
     def __post_init__(self):
         if self.agents < 2 or self.steps < 1 or self.dt <= 0 or self.budgets < 2:
@@ -291,7 +308,11 @@ def cbf_controller(problem: Navigation, config: DeployConfig):
     def control(positions, goals):
         mask = candidate_mask(positions, problem.speed, problem.radius, config.lookahead)
         a, b = cbf_constraints(positions, mask, problem.speed, problem.radius, config.cbf_alpha)
-        return jax.vmap(hildreth_qp)(head_to_goal(positions, goals, problem.speed, config.dt), a, b)
+        nominal = head_to_goal(positions, goals, problem.speed, config.dt)
+        c, s = np.cos(config.cbf_turn), np.sin(config.cbf_turn)
+        turned = nominal @ jnp.array([[c, -s], [s, c]], nominal.dtype)  # row vectors: rotation by -cbf_turn
+        nominal = jnp.where(mask.any(-1)[:, None], turned, nominal)
+        return jax.vmap(hildreth_qp)(nominal, a, b)
 
     return control
 
@@ -310,8 +331,10 @@ def rollout(control, positions, goals, config: DeployConfig):
 
 def episode_metrics(path, controls, goals, radius: float, config: DeployConfig) -> dict:
     """Collision rate (share of agents that ever come closer than ``radius - 1e-3`` to another), time to goal
-    (first arrival; the episode length when never), success (arrived, never collided), effort
-    (mean over agents of sum_t |u_t|^2 dt), the smallest pair distance."""
+    (first arrival; the episode length when never), success (arrived, never collided), arrival (arrived,
+    collided or not), collision given arrival (the collision rate among the agents that arrived: safety of
+    agents that did the task; NaN when none arrived), effort (mean over agents of sum_t |u_t|^2 dt), the
+    smallest pair distance."""
     path, controls, goals = np.asarray(path), np.asarray(controls), np.asarray(goals)
     gaps = np.linalg.norm(path[:, :, None] - path[:, None], axis=-1) + np.eye(path.shape[1]) * 1e9
     collided = (gaps.min(-1) < radius - 1e-3).any(0)  # 1e-3: a CBF holds pairs exactly at contact
@@ -319,5 +342,7 @@ def episode_metrics(path, controls, goals, radius: float, config: DeployConfig) 
     reached = arrived.any(0)
     first = np.where(reached, arrived.argmax(0), config.steps)
     return {"collision_rate": float(collided.mean()), "time_to_goal": float(first.mean() * config.dt),
-            "success": float((reached & ~collided).mean()), "effort": float((controls ** 2).sum((0, 2)).mean() * config.dt),
+            "success": float((reached & ~collided).mean()), "arrival": float(reached.mean()),
+            "collision_given_arrival": float(collided[reached].mean()) if reached.any() else float("nan"),
+            "effort": float((controls ** 2).sum((0, 2)).mean() * config.dt),
             "min_distance": float(gaps.min())}
