@@ -30,6 +30,9 @@ def test_quick_run_writes_the_report(quick):
     methods = {(r["split"], r["method"]) for r in summary["rows"]}
     assert {("report", m) for m in ("bc", "qgf", "best_of_n", "fql")} <= methods
     assert all(len(r["return"]) == qgf.QUICK.seeds for r in summary["rows"])
+    curve = (out / "curves" / "flow_BC.csv").read_text().splitlines()
+    assert curve[0] == "step,seed,loss" and len(curve) == 1 + qgf.QUICK.seeds * 50  # 300 updates in 50 blocks of 6
+    assert {a["signal"]["moved"] for a in summary["arms"].values()} == {True}  # every trained network's loss fell
 
 
 def test_claims_are_judged_from_the_rows(quick):
@@ -45,6 +48,20 @@ def test_claims_are_judged_from_the_rows(quick):
     # lowering the guided returns below BC's contradicts the first claim: the verdict follows the data
     low = [{**r, "return": [v - 1.0 for v in r["return"]]} if r["method"] == "qgf" else r for r in result["rows"]]
     assert qgf.judge({**result, "rows": low})[0][0].verdict == C.CONTRADICTED
+
+
+def test_loss_blocks_and_unmoved_networks_are_no_signal(quick):
+    from longhorizon.repro import claims as C
+
+    curve = qgf.blocks([[4.0, 2.0, 3.0, 1.0, 9.0]], points=2)  # blocks of 2 updates; the fifth is dropped
+    assert curve == {"step": [2, 4], "loss": [[3.0, 2.0]]}
+    _, result = quick
+    flat = {k: {**v, "loss": [[1.0] * len(v["step"])] * qgf.QUICK.seeds} for k, v in result["training"].items()}
+    claims = qgf.judge({**result, "training": flat})[0]
+    assert [c.verdict for c in claims] == [C.NO_SIGNAL] * 4  # a critic whose loss never fell guides nothing
+    # BC no better than a random action: the comparisons against BC and FQL cannot speak
+    lucky = {**result, "random_return": [10.0] * qgf.QUICK.seeds}
+    assert [c.verdict for c in qgf.judge(lucky)[0]] == [C.NO_SIGNAL] * 4
 
 
 def test_invalid_setup_and_dry_run():

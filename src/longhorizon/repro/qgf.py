@@ -158,9 +158,27 @@ def run_toy(setup: Setup, log=print) -> dict[str, Any]:
             if split == "report":
                 samples[f"fql alpha={alpha:g}"] = np.asarray(actions[i, 0])
     samples["data"] = np.asarray(data["actions"][:2000])
+    # the reference a trained policy must beat: actions uniform on [-1, 1]^2, per seed
+    uniform = jax.random.uniform(jax.random.fold_in(k_eval, 99), (setup.seeds, setup.eval_samples, toy.ACTION_DIM),
+                                 minval=-1.0, maxval=1.0)
+    random_return = measure(uniform)["return"]
     optimum = float(toy.reward(task, jnp.asarray(task.centers[task.best])))
+    fql_distill = np.asarray(fql_metrics["distill_loss"]).reshape(len(setup.alphas), setup.seeds, -1)
+    training = {"flow BC": blocks(flow_losses), "IQL critic": blocks(critic_metrics["q_loss"]),
+                **{f"FQL alpha={a:g}": blocks(fql_distill[i]) for i, a in enumerate(setup.alphas)}}
     return {"rows": rows, "samples": samples, "timings": timings, "task": dataclasses.asdict(task), "optimum": optimum,
-            "data_return": float(np.mean(np.asarray(data["rewards"])))}
+            "data_return": float(np.mean(np.asarray(data["rewards"]))), "training": training,
+            "random_return": [float(x) for x in random_return]}
+
+
+def blocks(losses, points: int = 50) -> dict[str, list]:
+    """A training-loss curve per seed (``losses [seeds, updates]``) as the means of ``points`` equal blocks of
+    updates; ``step`` is each block's last update."""
+    losses = np.asarray(losses, np.float64)
+    size = max(1, losses.shape[1] // points)
+    count = losses.shape[1] // size
+    return {"step": [(k + 1) * size for k in range(count)],
+            "loss": losses[:, :count * size].reshape(len(losses), count, size).mean(-1).tolist()}
 
 
 # ----------------------------------------------------------------------------- claims
@@ -192,21 +210,24 @@ def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
     bc, best, top = row("bc", "w", 0.0), row("qgf", "w", chosen["w"]), row("qgf", "w", max(setup["weights"]))
     bon, fql = row("best_of_n", "N", chosen["best_of_n_at_equal_compute"]), row("fql", "alpha", chosen["alpha"])
     w = f"w={chosen['w']:g} (chosen on the selection split)"
+    sig = signals(L, bc["return"], fql["return"])
+    flow, critic = sig["flow BC"], sig["IQL critic"]
     claims = [
         C.judge(f"critic-gradient guidance raises return over BC ({w}; report split)", C.difference(best["return"], bc["return"]),
-                quick=quick),
+                [flow, critic], quick=quick),
         C.judge(f"too large a weight (w={max(setup['weights']):g}) leaves the data's support and hurts",
                 C.combine({"hurts": C.difference(best["return"], top["return"]),
-                           "leaves the support": C.difference(top["off_support"], best["off_support"])}, "part"), quick=quick),
+                           "leaves the support": C.difference(top["off_support"], best["off_support"])}, "part"),
+                [flow, critic], quick=quick),
         C.judge(f"QGF beats best-of-{bon['setting']['N']} at equal compute ({best['evaluations']['total']} vs "
-                f"{bon['evaluations']['total']} evaluations per action)", C.difference(best["return"], bon["return"]), quick=quick),
+                f"{bon['evaluations']['total']} evaluations per action)", C.difference(best["return"], bon["return"]),
+                [flow, critic], quick=quick),
         C.judge(f"test-time guidance (QGF) is at least as good as training a policy per alpha (FQL, alpha={chosen['alpha']:g})",
-                C.difference(best["return"], fql["return"]), quick=quick),
+                C.difference(best["return"], fql["return"]), [flow, critic, sig["FQL"]], quick=quick),
     ]
-    note = "offline: the flow and critic are trained once per seed; BC returns the data's level"
-    arms = {"BC": C.arm(setup["flow_updates"], setup["seeds"], C.not_applied("BC", note)),
-            "QGF": C.arm(setup["critic_updates"], setup["seeds"], C.not_applied("QGF", note)),
-            "FQL": C.arm(setup["fql_updates"], setup["seeds"], C.not_applied("FQL", note))}
+    arms = {"BC": C.arm(setup["flow_updates"], setup["seeds"], sig["flow BC"]),
+            "QGF": C.arm(setup["critic_updates"], setup["seeds"], sig["IQL critic"]),
+            "FQL": C.arm(setup["fql_updates"], setup["seeds"], sig["FQL"])}
     if L.get("cube"):
         cube = {(r["method"], json.dumps(r["setting"])): r["success"] for r in L["cube"]["rows"]}
         floor = C.task_floor("BC on cube-single", cube["bc", json.dumps({"w": 0.0})], C.TASK_FLOOR)
@@ -215,6 +236,21 @@ def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
                               C.difference(cube[guided], cube["bc", json.dumps({"w": 0.0})]), [floor], quick=quick))
         arms["BC on cube-single"] = C.arm(L["cube"]["setup"]["updates"], L["cube"]["setup"]["seeds"], floor)
     return claims, arms
+
+
+def signals(L: dict, bc_return, fql_return) -> dict[str, dict]:
+    """Did the trained networks learn? Flow BC and FQL (at the chosen alpha): their return (report split, mean
+    over seeds) above a uniformly random action's (:func:`claims.baseline_signal`); the IQL critic: its log Q loss
+    falls (:func:`claims.arm_signal`, last vs first window, Student-t over seeds; the log because the loss's scale
+    differs by seed). A summary written before these numbers were kept cannot tell: not applied."""
+    if "random_return" not in L:
+        return {k: C.not_applied(k, "not recorded") for k in ("flow BC", "IQL critic", "FQL")}
+    random = L["random_return"]
+    return {"flow BC": C.baseline_signal("flow BC", bc_return, random, what="a uniformly random action"),
+            "FQL": C.baseline_signal(f"FQL alpha={L['chosen']['alpha']:g}", fql_return, random,
+                                     what="a uniformly random action"),
+            "IQL critic": C.arm_signal("IQL critic", np.log(L["training"]["IQL critic"]["loss"]),
+                                       higher_is_better=False, what="log Q loss")}
 
 
 # ----------------------------------------------------------------------------- report
@@ -284,8 +320,9 @@ def write_report(root: Path, result: dict[str, Any], summary: dict[str, Any], se
                  cube: dict[str, Any] | None = None) -> None:
     plot(root / "qgf.png", result, summary, setup)
     lines = ["# qgf: test-time gradient guidance of a flow policy vs best-of-N and FQL (toy multi-modal 2-D task)", "",
-             f"Command: `longhorizon repro qgf{' --quick' if quick else ''} --out {root}` ({setup.seeds} seeds; "
-             f"{sum(result['timings'].values()) / 60:.1f} min of compute, niced on 2 shared CPU cores).", "",
+             f"Command: `{summary['command']}` ({setup.seeds} seeds; wall time {summary['wall_seconds'] / 60:.1f} min on "
+             "a shared CPU, niced). Each trained network's loss curve (flow BC, IQL critic, FQL per alpha; per seed, "
+             "means over blocks of updates) is in `curves/`.", "",
              f"Return: the true mean reward of {setup.eval_samples} sampled actions per seed (the best mode's peak is "
              f"{result['optimum']:.3f}; the dataset's mean reward {result['data_return']:.3f}); success: the share within "
              f"{result['task']['success_radius']} of the best mode's centre; off-support: the share farther than "
@@ -326,7 +363,8 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None,
              **{k: [float(x) for x in r[k]] for k in ("return", "success", "off_support")}} for r in result["rows"]]
     recorded = C.as_recorded({"chosen": choose(result), "setup": dataclasses.asdict(setup), "rows": rows,
                                       "optimum": result["optimum"], "data_return": result["data_return"],
-                                      "timings": result["timings"], "cube": cube_result})
+                                      "timings": result["timings"], "training": result["training"],
+                                      "random_return": result["random_return"], "cube": cube_result})
     claims, arms = judge(recorded, quick)
     summary = C.summary(paper="QGF", claims=claims, arms=arms, quick=quick,
                         scale=f"toy 2-D multi-modal task ({setup.dataset_size:,} transitions), {setup.flow_updates} flow / "
@@ -336,4 +374,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None,
                         **recorded)
     write_report(root, result, summary, setup, quick, cube_result)
     (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for name, curve in recorded["training"].items():
+        C.write_curve(root, name, [{"step": step, "seed": seed, "loss": losses[k]}
+                                   for seed, losses in enumerate(curve["loss"]) for k, step in enumerate(curve["step"])])
     return summary
