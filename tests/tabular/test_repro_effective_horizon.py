@@ -118,3 +118,52 @@ def test_driver_on_two_tiny_mdps(tmp_path):
 def test_unknown_algorithm_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="unknown algorithm 'dqn2'"):
         eh.run(str(tmp_path), setup=eh.Setup(algos=("dqn2",)))
+
+
+def _rows(per_seed_by_env, hs, budget=1000.0):
+    """Recorded rows: ``per_seed_by_env[algo][i]`` the per-seed first-success steps (None: unsolved) on env i."""
+    rows = []
+    for i, h in enumerate(hs):
+        sc = {a: {**eh.summarise_seeds(v[i], budget), "per_seed": v[i]} for a, v in per_seed_by_env.items()}
+        rows.append({"env": f"e{i}", "effective_horizon_tight": h, "effective_horizon_simple": h, "sample_complexity": sc})
+    return rows
+
+
+def test_growth_rule_fails_a_flat_and_a_linear_relation_and_passes_an_exponential_one():
+    from longhorizon.repro import claims as C
+
+    hs = [2.0, 4.0, 7.0, 10.0, 13.0]
+    jitter = np.array([[1.0], [1.1], [0.9]])  # three seeds
+    flat = 100.0 * jitter * np.ones(len(hs))
+    linear = 10.0 * jitter * np.array(hs)  # slope of log10(c H) on H: about 0.07 here
+    exponential = jitter * 10 ** (0.3 * np.array(hs))  # 2^H: 0.3 per unit
+    assert eh.growth(hs, flat, censored=False).verdict == C.CONTRADICTED
+    assert eh.growth(hs, linear, censored=False).verdict == C.CONTRADICTED
+    assert eh.growth(hs, linear, censored=False).evidence["slope"] == pytest.approx(
+        np.polyfit(hs, np.log10(hs), 1)[0], abs=1e-9)
+    assert eh.growth(hs, exponential, censored=False).verdict == C.HOLDS
+    assert eh.growth(hs, exponential, censored=False).evidence["slope"] == pytest.approx(0.3)
+    # unsolved environments enter at the budget, a lower bound: a shallow fit is then inconclusive, not contradicted
+    assert eh.growth(hs, flat, censored=True).verdict == C.INCONCLUSIVE
+    assert eh.growth(hs[:2], flat[:, :2], censored=False).verdict == C.CONTRADICTED  # a 2-point fit is still a fit
+    assert eh.growth(hs, flat[:2], censored=False).verdict == C.INCONCLUSIVE  # two seeds never decide
+
+
+def test_sqirl_agreement_counts_only_solved_environments():
+    from longhorizon.repro import claims as C
+
+    hs = [1.0, 2.0, 3.0, 4.0, 5.0]
+    ok, never = [10.0] * 3, [None] * 3
+    # env 0-2 solved by all, env 3 by PPO only (SQIRL differs), env 4 by nobody (left out): 1 of 4 differs = 0.25
+    table = {"ppo": [ok, ok, ok, ok, never], "sqirl": [ok, ok, ok, never, never]}
+    ruled = eh.sqirl_agreement(_rows(table, hs), ["ppo", "sqirl"])
+    assert ruled.verdict == C.HOLDS and ruled.evidence["value"] == pytest.approx(0.25)
+    assert ruled.evidence["left_out"] == ["e4"] and ruled.evidence["differ"] == ["e3"]
+    # env 2 also differs: 2 of 4 = 0.5 > 0.25
+    table["sqirl"][2] = never
+    assert eh.sqirl_agreement(_rows(table, hs), ["ppo", "sqirl"]).verdict == C.CONTRADICTED
+    # nobody solves anything: agreement everywhere, but vacuous, so inconclusive
+    nothing = {"ppo": [never] * 5, "sqirl": [never] * 5}
+    assert eh.sqirl_agreement(_rows(nothing, hs), ["ppo", "sqirl"]).verdict == C.INCONCLUSIVE
+    claims, _ = eh.judge(_rows(nothing, hs), 3, 1000.0)
+    assert {c.verdict for c in claims} == {C.NO_SIGNAL}

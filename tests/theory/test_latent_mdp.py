@@ -70,10 +70,32 @@ def test_bonus_monotone_in_counts_and_variance():
         low = np.asarray(ll.bernstein_bonus(counts, variance, 10.0))
         high = np.asarray(ll.bernstein_bonus(counts, 4 * variance, 10.0))
         assert np.all(high > low)
-        # zero variance leaves iota / N: 10, 10, 2.5, 0.1
-        np.testing.assert_allclose(np.asarray(ll.bernstein_bonus(counts, 0 * variance, 10.0))[0, :, 0],
+        # zero variance leaves c2 iota / N: with c2 = 1, 10, 10, 2.5, 0.1
+        np.testing.assert_allclose(np.asarray(ll.bernstein_bonus(counts, 0 * variance, 10.0, 1.0, 1.0))[0, :, 0],
                                    [10, 10, 2.5, 0.1])
-        np.testing.assert_allclose(np.asarray(ll.hoeffding_bonus(counts, variance, 8.0))[0, 2, 0], 1.0)
+        # MVP's constants at N = 4, iota = 8, Var = 0.05: 460/9 sqrt(0.05 * 8 / 4) + 544/9 * 8 / 4 = 16.163 + 120.889
+        np.testing.assert_allclose(np.asarray(ll.bernstein_bonus(counts, variance, 8.0))[0, 2, 0], 137.0516, atol=1e-3)
+        # the baseline is the Bernstein bonus at Var = 1/4: c1 sqrt(iota / (4N)) = sqrt(8 / 16) with c1 = 1, c2 = 0
+        np.testing.assert_allclose(np.asarray(ll.hoeffding_bonus(counts, variance, 8.0, 1.0, 0.0))[0, 2, 0], 0.5**0.5)
+
+
+def test_doubling_trigger_by_hand():
+    planned = np.zeros((2, 1, 2))  # [M, S, A]
+    visits = np.zeros((2, 1, 2))
+    assert not bool(ll.triggered(visits, planned))  # no data yet: keep the first plan
+    visits[0, 0, 1] = 1
+    assert bool(ll.triggered(visits, planned))  # 0 -> 1
+    planned = visits.copy()
+    visits[0, 0, 1] = 1.0
+    visits[1, 0, 0] = 0.0
+    assert not bool(ll.triggered(visits, planned))
+    planned[:] = 4
+    visits[:] = 7
+    assert not bool(ll.triggered(visits, planned))  # 4 -> 7: not doubled
+    visits[1, 0, 0] = 8
+    assert bool(ll.triggered(visits, planned))  # 4 -> 8 in one pair suffices
+    many = np.stack([visits, np.full_like(visits, 7)])  # two learners
+    np.testing.assert_array_equal(np.asarray(ll.triggered(many, np.stack([planned, planned]))), [True, False])
 
 
 def test_regret_accounting_by_hand():
@@ -92,6 +114,14 @@ def test_regret_accounting_by_hand():
         values = out[kind]["values"]
         assert np.all(np.isclose(values, 0.6) | np.isclose(values, 0.4))
         np.testing.assert_allclose(out[kind]["regret"], np.cumsum(0.6 - values, -1))
+        # the policy changes only when a count doubles: at most M S A log2(K H) + 1 plans per learner
+        changes = (np.diff(values, axis=-1) != 0).sum(-1)
+        assert np.all(changes <= 2 * S * A * np.log2(repro.QUICK.episodes) + 1)
+    # several instances in one program: one reference each, arrays [instances, seeds, K]
+    both = ll.learn([lmdp, lm.LMDP(P, R[::-1].copy(), np.array([0.6, 0.4]), horizon=1)], repro.QUICK.learner(),
+                    kinds=ll.BONUSES)
+    assert both["reference"] == pytest.approx([0.6, 0.6])
+    assert both["bernstein"]["regret"].shape == (2, repro.QUICK.seeds, repro.QUICK.episodes)
 
 
 def test_bad_input_is_a_usage_error():
@@ -110,18 +140,21 @@ def test_bad_input_is_a_usage_error():
         ll.learn(lm.random_lmdp(2, 2, 50, seed=0), ll.Config(max_horizon=40))
 
 
-def _recorded(hoeffding_final, det_ratio=0.1, rate=0.5, seeds=3):
-    """Recorded regrets at H = 5, 10, 20: Bernstein flat in H, Hoeffding ``hoeffding_final(H)``, per seed."""
+def _recorded(hoeffding_final, det_ratio=0.1, rate=0.5, instances=3, seeds=2):
+    """Recorded regrets at H = 5, 10, 20 per [instance][seed]: Bernstein flat in H, Hoeffding ``hoeffding_final(H)``."""
     hs = (5, 10, 20)
     rows = {}
     for kind in ("stochastic", "deterministic"):
         for h in hs:
             scale = det_ratio if kind == "deterministic" else 1.0
-            bern = [scale * (10.0 + 0.1 * i) for i in range(seeds)]
-            hoef = [hoeffding_final(h) + 0.1 * i for i in range(seeds)]
-            slope = {"per_seed": [rate + 0.01 * i for i in range(seeds)]}
-            rows[f"{kind} H={h}"] = {"bernstein": {"final": bern, "rate": slope}, "hoeffding": {"final": hoef, "rate": slope}}
-    return {"setup": {"horizons": list(hs), "episodes": 100, "seeds": seeds}, "rows": rows}
+            grid = lambda f: [[f(i) + 0.1 * j for j in range(seeds)] for i in range(instances)]  # noqa: E731
+            bern = grid(lambda i: scale * (10.0 + i))
+            hoef = grid(lambda i: hoeffding_final(h) * (1 + 0.01 * i))
+            slope = [[rate + 0.01 * i + 0.001 * j for j in range(seeds)] for i in range(instances)]
+            rows[f"{kind} H={h}"] = {"bernstein": {"final": bern, "late": bern, "rate": slope},
+                                     "hoeffding": {"final": hoef, "late": hoef, "rate": slope}}
+    return {"setup": {"horizons": list(hs), "episodes": 100, "seeds": seeds, "instances": list(range(instances))},
+            "rows": rows}
 
 
 def test_claim_rules_by_hand():
@@ -129,28 +162,40 @@ def test_claim_rules_by_hand():
     from longhorizon.repro import latent_mdp as repro
 
     verdicts = lambda *a, **kw: [c.verdict for c in repro.judge(_recorded(*a, **kw))[0]]  # noqa: E731
-    # Bernstein flat, Hoeffding growing like H, deterministic 10x smaller, sqrt(K) rate; log(K) rate not shown
-    assert verdicts(lambda h: 2.0 * h) == [C.HOLDS, C.HOLDS, C.HOLDS, C.HOLDS, C.CONTRADICTED]
-    assert verdicts(lambda h: 2.0 * h, det_ratio=2.0)[2] == C.CONTRADICTED
+    # Bernstein flat, Hoeffding growing like H, deterministic 10x smaller, sqrt(K) rate; the log(K) rate is not
+    # observed at this K: inconclusive, never contradicted
+    assert verdicts(lambda h: 2.0 * h) == [C.HOLDS, C.HOLDS, C.HOLDS, C.HOLDS, C.INCONCLUSIVE]
+    assert verdicts(lambda h: 2.0 * h, det_ratio=2.0)[2] == C.INCONCLUSIVE  # not much smaller at this K
     assert verdicts(lambda h: 10.0)[1] == C.INCONCLUSIVE  # Hoeffding as flat as Bernstein: equal slopes
-    assert verdicts(lambda h: 200.0 / h)[1] == C.CONTRADICTED  # Hoeffding's regret falls with H
-    assert set(verdicts(lambda h: 2.0 * h, rate=1.2)) == {C.NO_SIGNAL}  # linear regret: nothing learned
-    assert set(verdicts(lambda h: 2.0 * h, seeds=2)) == {C.INCONCLUSIVE}  # two seeds never judge
+    assert verdicts(lambda h: 200.0 / h)[1] == C.INCONCLUSIVE  # an upper bound is not contradicted by a shape
+    ruled = repro.judge(_recorded(lambda h: 200.0 / h))[0][1]
+    assert ruled.evidence["rule_verdict"] == C.CONTRADICTED  # what the bare rule said is kept
+    assert C.CONTRADICTED not in verdicts(lambda h: 2.0 * h, rate=0.9, det_ratio=2.0)
+    assert set(verdicts(lambda h: 2.0 * h, rate=1.2)) == {C.NO_SIGNAL}  # linear regret at K: nothing learned
+    assert set(verdicts(lambda h: 2.0 * h, instances=2)) == {C.INCONCLUSIVE}  # two instances never judge
     # the fits themselves: y = 3 x^0.5 exactly has slope 0.5 and a zero-width interval
     exact = repro.fit_slope([1, 2, 4, 8], [3, 3 * 2**0.5, 6, 3 * 8**0.5])
     assert exact["slope"] == pytest.approx(0.5) and exact["hi"] - exact["lo"] == pytest.approx(0, abs=1e-9)
-    regret = np.cumsum(np.ones((3, 100)), -1)  # Regret(k) = k: slope 1 for every seed
-    assert repro.rate_slopes(regret)["slope"] == pytest.approx(1.0)
+    regret = np.cumsum(np.ones((2, 3, 100)), -1)  # Regret(k) = k: slope 1 for every learner
+    assert repro.rate_slopes(regret) == pytest.approx([1.0] * 6)
+    # per-instance means over seeds, and the H-slope fits over instances
+    rec = _recorded(lambda h: 2.0 * h)
+    np.testing.assert_allclose(repro.per_instance(rec["rows"], "stochastic", [5, 10], "bernstein", "final"),
+                               [[10.05, 10.05], [11.05, 11.05], [12.05, 12.05]])
+    fits = repro.fits_of(rec["setup"], rec["rows"])
+    assert fits["horizon"]["stochastic hoeffding"]["slope"] == pytest.approx(1.0, abs=0.01)  # 2H (+ 0.1 per seed)
+    assert fits["horizon"]["stochastic bernstein"]["slope"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_quick_repro_writes_its_files(tmp_path):
     from longhorizon.repro import claims as C
     from longhorizon.repro import latent_mdp as repro
 
-    summary = repro.run(str(tmp_path), quick=True, log=lambda *_: None)
+    summary = repro.run(str(tmp_path), quick=True, log=lambda *_, **__: None)
     assert {p.name for p in tmp_path.iterdir()} >= {"README.md", "summary.json", "latent_mdp.png"}
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert C.validate_summary(saved) == [] and saved["quick"] is True and saved["claims"] == summary["claims"]
     assert [c["verdict"] for c in saved["claims"]] == [C.QUICK] * 5
     readme = (tmp_path / "README.md").read_text()
     assert "## Verdict" in readme and "longhorizon repro latent-mdp --quick" in readme and "latent_mdp.png" in readme
+    assert (tmp_path / "curves" / "bernstein_stochastic_H_5.csv").exists()
