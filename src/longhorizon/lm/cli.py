@@ -157,11 +157,31 @@ def _interrupted(command: str, folder, step: int) -> typer.Exit:
 def sft(
     ctx: typer.Context,
     out: Optional[Path] = typer.Option(None, help="Results folder (config.json, metrics.jsonl, summary.json, curve.png, checkpoints/)."),
+    dataset: Optional[Path] = typer.Option(None, help="Fine-tune a pretrained model on this JSONL/JSON/Parquet file in "
+                                           "TRL's SFT formats: `messages` (loss on assistant turns) or `prompt` + "
+                                           "`completion` (loss on the completion); instead of --task."),
+    model: Optional[str] = typer.Option(None, help="--dataset: the pretrained model when --init is not given: smollm2 "
+                                        "(the default, fetched on first use), a .gguf file or a Hugging Face folder."),
+    dtype: Optional[str] = typer.Option(None, help="--model parameters and compute: float32 (default) or bfloat16."),
+    init: Optional[Path] = typer.Option(None, help="--dataset: continue a policy folder of `lm sft --dataset` or `lm rl` "
+                                        "(instead of --model)."),
+    eval_dataset: Optional[Path] = typer.Option(None, help="--dataset: held-out rows (same formats) whose loss is "
+                                                "measured before the first step, every --eval-steps and at the end."),
+    eval_steps: int = typer.Option(0, help="--eval-dataset: evaluate every N steps (0: only before and after training)."),
+    max_length: int = typer.Option(1024, help="--dataset: tokens per row at most; longer rows keep their start (TRL's "
+                                   "max_length)."),
+    num_train_epochs: float = typer.Option(3.0, help="--dataset: passes over the rows (TRL's default 3), unless "
+                                           "--max-steps is set."),
+    max_steps: int = typer.Option(-1, help="--dataset: optimiser steps (overrides --num-train-epochs when positive)."),
+    per_device_train_batch_size: int = typer.Option(8, help="--dataset: rows per optimiser step (TRL's default 8)."),
+    lr_scheduler_type: str = typer.Option("linear", help="--dataset: linear (TRL's default: decays to 0 by the last "
+                                          "step) or constant."),
     task: str = typer.Option("packed", help=_TASK_HELP),
     horizons: str = typer.Option("1-3", help="Horizons (or problems per prompt for packed), e.g. 1-3 or 1,2."),
     steps: int = typer.Option(1000, help="Optimiser steps."),
     batch_size: int = typer.Option(64),
-    learning_rate: float = typer.Option(3e-3),
+    learning_rate: Optional[float] = typer.Option(None, help="AdamW learning rate (default 2e-5 with --dataset, as "
+                                                  "TRL; 3e-3 for the built-in tasks)."),
     seq_len: int = typer.Option(0, help="Padded sequence length (0: the task's maximum)."),
     d_model: int = typer.Option(64),
     n_layers: int = typer.Option(2),
@@ -179,8 +199,15 @@ def sft(
     resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:
-    """Supervised (teacher-forced) training of a base policy."""
+    """Supervised (teacher-forced) training: a pretrained model on a dataset in TRL's SFT formats, or a character
+    policy on a built-in task."""
     o = _options(ctx, resume, "lm sft")
+    given = _given(ctx)
+    if o.get("dataset") is not None:
+        _sft_dataset(o, given, resume, dry_run)
+        return
+    for name in sorted(given & set(_SFT_DATASET_ONLY)):
+        raise UsageError(f"--{name.replace('_', '-')} applies to --dataset runs only; add --dataset FILE or drop it.")
     _check_steps(o)
     if dry_run:
         from longhorizon.runner.run import check_folder
@@ -189,6 +216,53 @@ def sft(
         _print_plan({"out": o["out"], **_sft_setup(o)})
         return
     _run_sft(o, resume is not None)
+
+
+# `lm sft` options that only one kind of run reads: a --dataset run or a built-in task's.
+_SFT_DATASET_ONLY = ("model", "dtype", "init", "eval_dataset", "eval_steps", "max_length", "num_train_epochs",
+                     "max_steps", "per_device_train_batch_size", "lr_scheduler_type")
+_SFT_TASK_ONLY = ("task", "horizons", "steps", "batch_size", "seq_len", "d_model", "n_layers", "n_heads", "positions",
+                  "digits", "operators", "const_max", "names", "fixed_width", "eval_horizons", "eval_problems")
+
+
+def _sft_dataset(o: dict, given: set[str], resume: Optional[Path], dry_run: bool) -> None:
+    """``lm sft --dataset``: an :class:`longhorizon.lm.sft.SFTSpec` run by the LM spine's one loop."""
+    from longhorizon.lm.data import read_rows
+    from longhorizon.lm.resume import resume_options
+    from longhorizon.lm.run import Pretrained
+    from longhorizon.lm.sft import SFTSpec, SFTTrainingConfig, sft_steps
+    from longhorizon.lm.sft_data import check_sft_row
+
+    for name in sorted(given & set(_SFT_TASK_ONLY)):
+        hint = {"steps": "; use --max-steps", "batch_size": "; use --per-device-train-batch-size",
+                "seq_len": "; use --max-length"}.get(name, "")
+        raise UsageError(f"--{name.replace('_', '-')} belongs to the built-in tasks, not to --dataset runs{hint or '; drop it'}.")
+    if o["init"] is not None and "model" in given:
+        raise UsageError("--init continues an `lm sft`/`lm rl` policy and --model starts from a pretrained one; give "
+                         "only one of them.")
+    if o["init"] is not None and "dtype" in given:
+        raise UsageError("--dtype sets a pretrained --model's precision; an --init policy keeps its own, so drop --dtype.")
+    folder = o["out"]
+    if resume is not None:  # config.json keeps the options as they were given, whatever path resumes them
+        o["out"] = resume_options(resume, "lm sft").get("out", folder)
+    train = SFTTrainingConfig(learning_rate=2e-5 if o["learning_rate"] is None else o["learning_rate"],
+                              lr_scheduler_type=o["lr_scheduler_type"],
+                              per_device_train_batch_size=o["per_device_train_batch_size"], max_length=o["max_length"])
+    rows = read_rows(o["dataset"], check_sft_row)
+    steps = sft_steps(len(rows), train.per_device_train_batch_size, o["num_train_epochs"], o["max_steps"])
+    init = o["init"] if o["init"] is not None else Pretrained(o["model"] or "smollm2", o["dtype"] or "float32")
+    spec = SFTSpec(out=str(folder), init=init, dataset=str(o["dataset"]), steps=steps, train=train,
+                   eval_dataset=o["eval_dataset"] and str(o["eval_dataset"]), eval_steps=o["eval_steps"],
+                   checkpoint_every=o["checkpoint_every"], seed=o["seed"], record={"command": "lm sft", "options": o})
+    summary = plan_or_run(spec, "lm sft", resume is not None, dry_run)
+    if summary is None:
+        return
+    for name, ev in (("before", summary["eval_start"]), ("after", summary["eval"])):
+        if ev is not None:
+            print(f"held-out loss {name} training {ev['loss']:.4f}  token accuracy {ev['token_accuracy']:.3f}  "
+                  f"({ev['examples']} rows, {ev['loss_tokens']} completion tokens)")
+    print(f"trained {summary['steps']} steps on {summary['counters']['examples']} rows "
+          f"({summary['counters']['loss_tokens']} completion tokens); wrote {folder}")
 
 
 def _check_steps(o: dict) -> None:
@@ -213,7 +287,8 @@ def _sft_setup(o: dict) -> dict:
     plen, clen = max_lengths(task, max(hs), task_cfg)
     model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=o["d_model"], n_layers=o["n_layers"],
                             n_heads=o["n_heads"], positions=o["positions"], max_len=256)
-    sft_cfg = SFTConfig(steps=o["steps"], batch_size=o["batch_size"], learning_rate=o["learning_rate"],
+    sft_cfg = SFTConfig(steps=o["steps"], batch_size=o["batch_size"],
+                        learning_rate=3e-3 if o.get("learning_rate") is None else o["learning_rate"],
                         seq_len=o["seq_len"] or plen + clen + 2)
     return {"command": "lm sft", "options": o, "task": task, "horizons": hs, "task_config": task_cfg,
             "model": model_cfg, "sft": sft_cfg, "seed": o["seed"], "alphabet": tokenizer.alphabet}

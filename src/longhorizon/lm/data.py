@@ -61,8 +61,9 @@ class Example:
 # ----------------------------------------------------------------------------- datasets
 
 
-def read_rows(path: str | Path) -> list[dict]:
-    """The rows of a JSONL, JSON or Parquet file, each checked to be an object with a ``prompt``."""
+def read_rows(path: str | Path, check: Callable[[Any, str], None] | None = None) -> list[dict]:
+    """The rows of a JSONL, JSON or Parquet file, each checked by ``check(row, where)`` (default
+    :func:`check_row`: an object with a ``prompt``)."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"dataset {path} does not exist; pass --dataset a .jsonl, .json or .parquet file.")
@@ -98,7 +99,7 @@ def read_rows(path: str | Path) -> list[dict]:
     if not rows:
         raise UsageError(f"dataset {path} has no rows; give a file with at least one {{\"prompt\": ...}} row.")
     for row, at in zip(rows, where):
-        check_row(row, f"{at} of {path}")
+        (check or check_row)(row, f"{at} of {path}")
     return rows
 
 

@@ -43,10 +43,11 @@ class HFTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (control tokens written in it are single ids); bos first if the model asks."""
+    def encode(self, text: str, bos: bool = True) -> list[int]:
+        """Token ids of ``text`` (control tokens written in it are single ids); bos first if the model asks
+        (``bos=False``: never, for text that continues a sequence)."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return [self.bos_id, *ids] if self.add_bos and self.bos_id is not None else ids
+        return [self.bos_id, *ids] if bos and self.add_bos and self.bos_id is not None else ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -1,14 +1,17 @@
-"""The LM RL spine: a run spec (:class:`RLSpec`) and the one loop that runs it (:func:`run_rl`).
+"""The LM spine: run specs and the one loop that runs them (:func:`run_rl`).
 
-``lm rl`` and the reproductions only build specs. The loop owns the results folder (one writer:
+A spec is an :class:`RLSpec` (GRPO family, ``lm rl``) or a :class:`longhorizon.lm.sft.SFTSpec`
+(supervised fine-tuning, ``lm sft --dataset``); once the policy is loaded, ``spec.build(policy)``
+gives the loop its :class:`Parts` (trainer, sampler, evaluation). ``lm rl``, ``lm sft`` and the
+reproductions only build specs. The loop owns the results folder (one writer:
 :class:`longhorizon.runner.lock.FolderLock`): ``config.json``, ``metrics.jsonl`` (one row per RL
 step, also as TensorBoard events in ``tensorboard/``), ``summary.json``, ``curve.png`` and
 ``checkpoints/`` (orbax, :mod:`longhorizon.lm.run_checkpoint`). A fresh run with an :class:`EvalSpec`
 first evaluates the starting policy (a metrics row at step 0 and ``summary["eval_start"]``, so that every
 curve starts at the base; a resumed run does not evaluate it again). Per step::
 
-    items, sizes = sampler.sample(prompts_per_step)
-    metrics = trainer.step(items, sizes)            # GRPO family (lm.grpo.GRPOTrainer)
+    items, sizes = sampler.sample(items_per_step)
+    metrics = trainer.step(items, sizes)            # GRPO family (lm.grpo.GRPOTrainer) or lm.sft.SFTTrainer
     row = metrics + groups_no_signal_fraction       # groups_all_equal / groups: groups without a GRPO signal
     evaluation = evaluate(...)  on steps k * every and the last step, else None
     row |= sampler.observe(metrics, evaluation)     # curriculum gates, SCALER's level, ...
@@ -209,6 +212,34 @@ class EvalSpec:
         return {"eval_accuracy": evaluation["accuracy"], "eval_by_horizon": evaluation["by_horizon"]}
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Parts:
+    """What a run spec builds for the loop once the policy is loaded (``spec.build(policy)``).
+
+    ``trainer`` has ``params``, ``counters`` and ``step(items, sizes) -> metrics``; the attributes
+    named in ``arrays`` are checkpointed with the parameters and restored on resume. ``sampler``
+    follows :mod:`longhorizon.lm.samplers`' protocol and gives ``items_per_step`` items a step.
+    ``evaluation`` (or None) has ``run(params, policy)``, ``row(evaluation)``, ``every`` and
+    ``at_start`` as :class:`EvalSpec` has them. ``progress(metrics)`` is the progress bar's text,
+    ``curve_keys`` the training metrics curve.png plots, ``title`` its title, ``task`` the bar's
+    label and ``name`` what a sampler's preparation pass is announced as."""
+
+    trainer: Any
+    sampler: Any
+    evaluation: Any
+    arrays: tuple[str, ...]
+    items_per_step: int
+    progress: Any
+    curve_keys: tuple[str, ...]
+    title: str
+    task: str
+    name: str
+
+
+def _grpo_progress(metrics: dict) -> str:
+    return f"reward {metrics['reward']:.3f} kl {metrics.get('kl', 0):.4f}"
+
+
 @dataclasses.dataclass(frozen=True)
 class RLSpec:
     """Everything one RL run needs; :func:`run_rl` runs it.
@@ -277,6 +308,30 @@ class RLSpec:
     @property
     def checkpoint_interval(self) -> int:
         return self.checkpoint_every or max(1, self.steps // 10)
+
+    def build(self, policy: Policy) -> Parts:
+        """The trainer (GRPO family, or an agent's), the sampler and the evaluation, for ``policy``."""
+        from longhorizon.lm.grpo import GRPOTrainer
+
+        sampler_spec, ev_spec, grpo, rewards = self.sampler, self.evaluation, self.grpo, self.rewards
+        if isinstance(sampler_spec, DatasetSpec):  # rows rendered with the policy's chat template, scored by reward functions
+            rewards = sampler_spec.rewards
+            sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)
+        sampler = sampler_spec.build()
+        if self.agent is not None:
+            trainer = self.agent.trainer(policy, grpo, self.seed, sampler=sampler)
+        else:
+            updater = None
+            if self.offload == "host":
+                from longhorizon.lm.offload import LayerStreamedUpdate
+
+                updater = LayerStreamedUpdate(policy.model_cfg, grpo)
+            trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=self.seed,
+                                  batch_rewards=rewards, updater=updater)
+        # the KL term is the only reader of the reference, so it is saved only when beta > 0
+        arrays = ("opt_state", "key", *(("ref_params",) if grpo.beta != 0.0 else ()))
+        return Parts(trainer, sampler, ev_spec, arrays, self.prompts_per_step, _grpo_progress,
+                     ("reward", "entropy", "kl"), "GRPO", "rl", type(self.sampler).__name__)
 
     def config(self) -> dict:
         """The config.json this run writes (the policy's folder is read, its parameters are not)."""
@@ -360,7 +415,6 @@ def _saved_config_matches(saved: dict, config: dict) -> None:
 def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
     import numpy as np
 
-    from longhorizon.lm.grpo import GRPOTrainer
     from longhorizon.lm.run_checkpoint import RunCheckpoints
     from longhorizon.runner.loggers import MetricsLoggers
     from longhorizon.runner.results import ResultsDir, read_json, write_json_atomic
@@ -370,26 +424,11 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
     config = spec.config()
     policy = load_policy(spec.init)
     results = ResultsDir(spec.out)
-    sampler_spec, ev_spec, grpo, rewards = spec.sampler, spec.evaluation, spec.grpo, spec.rewards
-    if isinstance(sampler_spec, DatasetSpec):  # rows rendered with the policy's chat template, scored by reward functions
-        rewards = sampler_spec.rewards
-        sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)
-    sampler = sampler_spec.build()
-    if spec.agent is not None:
-        trainer = spec.agent.trainer(policy, grpo, spec.seed, sampler=sampler)
-    else:
-        updater = None
-        if spec.offload == "host":
-            from longhorizon.lm.offload import LayerStreamedUpdate
-
-            updater = LayerStreamedUpdate(policy.model_cfg, grpo)
-        trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=spec.seed,
-                              batch_rewards=rewards, updater=updater)
-    save_ref = grpo.beta != 0.0  # the KL term is the only reader of the reference
+    parts = spec.build(policy)
+    trainer, sampler, ev_spec = parts.trainer, parts.sampler, parts.evaluation
 
     def trainer_arrays() -> dict:
-        return {"opt_state": trainer.opt_state, "key": trainer.key,
-                **({"ref_params": trainer.ref_params} if save_ref else {})}
+        return {name: getattr(trainer, name) for name in parts.arrays}
 
     store = RunCheckpoints(results.checkpoints)
     loggers = None
@@ -397,10 +436,9 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
         first, prior_wall, sampler_record, eval_start = 0, 0.0, None, None
         if resume:
             _saved_config_matches(read_json(results.config_path), config)
-            params, arrays, meta = store.restore(trainer.params, trainer_arrays())
-            trainer.params, trainer.opt_state, trainer.key = params, arrays["opt_state"], arrays["key"]
-            if save_ref:
-                trainer.ref_params = arrays["ref_params"]
+            trainer.params, arrays, meta = store.restore(trainer.params, trainer_arrays())
+            for name, value in arrays.items():
+                setattr(trainer, name, value)
             trainer.counters = {k: int(v) for k, v in meta["counters"].items()}
             sampler.restore(meta["sampler"])
             first, prior_wall = int(meta["step"]), float(meta.get("wall_s", 0.0))
@@ -432,11 +470,11 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
         last_eval = None
         with _progress(quiet) as bar:
             if not resume and hasattr(sampler, "prepare"):
-                bar.console.print(f"{type(spec.sampler).__name__}: preparing (one pass before the first step)")
+                bar.console.print(f"{parts.name}: preparing (one pass before the first step)")
                 sampler_record = sampler.prepare(trainer)
                 if sampler_record is not None:
                     write_json_atomic(results.root / "sampler.json", sampler_record)
-            job = bar.add_task("rl", total=spec.steps, info="", completed=first)
+            job = bar.add_task(parts.task, total=spec.steps, info="", completed=first)
             if not resume and getattr(ev_spec, "at_start", False) and not stop.requested:
                 # the starting policy, so that every curve starts at the base (a row at step 0, no training fields)
                 bar.console.print("evaluating the starting policy (step 0)")
@@ -451,7 +489,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                     break
                 # asynchronous agent workers draw their rows from the sampler themselves, ahead of the steps
                 items, sizes = ([], None) if getattr(trainer, "samples_itself", False) else \
-                    sampler.sample(spec.prompts_per_step)
+                    sampler.sample(parts.items_per_step)
                 metrics = trainer.step(items, sizes)
                 row: dict = {"step": step}
                 horizons = [getattr(p, "horizon", None) for p in items]
@@ -472,8 +510,8 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                 loggers.log(written)
                 if stop.requested or step % every == 0 or step == spec.steps:
                     save(step)
-                info = f"reward {metrics['reward']:.3f} kl {metrics.get('kl', 0):.4f}"
-                bar.update(job, completed=step, info=(f"h={row['horizon']} " if "horizon" in row else "") + info)
+                bar.update(job, completed=step, info=(f"h={row['horizon']} " if "horizon" in row else "")
+                           + parts.progress(metrics))
         if step < spec.steps:  # stopped by Ctrl-C (before the first step too, e.g. while sGPO profiled)
             if last_saved != step:
                 save(step)
@@ -482,13 +520,14 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
         counters = trainer.counters
         steps_rows = [r for r in rows if "tokens_per_s" in r]  # not the step-0 evaluation row
         summary = {"status": "completed", "steps": spec.steps, "eval_start": eval_start, "eval": evaluation,
-                   "counters": counters, "training_tokens": counters["rollout_tokens"] + counters["update_tokens"],
+                   "counters": counters,
+                   "training_tokens": sum(counters.get(k, 0) for k in ("rollout_tokens", "update_tokens")),
                    "mean_tokens_per_s": sum(r["tokens_per_s"] for r in steps_rows) / max(len(steps_rows), 1),
                    "wall_s": wall()}
         if sampler_record is not None:
             summary["sampler"] = sampler_record.get("stats", sampler_record)
         results.write_summary(summary)
-        _plot(results, rows)
+        _plot(results, rows, parts.curve_keys, parts.title)
         return summary
     finally:
         store.close()
@@ -528,24 +567,26 @@ def _progress(quiet: bool):
                     TextColumn("{task.fields[info]}"))
 
 
-def _plot(results, rows: Sequence[dict]) -> None:
-    """curve.png: training reward, entropy and KL per step, and held-out accuracy where evaluated."""
+def _plot(results, rows: Sequence[dict], keys: Sequence[str], title: str) -> None:
+    """curve.png: the training metrics ``keys`` per step (GRPO: reward, entropy, KL; SFT: loss, token
+    accuracy) and the held-out evaluation where evaluated."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key in ("reward", "entropy", "kl"):
+    for key in keys:
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if pts:
             ax.plot(*zip(*pts), label=key)
-    for key, label in (("eval_accuracy", "held-out accuracy"), ("eval_reward", "held-out reward")):
+    for key, label in (("eval_accuracy", "held-out accuracy"), ("eval_reward", "held-out reward"),
+                       ("eval_loss", "held-out loss")):
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if pts:
             ax.plot(*zip(*pts), "o--", ms=3, label=label)
     ax.set_xlabel("step")
-    ax.set_title("GRPO")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(results.curve_path, dpi=110)

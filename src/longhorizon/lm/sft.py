@@ -1,15 +1,26 @@
-"""Supervised fine-tuning (teacher forcing) to make base policies.
+"""Supervised fine-tuning (teacher forcing).
 
-Loss: the mean, over completion tokens (the target and its EOS; prompt tokens excluded), of
-``-log pi(token | prefix)``. Sequences are ``BOS + prompt + target + EOS``, right-padded.
+Loss: the mean, over the batch's completion tokens (prompt tokens excluded), of
+``-log pi(token | prefix)`` (a token mean over the whole batch, as TRL/transformers reduce it).
+
+Two uses. :func:`train_sft` makes base policies of the built-in character tasks (sequences
+``BOS + prompt + target + EOS``, right-padded; ``lm sft --task``, the reproductions). :class:`SFTSpec`
+fine-tunes any policy of the LM spine (a pretrained model, or an ``lm sft``/``lm rl`` folder of one) on
+a dataset in TRL's SFT formats (:mod:`longhorizon.lm.sft_data`), run by the one loop of
+:func:`longhorizon.lm.run.run_rl` (results folder, checkpoints, Ctrl-C and exact resume, curves);
+``lm sft --dataset`` builds it. Its defaults are TRL's ``SFTConfig``'s: AdamW, learning rate 2e-5
+decaying linearly to 0 at the last step (no warm-up), weight decay 0, gradient clipping at norm 1,
+8 rows a step, ``max_length`` 1024, no packing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +28,7 @@ import numpy as np
 import optax
 
 from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.lm.sft_data import SFTExample, batch_arrays, check_sft_row, encode_sft_rows
 from longhorizon.lm.model import ModelConfig, forward
 from longhorizon.lm.tasks import Problem
 from longhorizon.lm.tokenizer import PAD, Tokenizer
@@ -76,7 +88,7 @@ def sft_step(params, opt_state, tokens, valid, loss_mask, *, cfg: ModelConfig, o
     (loss, aux), grads = jax.value_and_grad(sft_loss, has_aux=True)(params, cfg, tokens, valid, loss_mask)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    return params, opt_state, {"loss": loss, **aux}
+    return params, opt_state, {"loss": loss, **aux, "grad_norm": optax.tree.norm(grads)}
 
 
 def train_sft(
@@ -123,3 +135,233 @@ def train_sft(
                                                     "tokens": tokens_seen}):
             break
     return params, history
+
+
+# ----------------------------------------------------------------------------- SFT on datasets, through the LM spine
+
+LR_SCHEDULERS = ("linear", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTTrainingConfig:
+    """TRL's ``SFTConfig`` settings that act here, with its names and defaults."""
+
+    learning_rate: float = 2e-5
+    lr_scheduler_type: str = "linear"  # decays to 0 by the run's last step; or "constant"
+    per_device_train_batch_size: int = 8
+    max_length: int = 1024
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        if self.learning_rate <= 0:
+            raise UsageError(f"--learning-rate must be positive (got {self.learning_rate}).")
+        if self.lr_scheduler_type not in LR_SCHEDULERS:
+            raise UsageError(f"--lr-scheduler-type {self.lr_scheduler_type} is unknown; use one of {', '.join(LR_SCHEDULERS)}.")
+        if self.per_device_train_batch_size < 1:
+            raise UsageError(f"--per-device-train-batch-size must be at least 1 (got {self.per_device_train_batch_size}).")
+        if self.max_length < 2:
+            raise UsageError(f"--max-length must be at least 2 tokens (got {self.max_length}).")
+        if self.weight_decay < 0 or self.max_grad_norm <= 0:
+            raise UsageError("weight_decay must be 0 or positive and max_grad_norm positive; fix the value.")
+
+
+def sft_steps(rows: int, batch_size: int, num_train_epochs: float, max_steps: int) -> int:
+    """Optimiser steps of a run: ``max_steps`` when positive (TRL: it overrides the epochs), else enough
+    batches of ``batch_size`` rows to cover ``num_train_epochs`` passes over ``rows`` rows."""
+    if max_steps > 0:
+        return max_steps
+    if num_train_epochs <= 0:
+        raise UsageError(f"--num-train-epochs must be positive (got {num_train_epochs}), or set --max-steps.")
+    return max(1, math.ceil(num_train_epochs * rows / batch_size))
+
+
+class SFTTrainer:
+    """Teacher-forced steps on batches of :class:`longhorizon.lm.sft_data.SFTExample` s, in the loop's
+    trainer protocol (``params``, ``opt_state``, ``counters``, ``step(items, sizes) -> metrics``)."""
+
+    def __init__(self, model_cfg, params, cfg: SFTTrainingConfig, steps: int, seq_len: int, pad_id: int):
+        from longhorizon.lm.grpo import rl_optimizer
+
+        self.model_cfg, self.cfg, self.steps, self.seq_len, self.pad_id = model_cfg, cfg, steps, seq_len, pad_id
+        self.params = jax.tree_util.tree_map(jnp.array, params)  # private copy: the step donates its inputs
+        self.optimizer = rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm,
+                                      steps if cfg.lr_scheduler_type == "linear" else 0)
+        self.opt_state = self.optimizer.init(self.params)
+        self.counters = {"optimizer_steps": 0, "examples": 0, "update_tokens": 0, "loss_tokens": 0}
+
+    def learning_rate(self, step: int) -> float:
+        """The rate of optimiser step ``step`` (0-based), as the schedule gives it."""
+        if self.cfg.lr_scheduler_type == "constant":
+            return self.cfg.learning_rate
+        return self.cfg.learning_rate * max(0.0, 1.0 - step / self.steps)
+
+    def step(self, items: Sequence[SFTExample], sizes=None) -> dict:
+        t0 = time.perf_counter()
+        tokens, valid, loss_mask = batch_arrays(items, self.seq_len, self.pad_id,
+                                                max(len(items), self.cfg.per_device_train_batch_size))
+        rate = self.learning_rate(self.counters["optimizer_steps"])
+        self.params, self.opt_state, out = sft_step(self.params, self.opt_state, tokens, valid, loss_mask,
+                                                    cfg=self.model_cfg, optimizer=self.optimizer)
+        metrics = {k: float(v) for k, v in jax.device_get(out).items()}
+        if not np.isfinite(metrics["loss"]):
+            raise TrainingDiverged(f"SFT loss became {metrics['loss']} at step {self.counters['optimizer_steps'] + 1}; "
+                                   "lower --learning-rate.")
+        n_tokens, n_loss = int(sum(len(x.ids) for x in items)), int(loss_mask.sum())
+        self.counters["optimizer_steps"] += 1
+        self.counters["examples"] += len(items)
+        self.counters["update_tokens"] += n_tokens
+        self.counters["loss_tokens"] += n_loss
+        elapsed = time.perf_counter() - t0
+        return {**metrics, "learning_rate": rate, "batch_loss_tokens": n_loss, "step_s": elapsed,
+                "tokens_per_s": n_tokens / max(elapsed, 1e-9), **self.counters}
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _eval_sums(params, tokens, valid, loss_mask, *, cfg):
+    logits = forward(params, cfg, tokens, valid)[:, :-1]
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[:, 1:, None], axis=-1)[..., 0]
+    correct = (jnp.argmax(logits, axis=-1) == tokens[:, 1:]).astype(jnp.float32)
+    return (nll * loss_mask).sum(), (correct * loss_mask).sum()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SFTEval:
+    """Held-out loss (TRL's ``eval_loss``: the token mean over all completion tokens of the eval rows) and
+    token accuracy, before the first step, every ``every`` steps and after the last."""
+
+    examples: tuple
+    seq_len: int
+    pad_id: int
+    batch_size: int
+    every: int = 0
+    at_start: bool = True
+
+    def run(self, params, policy) -> dict:
+        nll = correct = tokens = 0.0
+        for i in range(0, len(self.examples), self.batch_size):
+            chunk = self.examples[i:i + self.batch_size]
+            t, v, m = batch_arrays(chunk, self.seq_len, self.pad_id, self.batch_size)
+            s_nll, s_correct = jax.device_get(_eval_sums(params, t, v, m, cfg=policy.model_cfg))
+            nll, correct, tokens = nll + float(s_nll), correct + float(s_correct), tokens + float(m.sum())
+        return {"loss": nll / max(tokens, 1.0), "token_accuracy": correct / max(tokens, 1.0),
+                "examples": len(self.examples), "loss_tokens": int(tokens)}
+
+    def row(self, evaluation: dict) -> dict:
+        return {"eval_loss": evaluation["loss"], "eval_token_accuracy": evaluation["token_accuracy"]}
+
+
+class _Rows:
+    """The training rows in shuffled epochs (:class:`longhorizon.lm.samplers.ShuffledPool`), with the
+    dataset's statistics as the record of a fresh run (``sampler.json``, ``summary["sampler"]``)."""
+
+    def __init__(self, examples: tuple, seed: int, stats: dict):
+        from longhorizon.lm.samplers import ShuffledPool
+
+        self.pool, self.stats = ShuffledPool(examples, seed=seed).build(), stats
+
+    def prepare(self, trainer) -> dict:
+        return {"stats": self.stats}
+
+    def sample(self, n: int):
+        return self.pool.sample(n)
+
+    def observe(self, metrics: dict, evaluation) -> dict:
+        return self.pool.observe(metrics, evaluation)
+
+    def state(self) -> dict:
+        return self.pool.state()
+
+    def restore(self, state: dict) -> None:
+        self.pool.restore(state)
+
+    def describe(self) -> dict:
+        return self.pool.describe()
+
+
+def _sft_progress(metrics: dict) -> str:
+    return f"loss {metrics['loss']:.3f} tok-acc {metrics['token_accuracy']:.3f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSpec:
+    """Supervised fine-tuning of the policy ``init`` (see :func:`longhorizon.lm.run.load_policy`) on the
+    rows of ``dataset`` for ``steps`` optimiser steps (:func:`sft_steps`), run by
+    :func:`longhorizon.lm.run.run_rl`. ``eval_dataset`` (optional): held-out rows whose loss is measured
+    before the first step, every ``eval_steps`` steps (0: only after the last) and after the last.
+    ``checkpoint_every``: 0 is about ten checkpoints a run; ``seed`` shuffles the rows; ``record``: extra
+    config.json fields of whoever built the spec (the CLI keeps its options there for ``--resume``)."""
+
+    out: str
+    init: Any
+    dataset: str
+    steps: int
+    train: SFTTrainingConfig = SFTTrainingConfig()
+    eval_dataset: str | None = None
+    eval_steps: int = 0
+    checkpoint_every: int = 0
+    seed: int = 0
+    record: dict = dataclasses.field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse settings that cannot act and rows in no SFT format, before anything loads or compiles."""
+        from longhorizon.lm.data import read_rows
+        from longhorizon.lm.run import _is_llama
+
+        if self.steps < 1:
+            raise UsageError(f"--max-steps must be at least 1 (got {self.steps}).")
+        if self.checkpoint_every < 0:
+            raise UsageError(f"--checkpoint-every must be 0 or positive (got {self.checkpoint_every}).")
+        if self.eval_steps < 0 or self.eval_steps > self.steps:
+            raise UsageError(f"--eval-steps {self.eval_steps} must be between 0 (only after the last step) and the "
+                             f"run's {self.steps} steps.")
+        if self.eval_steps and self.eval_dataset is None:
+            raise UsageError("--eval-steps evaluates --eval-dataset, which is not given; add --eval-dataset FILE or "
+                             "drop --eval-steps.")
+        if not _is_llama(self.init):
+            raise UsageError("--dataset fine-tunes a pretrained model (its tokenizer and chat template), not an "
+                             "`lm sft --task` character model; start from --model or an --init folder of one.")
+        read_rows(self.dataset, check_sft_row)
+        if self.eval_dataset is not None:
+            read_rows(self.eval_dataset, check_sft_row)
+
+    @property
+    def checkpoint_interval(self) -> int:
+        return self.checkpoint_every or max(1, self.steps // 10)
+
+    def config(self) -> dict:
+        """The config.json this run writes (the policy's folder is read, its parameters are not)."""
+        from longhorizon.lm.data import file_digest
+        from longhorizon.lm.run import _policy_record
+
+        files = {"train": self.dataset, "train_sha256": file_digest(self.dataset)}
+        if self.eval_dataset is not None:
+            files.update(eval=self.eval_dataset, eval_sha256=file_digest(self.eval_dataset), eval_steps=self.eval_steps)
+        return {**self.record, **_policy_record(self.init), "sft": self.train, "dataset": files, "steps": self.steps,
+                "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
+
+    def build(self, policy):
+        """The trainer, the shuffled training rows and the held-out loss, tokenized for ``policy``."""
+        from longhorizon.lm.data import read_rows
+        from longhorizon.lm.run import Parts
+
+        tok, cfg = policy.tokenizer, self.train
+        train = encode_sft_rows(read_rows(self.dataset, check_sft_row), tok, cfg.max_length)
+        held = (encode_sft_rows(read_rows(self.eval_dataset, check_sft_row), tok, cfg.max_length)
+                if self.eval_dataset is not None else [])
+        if not any(x.loss_tokens for x in train):
+            raise UsageError(f"no row of {self.dataset} keeps a completion token within --max-length {cfg.max_length}; "
+                             "raise --max-length or shorten the prompts.")
+        seq_len = max(len(x.ids) for x in train + held)
+        context = policy.model_cfg.context_length
+        if context is not None and seq_len > context:
+            raise UsageError(f"rows of {seq_len} tokens exceed the model's context of {context}; pass --max-length "
+                             f"{context} (longer rows are then cut) or shorten the rows.")
+        stats = {"rows": len(train), "seq_len": seq_len, "truncated_rows": sum(x.truncated for x in train),
+                 "loss_tokens": sum(x.loss_tokens for x in train), "tokens": sum(len(x.ids) for x in train)}
+        trainer = SFTTrainer(policy.model_cfg, policy.params, cfg, self.steps, seq_len, tok.pad_id)
+        evaluation = (SFTEval(tuple(held), seq_len, tok.pad_id, cfg.per_device_train_batch_size, self.eval_steps)
+                      if held else None)
+        return Parts(trainer, _Rows(tuple(train), self.seed, stats), evaluation, ("opt_state",),
+                     cfg.per_device_train_batch_size, _sft_progress, ("loss", "token_accuracy"), "SFT", "sft",
+                     "SFT data")
