@@ -538,7 +538,9 @@ def write_report(root: Path, rows: list[dict[str, Any]], summary: dict[str, Any]
     lines = ["# effective-horizon: effective horizon vs the sample complexity of PPO, PQN and SQIRL", "",
              f"Command: `longhorizon repro effective-horizon{' --quick' if quick else ''} --out {root}` "
              f"({setup.seeds} seeds, budget {setup.budget:,} env steps per seed; {summary.get('compute_s', 0) / 60:.0f} min of "
-             "wall time for the analyses and the runs, niced on 2 shared cores).", "",
+             "wall time for the analyses and the runs, niced on 2 shared cores). `docs/results/effective-horizon/` is this "
+             "folder without `runs/`, `jax-cache/` and `curves.json` (the curves are under `curves/`); a second call reuses "
+             "the finished runs and judges them again.", "",
              "Sample complexity: env steps until the greedy policy's return first reaches the optimal return "
              "(median [min, max] over seeds, found/seeds; `>N` = not found within the budget, N the steps used).", "",
              "| env | states | actions | T | min k | window | H simple | H tight | T^2 A^H | optimal | random | "
