@@ -208,6 +208,7 @@ def test_bad_row_in_a_resumed_folder_keeps_the_saved_run(files, tmp_path, capsys
     (["--init", "SOMEWHERE"], "give only one of them"),
     (["--lr-scheduler-type", "cosine"], "--lr-scheduler-type cosine is unknown"),
     (["--eval-steps", "9"], "--eval-steps 9 must be between 0"),
+    (["--num-train-epochs", "2"], "overrides --num-train-epochs (as in TRL); give only one"),
 ])
 def test_dataset_options_refused_in_a_dry_run(files, tmp_path, capsys, extra, message):
     assert main([*argv(files, tmp_path / "r"), *extra, "--dry-run"]) == 2

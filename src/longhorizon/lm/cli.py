@@ -242,6 +242,9 @@ def _sft_dataset(o: dict, given: set[str], resume: Optional[Path], dry_run: bool
                          "only one of them.")
     if o["init"] is not None and "dtype" in given:
         raise UsageError("--dtype sets a pretrained --model's precision; an --init policy keeps its own, so drop --dtype.")
+    if "num_train_epochs" in given and o["max_steps"] > 0:
+        raise UsageError("--max-steps sets the run's length and overrides --num-train-epochs (as in TRL); give only one "
+                         "of them.")
     folder = o["out"]
     if resume is not None:  # config.json keeps the options as they were given, whatever path resumes them
         o["out"] = resume_options(resume, "lm sft").get("out", folder)
