@@ -277,5 +277,7 @@ def report(summary: dict, setup: Setup) -> list[str]:
               f"{sum(s['train_seconds'] for s in summary['measured']['seeds']):.0f} s over the seeds on the shared 2-core "
               f"machine; this invocation {summary['wall_seconds']:.0f} s"
               + (f" (seeds {summary['measured']['resumed_seeds']} reused from the same setup's finished seeds under "
-                 "`partial/`, as an interrupted run resumes)" if summary["measured"]["resumed_seeds"] else "") + "."]
+                 "`partial/`, as an interrupted run resumes; their held-out profits and per-step decision times are "
+                 "from the invocation that trained them, the heuristics and the horizon-LP times from this one)"
+                 if summary["measured"]["resumed_seeds"] else "") + "."]
     return lines
