@@ -212,10 +212,10 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
     xs = (np.arange(curves.shape[1]) + 1) * setup.config.episodes
     opt = np.mean(measured["heuristics"]["A"]["optimum"])
     window = max(1, curves.shape[1] // 50)  # a running mean over this many updates: the sampled days are noisy
-    smooth = np.array([np.convolve(c, np.ones(window) / window, mode="same") for c in curves])
+    smooth = np.array([np.convolve(c, np.ones(window) / window, mode="valid") for c in curves])  # full windows only
     steps = sorted(set.intersection(*(set(g) for g in greedy)))
     g = np.array([[gk[u] for u in steps] for gk in greedy])
-    plot_curves(out / "eamod.png", {"graph RL (A2C, sampled days, running mean)": (xs, smooth.mean(0), smooth.std(0) / np.sqrt(len(curves))),
+    plot_curves(out / "eamod.png", {"graph RL (A2C, sampled days, running mean)": (xs[window - 1:], smooth.mean(0), smooth.std(0) / np.sqrt(len(curves))),
                                     "graph RL (greedy, validation days)": (np.array(steps) * setup.config.episodes, g.mean(0),
                                                                            g.std(0) / np.sqrt(len(g))),
                                     **{f"{name} (held-out days)": (xs, np.full(len(xs), np.mean(measured["heuristics"]["A"][name])),
