@@ -143,6 +143,11 @@ def test_claim_rules_by_hand():
     for seed in flat["measured"]["seeds"]:
         seed["curve"] = [10.0, 10.0, 10.0, 10.0]
     assert [c.verdict for c in eamod.judge(flat)[0]] == [C.NO_SIGNAL] * 3 + [C.HOLDS]  # the timing needs no learning
+    # a seed's own horizon-LP times (those of the invocation that timed its decisions) replace the heuristics'
+    own = _measured([85.0, 86.0, 87.0], [-5.0, -6.0, -7.0], 1.0, 0.001)
+    for seed in own["measured"]["seeds"]:
+        seed["A"]["lp_seconds"] = [0.01]  # 10x, not 1000x
+    assert eamod.judge(own)[0][3].verdict == C.CONTRADICTED
     # a policy that learned but earns less than no rebalancing (50), which it can represent, is under-trained
     under = eamod.judge(_measured([45.0, 46.0, 47.0], [-5.0, -6.0, -7.0], 1.0, 0.001))[0]
     assert [c.verdict for c in under] == [C.NO_SIGNAL] * 3 + [C.HOLDS]
