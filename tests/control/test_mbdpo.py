@@ -231,9 +231,36 @@ def test_claim_rules_by_hand():
     assert verdicts(good, bad, bad) == [C.HOLDS, C.HOLDS]
     assert verdicts(bad, good, good) == [C.CONTRADICTED, C.CONTRADICTED]
     assert verdicts(good, bad, [-1300.0, -1250.0, -1400.0])[1] == C.NO_SIGNAL  # PPO no better than a random policy
+    stopped = {"mbdpo-64": run([30.0, 25.0, 40.0]), "mppi": run([60.0, 50.0, 70.0], -30.0), "ppo": run([-0.05, -0.1, -0.01], -1.0)}
+    L = {"setup": {"total_steps": 20, "seeds": 3, "width": 64, "widths": [64]}, "runs": {"MountainCarContinuous-v0": stopped}}
+    found = repro.judge(L)[0]  # PPO learned only to stop pushing: no better than the zero-action policy (0)
+    assert [c.verdict for c in found] == [C.CONTRADICTED, C.NO_SIGNAL] and "zero-action" in found[1].evidence["did_not_move"][0]
     rising = {128: [-150.0, -160.0, -140.0], 256: [-100.0, -110.0, -90.0]}
     assert verdicts(good, bad, bad, rising)[2] == C.HOLDS  # the return rises with log2 width
     assert verdicts(good[:2], bad[:2], bad[:2])[0] == C.INCONCLUSIVE  # two seeds never judge
+
+
+def test_steps_to_reach_reads_the_first_point_whose_mean_reaches_the_target():
+    from longhorizon.repro import mbdpo as repro
+
+    arm = {"steps": [100, 200, 300], "returns": [[-900.0, None], [-500.0, -300.0], [-200.0, -100.0]]}
+    assert repro.steps_to_reach(arm, -400.0) == 200  # mean of (-500, -300)
+    assert repro.steps_to_reach(arm, -900.0) == 100  # the seed without an episode is left out
+    assert repro.steps_to_reach(arm, -100.0) is None
+
+
+def test_a_learning_ppo_arm_gets_its_own_signal_and_steps():
+    from longhorizon.repro import mbdpo as repro
+
+    def run(final, steps=20):
+        return {"returns": [[-1500.0] * 3, list(final)], "steps": [steps // 2, steps], "final": list(final)}
+
+    runs = {"mbdpo-64": run([-200.0, -210.0, -190.0]), "mppi": run([-900.0, -950.0, -920.0]),
+            "ppo": run([-1300.0, -1250.0, -1400.0]), "ppo-400k": run([-150.0, -160.0, -170.0], 400_000)}
+    L = {"setup": {"total_steps": 20, "seeds": 3, "width": 64, "widths": [64]}, "runs": {"Pendulum-v1": runs}}
+    _, arms = repro.judge(L)
+    assert arms["ppo-400k (Pendulum-v1)"]["steps"] == 400_000 and arms["ppo-400k (Pendulum-v1)"]["signal"]["moved"]
+    assert not arms["ppo (Pendulum-v1)"]["signal"]["moved"]  # at random-policy level
 
 
 @pytest.mark.slow  # three compiled training programs (about 30 s of CPU each on 2 cores)
@@ -253,5 +280,6 @@ def test_quick_repro_writes_its_files(tmp_path):
     readme = (tmp_path / "README.md").read_text()
     assert "## Verdict" in readme and "longhorizon repro mbdpo --quick" in readme and "mbdpo.png" in readme
     arms = saved["runs"]["Pendulum-v1"]
-    assert set(arms) == {"mbdpo-16", "mppi", "ppo"}
+    assert set(arms) == {"mbdpo-16", "mppi", "ppo", "ppo-4k"}
+    assert sorted(p.name for p in (tmp_path / "arms").iterdir()) == sorted(f"Pendulum-v1-{a}.json" for a in arms)
     assert all(np.isfinite(arm["final"]).all() for arm in arms.values())
