@@ -258,7 +258,7 @@ def wall_seconds(results: dict) -> float:
 
 def curve(arm: dict, x: str = "steps"):
     """``(xs, means, ses)`` over the seeds that finished an episode at each point (NaN where none did)."""
-    rows = [[v for v in row if np.isfinite(v)] for row in arm["returns"]]
+    rows = [[v for v in row if v is not None and np.isfinite(v)] for row in arm["returns"]]  # None: NaN read back
     stats = np.array([mean_se(row) if row else (np.nan, 0.0) for row in rows])
     return np.asarray(arm[x], np.float64), stats[:, 0], stats[:, 1]
 
