@@ -245,7 +245,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None, log=print
     recorded = C.as_recorded({"setup": dataclasses.asdict(setup), "rows": rows})
     claims, arms = judge(recorded, quick)
     summary = C.summary(paper="HECRL", claims=claims, arms=arms, quick=quick, wall_seconds=time.perf_counter() - t0,
-                        scale=f"push world with {list(setup.blocks)} blocks, {setup.trajectories} trajectories, {setup.updates} "
+                        scale=f"{setup.size}x{setup.size} push world with {list(setup.blocks)} blocks, {setup.trajectories} trajectories, {setup.updates} "
                               f"updates, {setup.seeds} seeds, {setup.tasks_per_cell} tasks per cell",
                         command="longhorizon repro hecrl" + (" --quick" if quick else ""), **recorded)
     plot(out / "hecrl.png", rows, setup)
