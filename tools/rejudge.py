@@ -132,130 +132,6 @@ def es_finetune(L: dict, path: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- control
-def mbdpo(L: dict, path: Path) -> dict:
-    from longhorizon.repro import mbdpo as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    curves = {f"{arm} ({task})": [{"step": st, "seed": i, "eval_return": r[i]} for st, r in zip(run["steps"], run["returns"])
-                                  for i in range(len(r))] for task, runs in L["runs"].items() for arm, run in runs.items()}
-    scale = f"{setup['total_steps']:,} environment steps per seed, {setup['seeds']} seeds, {setup['eval_episodes']} evaluation episodes"
-    return dict(paper="MBDPO", claims=claims, arms=arms, scale=scale, curves=curves, command="longhorizon repro mbdpo")
-
-
-def carl(L: dict, path: Path) -> dict:
-    from longhorizon.repro import carl as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = (f"driving environment, {setup['num_envs']} envs x {setup['num_steps']} steps x {setup['updates']} updates "
-             f"({setup['num_envs'] * setup['num_steps'] * setup['updates']:,} samples per seed), {setup['seeds']} seeds")
-    return dict(paper="CaRL", claims=claims, arms=arms, scale=scale, command="longhorizon repro carl")
-
-
-def mad_pinn(L: dict, path: Path) -> dict:
-    from longhorizon.repro import mad_pinn as M
-
-    claims, arms = M.judge(L)
-    dep = L["deployment"]
-    sizes = sorted(dep, key=int)
-    scale = (f"team sizes {', '.join(sizes)}; {len(dep[sizes[0]]['MAD-PINN']['success'])} deployment seeds; PINN and grid "
-             "on the reduced 2-agent problem")
-    return dict(paper="MAD-PINN", claims=claims, arms=arms, scale=scale, command="longhorizon repro mad-pinn")
-
-
-# ----------------------------------------------------------------------------------------------- structured
-def eamod(L: dict, path: Path) -> dict:
-    from longhorizon.repro import eamod as M
-
-    claims, arms = M.judge(L)
-    seeds, cfg = L["measured"]["seeds"], L["setup"]["config"]
-    curve = np.array([s["curve"] for s in seeds])
-    curves = {"graph RL": [{"update": i + 1, "seed": s, "train_return": v} for s, row in enumerate(curve) for i, v in enumerate(row)]}
-    scale = (f"two small cities (5 and 6 regions), {cfg['updates']} updates x {cfg['episodes']} episodes, {len(seeds)} seeds, "
-             f"{L['setup']['eval_days']} evaluation days")
-    return dict(paper="E-AMoD", claims=claims, arms=arms, scale=scale, curves=curves, command="longhorizon repro eamod")
-
-
-def sequoia(L: dict, path: Path) -> dict:
-    from longhorizon.repro import sequoia as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = f"{len(setup['families'])} families, N = {setup['n_arms']} arms, {setup['total_steps']} environment steps, {setup['seeds']} seeds"
-    return dict(paper=M.PAPER, claims=claims, arms=arms, scale=scale, command="longhorizon repro sequoia")
-
-
-# ----------------------------------------------------------------------------------------------- theory
-def latent_mdp(L: dict, path: Path) -> dict:
-    from longhorizon.repro import latent_mdp as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = (f"S={setup['states']}, A={setup['actions']}, H in {setup['horizons']}, K={setup['episodes']} episodes, "
-             f"{setup['seeds']} seeds")
-    return dict(paper="Latent MDPs", claims=claims, arms=arms, scale=scale, command="longhorizon repro latent-mdp")
-
-
-def effective_horizon(L: dict, path: Path) -> dict:
-    from longhorizon.repro import effective_horizon as M
-
-    rows = json.loads((path / "table.json").read_text())["rows"]
-    claims, arms = M.judge(rows, L["seeds"], L["budget"])
-    scale = f"{len(rows)} tabularised MiniGrid / DeepSea environments, budget {float(L['budget']):,.0f} steps, {L['seeds']} seeds"
-    return dict(paper="Effective Horizon / SQIRL", claims=claims, arms=arms, scale=scale,
-                command="longhorizon repro effective-horizon")
-
-
-# ----------------------------------------------------------------------------------------------- offline
-def hecrl(L: dict, path: Path) -> dict:
-    from longhorizon.repro import hecrl as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = (f"push world with 1-3 blocks, {setup['trajectories']} trajectories, {setup['updates']} updates, "
-             f"{setup['seeds']} seeds, {setup['tasks_per_cell']} tasks per cell")
-    return dict(paper="HECRL", claims=claims, arms=arms, scale=scale, command="longhorizon repro hecrl")
-
-
-def adversarial_linear(L: dict, path: Path) -> dict:
-    from longhorizon.repro import adversarial_linear as M
-
-    claims, arms = M.judge(L)
-    sc = L["scale"]
-    scale = f"{sc['chunk'] * sc['chunks']:,} episodes, {sc['seeds']} seeds, {L['mdp']['layers']}-layer linear-Q MDP"
-    return dict(paper="Adversarial linear MDPs", claims=claims, arms=arms, scale=scale, command="longhorizon repro adversarial-linear")
-
-
-def horizon_free_rfe(L: dict, path: Path) -> dict:
-    from longhorizon.repro import horizon_free_rfe as M
-
-    claims, arms = M.judge(L)
-    scale = f"H in {L['horizons']}, up to {L['episodes']} exploration episodes, eps = {L['eps']}, {L['seeds']} seeds"
-    return dict(paper="Horizon-free RFE", claims=claims, arms=arms, scale=scale, command="longhorizon repro horizon-free-rfe")
-
-
-def shared_policy_collapse(L: dict, path: Path) -> dict:
-    from longhorizon.repro import shared_policy_collapse as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = (f"networked Prisoner's Dilemma, b = {max(setup['harshness']):g}, epsilons {setup['epsilons']}, "
-             f"{setup['total_steps']} steps, {setup['seeds']} seeds")
-    return dict(paper="Shared-policy collapse", claims=claims, arms=arms, scale=scale, command="longhorizon repro shared-policy-collapse")
-
-
-def qarl(L: dict, path: Path) -> dict:
-    from longhorizon.repro import qarl as M
-
-    claims, arms = M.judge(L)
-    ln = L["learners"]
-    curves = {a: [{"step": st, "seed": i, "worst_case": r["worst_case"][i][j], "train_return": r["train_return"][i][j]}
-                  for i in range(len(r["worst_case"])) for j, st in enumerate(r["steps"])] for a, r in ln.items()}
-    scale = f"adversarial-wind corridor, {ln['rarl']['steps'][-1]:,} steps per learner, {len(ln['rarl']['worst_case'])} seeds"
-    return dict(paper="QARL", claims=claims, arms=arms, scale=scale, curves=curves, command="longhorizon repro qarl")
-
-
 def sgpo(L: dict, path: Path) -> dict:
     from longhorizon.repro import sgpo as M
 
@@ -295,35 +171,6 @@ def rhorizon_smollm2(L: dict, path: Path) -> dict:
     return dict(paper="R-HORIZON", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro rhorizon-smollm2")
 
 
-def nash_mp(L: dict, path: Path) -> dict:
-    from longhorizon.repro import nash_mp as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = (f"exact tabular preference games, n in {setup['sizes']}, beta in {setup['betas']}, {setup['seeds']} random games "
-             f"per size, {setup['queries']} queries")
-    return dict(paper="Nash-MP", claims=claims, arms=arms, scale=scale, command="longhorizon repro nash-mp")
-
-
-def cce(L: dict, path: Path) -> dict:
-    from longhorizon.repro import cce as M
-
-    claims, arms = M.judge(L)
-    games = L["games"]
-    scale = f"{len(games)} exact Markov games, Hedge rates {L['rates']}, T up to {games[0]['rounds'][-1]:,}"
-    return dict(paper="Sparse CCE", claims=claims, arms=arms, scale=scale, command="longhorizon repro cce")
-
-
-def qgf(L: dict, path: Path) -> dict:
-    from longhorizon.repro import qgf as M
-
-    claims, arms = M.judge(L)
-    setup = L["setup"]
-    scale = (f"toy 2-D multi-modal task ({setup['dataset_size']:,} transitions), {setup['flow_updates']} flow / "
-             f"{setup['critic_updates']} critic updates, {setup['seeds']} seeds; cube-single at {L['cube']['setup']['updates']} updates")
-    return dict(paper="QGF", claims=claims, arms=arms, scale=scale, command="longhorizon repro qgf")
-
-
 def ota(L: dict, path: Path) -> dict:
     from longhorizon.repro import ota as M
 
@@ -336,15 +183,6 @@ def ota(L: dict, path: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- the four legacy folders
-def cams(L: dict, path: Path) -> dict:
-    from longhorizon.repro import cams as M
-
-    claims, arms = M.judge(L)
-    scale = "Hexner's game, " + "; ".join(f"I={c['types']}, K={c['steps']}: CFR+ at U in {[r['U'] for r in c['cfr']]} "
-                                          f"({c['iterations']} iterations)" for c in L["comparisons"])
-    return dict(paper=M.PAPER, claims=claims, arms=arms, scale=scale, command=M.COMMAND)
-
-
 def inpo(L: dict, path: Path) -> dict:
     from longhorizon.repro import inpo as M
 
@@ -370,14 +208,10 @@ def ta_lpo(L: dict, path: Path) -> dict:
 
 
 CONVERTERS = {"router-r1": router_r1, "asearcher": asearcher, "agents-a1": agents_a1, "canopy": canopy,
-              "treeopsd": treeopsd, "iterresearch": iterresearch, "trpo-agent": trpo_agent, "fees": fees,
-              "h1": h1, "h1-chain-base": h1, "es-finetune": es_finetune, "mbdpo": mbdpo, "carl": carl,
-              "mad-pinn": mad_pinn, "eamod": eamod, "sequoia": sequoia, "latent-mdp": latent_mdp,
-              "effective-horizon": effective_horizon, "hecrl": hecrl, "adversarial-linear": adversarial_linear,
-              "horizon-free-rfe": horizon_free_rfe, "shared-policy-collapse": shared_policy_collapse, "qarl": qarl,
-              "sgpo": sgpo, "sgpo-chain-base": sgpo, "h1-smollm2": h1_smollm2, "sgpo-smollm2": sgpo_smollm2,
-              "rhorizon-smollm2": rhorizon_smollm2, "nash-mp": nash_mp, "cce": cce,
-              "qgf": qgf, "ota": ota, "cams": cams, "inpo": inpo, "ta-lpo": ta_lpo}
+              "treeopsd": treeopsd, "iterresearch": iterresearch, "trpo-agent": trpo_agent, "fees": fees, "h1": h1,
+              "h1-chain-base": h1, "es-finetune": es_finetune, "sgpo": sgpo, "sgpo-chain-base": sgpo,
+              "h1-smollm2": h1_smollm2, "sgpo-smollm2": sgpo_smollm2, "rhorizon-smollm2": rhorizon_smollm2,
+              "ota": ota, "inpo": inpo, "ta-lpo": ta_lpo}
 
 
 # ----------------------------------------------------------------------------------------------- writing
