@@ -19,7 +19,6 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
 
 from longhorizon.repro import claims as C
 
