@@ -19,7 +19,6 @@ import re
 import sys
 from pathlib import Path
 
-
 from longhorizon.repro import claims as C
 
 DATE = "2026-12-03"
