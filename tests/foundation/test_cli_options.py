@@ -64,6 +64,8 @@ PLOT = ("plot", "{RUN}", "--out", "{TMP}/c.png")
 HZ = ("horizon", NPZ)
 HZ_ID = ("horizon", "DeepSea-bsuite")
 SFT = ("lm", "sft", "--out", "{TMP}/s", "--steps", "10")
+SFT_DATA = ("lm", "sft", "--dataset", "{SDATA}", "--model", "{GGUF}", "--out", "{TMP}/sd", "--max-steps", "2")
+SFT_EPOCHS = ("lm", "sft", "--dataset", "{SDATA}", "--model", "{GGUF}", "--out", "{TMP}/sd")
 RL = ("lm", "rl", "--init", "{SFT}", "--out", "{TMP}/r", "--steps", "10")
 CURRICULUM = (*RL, "--curriculum")
 DATASET = ("lm", "rl", "--dataset", "{DATA}", "--reward-funcs", "math:sqrt", "--out", "{TMP}/d", "--steps", "10")
@@ -188,6 +190,25 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "resume": [Acts(SFT, ("lm", "sft", "--resume", "{SFT}")),
                    refused((*SFT, "--resume", "{SFT}"), "cannot be changed when resuming")],
         "dry_run": [DRY],
+        "dataset": [acts(SFT_DATA, replace={"{SDATA}": "{SDATA2}"}),
+                    refused((*SFT_DATA, "--steps", "3"), "belongs to the built-in tasks")],
+        "model": [acts(SFT_DATA, replace={"{GGUF}": "{GGUF2}"}),
+                  refused((*SFT, "--model", "{GGUF}"), "applies to --dataset runs only")],
+        "dtype": [acts(SFT_DATA, "--dtype", "bfloat16"), refused((*SFT, "--dtype", "bfloat16"), "applies to --dataset runs only")],
+        "init": [refused((*SFT_DATA, "--init", "{RL}"), "give only one of them"),
+                 refused((*SFT, "--init", "{RL}"), "applies to --dataset runs only")],
+        "eval_dataset": [acts(SFT_DATA, "--eval-dataset", "{SDATA2}"),
+                         refused((*SFT, "--eval-dataset", "{SDATA2}"), "applies to --dataset runs only")],
+        "eval_steps": [acts((*SFT_DATA, "--eval-dataset", "{SDATA2}"), "--eval-steps", "1"),
+                       refused((*SFT, "--eval-steps", "1"), "applies to --dataset runs only")],
+        "max_length": [acts(SFT_DATA, "--max-length", "64"), refused((*SFT, "--max-length", "64"), "applies to --dataset runs only")],
+        "max_steps": [acts(SFT_DATA, replace={"2": "3"}), refused((*SFT, "--max-steps", "3"), "applies to --dataset runs only")],
+        "num_train_epochs": [acts(SFT_EPOCHS, "--num-train-epochs", "1"),
+                             refused((*SFT_DATA, "--num-train-epochs", "1"), "give only one of them")],
+        "per_device_train_batch_size": [acts(SFT_DATA, "--per-device-train-batch-size", "2"),
+                                        refused((*SFT, "--per-device-train-batch-size", "2"), "applies to --dataset runs only")],
+        "lr_scheduler_type": [acts(SFT_DATA, "--lr-scheduler-type", "constant"),
+                              refused((*SFT, "--lr-scheduler-type", "constant"), "applies to --dataset runs only")],
     },
     ("lm", "rl"): {
         "init": [acts(RL, replace={"{SFT}": "{SFT2}"})],
@@ -489,7 +510,10 @@ def places(tmp_path_factory):
         _materialise(folders[name], json.loads(out.getvalue()), lm=argv[0] == "lm")
     from tiny_gguf import write_gguf  # tests/tiny_gguf.py: a tiny pretrained model for --model
 
-    files = {"GGUF": write_gguf(root / "tiny.gguf"), "DATA": root / "d.jsonl", "DATA2": root / "d2.jsonl"}
+    files = {"GGUF": write_gguf(root / "tiny.gguf"), "GGUF2": write_gguf(root / "tiny2.gguf"), "DATA": root / "d.jsonl",
+             "DATA2": root / "d2.jsonl", "SDATA": root / "s.jsonl", "SDATA2": root / "s2.jsonl"}
+    files["SDATA"].write_text("".join(f'{{"prompt": "{i}+1=", "completion": " {i + 1}"}}\n' for i in range(20)))
+    files["SDATA2"].write_text('{"messages": [{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": "5"}]}\n')
     files["DATA"].write_text('{"prompt": "2+2=", "answer": "4"}\n')
     files["DATA2"].write_text('{"prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"}\n')
     files["ATASKS"], files["ATASKS2"] = root / "a.jsonl", root / "a2.jsonl"  # agent task rows (search env columns)
