@@ -169,47 +169,10 @@ def rhorizon_smollm2(L: dict, path: Path) -> dict:
     return dict(paper="R-HORIZON", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro rhorizon-smollm2")
 
 
-def ota(L: dict, path: Path) -> dict:
-    from longhorizon.repro import ota as M
-
-    claims, arms = M.judge(L)
-    mech, ss = L["mechanism"], L["success_setup"]
-    scale = (f"mechanism: pointmaze-{mech['setup']['maze']}, {mech['setup']['updates']} updates, {mech['setup']['seeds']} seeds; "
-             f"success: {len(ss['datasets'])} OGBench pointmaze datasets at {ss['updates']:,} updates (paper: 1M), "
-             f"{ss['seeds']} seeds, {ss['episodes']} episodes")
-    return dict(paper="OTA", claims=claims, arms=arms, scale=scale, command="longhorizon repro ota")
-
-
-# ----------------------------------------------------------------------------------------------- the four legacy folders
-def inpo(L: dict, path: Path) -> dict:
-    from longhorizon.repro import inpo as M
-
-    claims, arms = M.judge(L)
-    t, lm = L["setups"]["tabular"], L["setups"]["lm"]
-    scale = (f"tabular: n in {t['sizes']}, {t['seeds']} seeds of sampled pairs; policy level: a {lm['n_layers']}-layer "
-             f"d={lm['d_model']} character model, {lm['steps']} steps x {lm['prompts_per_step']} prompts x "
-             f"{lm['num_generations']} completions per arm, {lm['seeds']} RL seeds, {lm['eval_prompts']} held-out prompts")
-    curves = {a: [dict(p, seed=i) for i, c in enumerate(cs) for p in c] for a, cs in L["policy_level"]["curves"].items()}
-    return dict(paper=M.PAPER, claims=claims, arms=arms, scale=scale, curves=curves, command="longhorizon repro inpo")
-
-
-def ta_lpo(L: dict, path: Path) -> dict:
-    from longhorizon.repro import ta_lpo as M
-
-    claims, arms = M.judge(L)
-    st = L["setup"]
-    scale = (f"bandits: {st['generations']} ES generations x population {st['es']['population']}; {st['control']['env']}: "
-             f"{st['control_generations']} generations x population {st['control_es']['population']}; one meta-training run "
-             f"per drift; held-out environments {st['held_out_envs']} x {st['env_seeds']} PPO seeds")
-    curves = {a: [{"generation": i + 1, "fitness": f} for i, f in enumerate(c)] for a, c in L["meta_fitness"].items()}
-    return dict(paper=M.PAPER, claims=claims, arms=arms, scale=scale, curves=curves, command="longhorizon repro ta-lpo")
-
-
 CONVERTERS = {"router-r1": router_r1, "asearcher": asearcher, "agents-a1": agents_a1, "canopy": canopy,
               "treeopsd": treeopsd, "iterresearch": iterresearch, "trpo-agent": trpo_agent, "fees": fees, "h1": h1,
               "h1-chain-base": h1, "es-finetune": es_finetune, "sgpo": sgpo, "sgpo-chain-base": sgpo,
-              "h1-smollm2": h1_smollm2, "sgpo-smollm2": sgpo_smollm2, "rhorizon-smollm2": rhorizon_smollm2,
-              "ota": ota, "inpo": inpo, "ta-lpo": ta_lpo}
+              "h1-smollm2": h1_smollm2, "sgpo-smollm2": sgpo_smollm2, "rhorizon-smollm2": rhorizon_smollm2}
 
 
 # ----------------------------------------------------------------------------------------------- writing
