@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from longhorizon.repro.report import mean_se, write
+from longhorizon.repro.report import mean_se, resumable, write
 
 
 def test_mean_se_by_hand():
@@ -51,3 +51,30 @@ def test_write_run_keeps_the_curves_and_the_readme_lists_each_verdict_and_why(tm
     write_run(tmp_path, summary, ["# p", *lines], {"arm": [{"step": 1, "reward": 0.1}, {"step": 2, "reward": 0.2}]})
     assert json.loads((tmp_path / "summary.json").read_text())["claims"][1]["verdict"] == C.NO_SIGNAL
     assert (tmp_path / "curves" / "arm.csv").read_text().splitlines() == ["step,reward", "1,0.1", "2,0.2"]
+
+
+def test_resumable_computes_an_arm_once_per_setup_and_saves_it_as_recorded(tmp_path):
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Setup:
+        steps: int = 3
+        sizes: tuple = (1, 2)
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"returns": [1.5, float("nan")], "seed": 0}
+
+    path = tmp_path / "arms" / "a.json"
+    first, reused = resumable(path, Setup(), compute)
+    assert (reused, len(calls)) == (False, 1) and first["returns"][0] == 1.5
+    assert json.loads(path.read_text()) == {"setup": {"steps": 3, "sizes": [1, 2]},
+                                            "result": {"returns": [1.5, None], "seed": 0}}
+    again, reused = resumable(path, Setup(), compute, log=calls.append)
+    assert reused and again == {"returns": [1.5, None], "seed": 0} and calls[1:] == [f"  read back from {path}"]
+    other, reused = resumable(path, Setup(steps=4), compute)  # another setup: computed again and saved over it
+    assert not reused and len([c for c in calls if c == 1]) == 2
+    assert json.loads(path.read_text())["setup"]["steps"] == 4
+    assert [p.name for p in path.parent.iterdir()] == ["a.json"]  # no temporary file left

@@ -23,7 +23,6 @@ subject (equal gradient steps), so it is judged, not excused.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import mean_se, verdict_lines, write_run
+from longhorizon.repro.report import mean_se, resumable, verdict_lines, write_run
 
 LEARNED = 0.2  # route completion a policy must reach to count as having learned to drive at all
 CLAIM_SHAPED = "PPO on the summed shaped reward degrades as the minibatch grows (equal gradient steps)"
@@ -181,43 +180,24 @@ def start_route_completion(run, state, evaluate, setup: Setup) -> list[float]:
     return rc.mean(1).tolist()
 
 
-def initial_route_completion(env, setup: Setup, minibatch: int, evaluate) -> list[float]:
-    """:func:`start_route_completion` of an arm saved before it was recorded: the same seeds' initial policy."""
-    from longhorizon.runner import run as runner
-
-    spec = runner.RunSpec(algo="ppo", env=env, seeds=setup.seeds, num_chunks=setup.chunks, quiet=True,
-                          config_overrides=setup.overrides(minibatch), out="/dev/null/unused")
-    run = runner.Run(spec)
-    return start_route_completion(run, run.engine.init(spec.seed), evaluate, setup)
-
-
 def study(setup: Setup, out: Path, log=print) -> dict:
     """Every (reward, minibatch) arm, each saved under ``out/arms/`` as it finishes and read back on a rerun of the
-    same setup (so an interrupted run resumes)."""
+    same setup (:func:`longhorizon.repro.report.resumable`)."""
     from longhorizon import algos
     from longhorizon.envs.driving import make_driving
-    from longhorizon.runner.results import write_json_atomic
 
     algo = algos.get("ppo")
-    recorded_setup = C.as_recorded(dataclasses.asdict(setup))
     results = {}
     for reward in setup.rewards:
         env, evaluate = make_driving(reward), None
         results[reward] = {}
         for b in setup.minibatch_sizes:
-            path = out / "arms" / f"{reward}-{b}.json"
-            saved = json.loads(path.read_text()) if path.exists() else None
-            if saved is not None and saved.get("setup") == recorded_setup:
-                log(f"  {reward:6s} B={b:5d}: read back from {path}")
-                results[reward][str(b)] = saved["result"]
-                if "rc_start_per_seed" not in saved["result"]:
-                    evaluate = evaluate or eval_program(env, algo, setup.eval_episodes)
-                    saved["result"]["rc_start_per_seed"] = initial_route_completion(env, setup, b, evaluate)
-                    write_json_atomic(path, C.as_recorded(saved))
-                continue
-            evaluate = evaluate or eval_program(env, algo, setup.eval_episodes)
-            results[reward][str(b)] = train_one(env, setup, b, evaluate, log)
-            write_json_atomic(path, C.as_recorded({"setup": recorded_setup, "result": results[reward][str(b)]}))
+            def train(b=b):
+                nonlocal evaluate
+                evaluate = evaluate or eval_program(env, algo, setup.eval_episodes)  # compiled once per reward
+                return train_one(env, setup, b, evaluate, log)
+
+            results[reward][str(b)], _ = resumable(out / "arms" / f"{reward}-{b}.json", setup, train, log)
     return results
 
 

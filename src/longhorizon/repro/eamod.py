@@ -18,7 +18,6 @@ plus the rebalancing LP, against one solve of the full horizon LP from the day's
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ import jax
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write
+from longhorizon.repro.report import mean_se, plot_curves, resumable, verdict_lines, write
 from longhorizon.structured import amod
 from longhorizon.structured import amod_policy as ap
 
@@ -107,15 +106,8 @@ def measure(setup: Setup, log=print, out: Path | None = None) -> dict[str, Any]:
     validation = {name: [amod.run_episode(nets["A"], nets["A"].demand(d), make(nets["A"]))["profit"] for d in VALIDATION_DAYS]
                   for name, make in (("no rebalancing", amod.no_rebalancing), ("equal distribution", amod.equal_distribution))}
     seeds, resumed, agent = [], [], ap.Agent(setup.city_a.charge_levels, setup.config)  # one agent: compiled once
-    recorded_setup = C.as_recorded(dataclasses.asdict(setup))
-    for seed in range(setup.seeds):
-        path = out / PARTIAL / f"seed-{seed}.json" if out is not None else None
-        if path is not None and path.exists():
-            saved = json.loads(path.read_text())
-            if saved["setup"] == recorded_setup:
-                seeds.append(saved["row"])
-                resumed.append(seed)
-                continue
+
+    def train_seed(seed: int) -> dict:
         start = time.perf_counter()
         trained = ap.train(nets["A"], dataclasses.replace(setup.config, seed=seed), log=log, agent=agent,
                            evaluate=validation_profit(nets["A"]), eval_every=setup.eval_every)
@@ -128,12 +120,18 @@ def measure(setup: Setup, log=print, out: Path | None = None) -> dict[str, Any]:
             row[city] = {"profit": rl["graph RL"], "seconds_rebalance": rl["graph RL_seconds_rebalance"],
                          "seconds_forward": decision_seconds(trained["agent"], trained["params"], net)}
         row["A"]["lp_seconds"] = heuristics["A"]["optimum_seconds"]  # timed in this invocation, as the decisions
-        seeds.append(C.as_recorded(row))
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"setup": recorded_setup, "row": seeds[-1]}))
         log(f"[eamod] seed {seed}: city A profit {np.mean(row['A']['profit']):.1f}, B {np.mean(row['B']['profit']):.1f} "
             f"(optimum {np.mean(heuristics['A']['optimum']):.1f}, {np.mean(heuristics['B']['optimum']):.1f})")
+        return row
+
+    for seed in range(setup.seeds):
+        if out is None:
+            row, reused = train_seed(seed), False
+        else:
+            row, reused = resumable(out / PARTIAL / f"seed-{seed}.json", setup, lambda seed=seed: train_seed(seed))
+        seeds.append(C.as_recorded(row))
+        if reused:
+            resumed.append(seed)
     return {"heuristics": heuristics, "validation": validation, "seeds": seeds, "resumed_seeds": resumed}
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from longhorizon.control import mbdpo
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import mean_se, verdict_lines
+from longhorizon.repro.report import mean_se, resumable, verdict_lines
 
 
 CLAIM_MPPI = "MBDPO's flow policy beats MPPI planning on the same world model at equal environment steps ({task})"
@@ -215,25 +215,11 @@ def steps_to_reach(arm: dict, target: float) -> int | None:
 
 def study(setup: Setup, out: Path | None = None, log=print) -> dict:
     """Every arm of every task; with ``out``, each arm is saved under ``out/arms/`` as it finishes and read back on a
-    rerun of the same setup (so an interrupted run resumes)."""
-    import json
-
+    rerun of the same setup (:func:`longhorizon.repro.report.resumable`)."""
     from longhorizon.envs.registry import make
-    from longhorizon.runner.results import write_json_atomic
-
-    recorded_setup = C.as_recorded(dataclasses.asdict(setup))
 
     def saved(task: str, name: str, train):
-        path = None if out is None else Path(out) / "arms" / f"{task}-{name}.json"
-        if path is not None and path.exists():
-            kept = json.loads(path.read_text())
-            if kept.get("setup") == recorded_setup:
-                log(f"  {task} {name}: read back from {path}")
-                return kept["result"]
-        result = train()
-        if path is not None:
-            write_json_atomic(path, C.as_recorded({"setup": recorded_setup, "result": result}))
-        return result
+        return train() if out is None else resumable(Path(out) / "arms" / f"{task}-{name}.json", setup, train, log)[0]
 
     results = {}
     for index, task in enumerate(setup.tasks):

@@ -1,7 +1,11 @@
-"""What the reproductions share: summary statistics, the README + summary.json writer, curve plots."""
+"""What the reproductions share: summary statistics, the README + summary.json writer, curve plots, arms saved
+as they finish."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +13,26 @@ import numpy as np
 # (mean, standard error) of independent samples; 0.0 SE for a single sample, which has no spread to estimate:
 # decision rules that need an SE refuse fewer than 2 seeds themselves. One definition, in core.
 from longhorizon.core.stats import mean_se  # noqa: F401  (re-exported for the reproductions)
+
+
+def resumable(path: Path, setup, compute: Callable[[], dict], log=None) -> tuple[dict, bool]:
+    """One arm of a long protocol, saved at ``path`` as it finishes and read back by a rerun of the same ``setup``
+    (a dataclass), so that an interrupted protocol resumes arm by arm. Returns ``(result, reused)``: the saved
+    result (as recorded) when ``path`` holds one from this setup, else ``compute()``'s, written first (atomically,
+    with the setup, as recorded)."""
+    from longhorizon.repro.claims import as_recorded
+    from longhorizon.runner.results import write_json_atomic
+
+    recorded = as_recorded(dataclasses.asdict(setup))
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("setup") == recorded:
+            if log is not None:
+                log(f"  read back from {path}")
+            return saved["result"], True
+    result = compute()
+    write_json_atomic(path, as_recorded({"setup": recorded, "result": result}))
+    return result, False
 
 
 def write(out: Path, summary: dict, lines: list[str]) -> None:

@@ -16,7 +16,6 @@ run is not judged.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import mean_se, verdict_lines, write_run
+from longhorizon.repro.report import mean_se, resumable, verdict_lines, write_run
 from longhorizon.structured import milp_q, sequoia
 from longhorizon.structured.restless import FAMILIES, RestlessBandit, RestlessConfig
 
@@ -84,14 +83,7 @@ PARTIAL = "partial"
 def finished(out: Path, setup: Setup, family: str, seed: int) -> dict:
     """One (family, seed) row, reused from ``out/partial/`` when a run with this setup already finished it
     (so an interrupted run resumes), else run and saved there."""
-    path = out / PARTIAL / f"{family}-{seed}.json"
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved["setup"] == C.as_recorded(dataclasses.asdict(setup)):
-            return saved["row"]
-    row = run_seed(setup, family, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(C.as_recorded({"setup": dataclasses.asdict(setup), "row": row})))
+    row, _ = resumable(out / PARTIAL / f"{family}-{seed}.json", setup, lambda: run_seed(setup, family, seed))
     return C.as_recorded(row)
 
 
