@@ -74,13 +74,19 @@ def encode_sft(tokenizer: Tokenizer, problems: Sequence[Problem], seq_len: int):
     return tokens, tokens != PAD, loss_mask
 
 
-def sft_loss(params, cfg: ModelConfig, tokens, valid, loss_mask):
+def masked_sums(params, cfg: ModelConfig, tokens, valid, loss_mask):
+    """``(sum of -log pi(token | prefix), sum of argmax hits)`` over the targets ``loss_mask`` marks."""
     logits = forward(params, cfg, tokens, valid)[:, :-1]
     logz = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logz, tokens[:, 1:, None], axis=-1)[..., 0]
     correct = (jnp.argmax(logits, axis=-1) == tokens[:, 1:]).astype(jnp.float32)
+    return (nll * loss_mask).sum(), (correct * loss_mask).sum()
+
+
+def sft_loss(params, cfg: ModelConfig, tokens, valid, loss_mask):
+    nll, correct = masked_sums(params, cfg, tokens, valid, loss_mask)
     denom = jnp.maximum(loss_mask.sum(), 1.0)
-    return (nll * loss_mask).sum() / denom, {"token_accuracy": (correct * loss_mask).sum() / denom}
+    return nll / denom, {"token_accuracy": correct / denom}
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "optimizer"), donate_argnums=(0, 1))
@@ -217,12 +223,7 @@ class SFTTrainer:
                 "tokens_per_s": n_tokens / max(elapsed, 1e-9), **self.counters}
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _eval_sums(params, tokens, valid, loss_mask, *, cfg):
-    logits = forward(params, cfg, tokens, valid)[:, :-1]
-    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[:, 1:, None], axis=-1)[..., 0]
-    correct = (jnp.argmax(logits, axis=-1) == tokens[:, 1:]).astype(jnp.float32)
-    return (nll * loss_mask).sum(), (correct * loss_mask).sum()
+_eval_sums = jax.jit(masked_sums, static_argnames=("cfg",))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -242,7 +243,7 @@ class SFTEval:
         for i in range(0, len(self.examples), self.batch_size):
             chunk = self.examples[i:i + self.batch_size]
             t, v, m = batch_arrays(chunk, self.seq_len, self.pad_id, self.batch_size)
-            s_nll, s_correct = jax.device_get(_eval_sums(params, t, v, m, cfg=policy.model_cfg))
+            s_nll, s_correct = jax.device_get(_eval_sums(params, policy.model_cfg, t, v, m))
             nll, correct, tokens = nll + float(s_nll), correct + float(s_correct), tokens + float(m.sum())
         return {"loss": nll / max(tokens, 1.0), "token_accuracy": correct / max(tokens, 1.0),
                 "examples": len(self.examples), "loss_tokens": int(tokens)}
