@@ -198,3 +198,14 @@ def test_combine_bootstrap_interval_and_the_shared_helpers():
     assert arm["steps"] == 10 and arm["signal"]["moved"] is False and len(arm["signal"]["tests"]) == 2
     assert C.not_applied("exact", "closed form")["moved"] is True
     assert C.as_recorded({1: np.float32(0.5), "a": (np.int64(2), np.nan)}) == {"1": 0.5, "a": [2, None]}
+
+
+def test_demote_makes_only_the_named_verdicts_inconclusive_and_keeps_what_the_rule_said():
+    against = C.difference([-1.0, -1.1, -0.9], 0.0)
+    assert against.verdict == C.CONTRADICTED
+    demoted = C.demote(against, "an upper bound", "why not")
+    assert (demoted.verdict, demoted.evidence["rule_verdict"], demoted.evidence["reason"]) == (C.INCONCLUSIVE, C.CONTRADICTED, "why not")
+    assert demoted.rule == against.rule + "; an upper bound" and demoted.evidence["interval"] == against.evidence["interval"]
+    holds = C.difference([1.0, 1.1, 0.9], 0.0)
+    assert C.demote(holds, "an upper bound", "why not") is holds  # only a contradiction by default
+    assert C.demote(holds, "censored", "why", verdicts=(C.HOLDS, C.CONTRADICTED)).verdict == C.INCONCLUSIVE

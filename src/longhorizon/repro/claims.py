@@ -282,6 +282,17 @@ def combine(parts: dict, what: str, unanimous: bool = False) -> Claim:
                                      **({"seeds": min(seeds)} if seeds else {})})
 
 
+def demote(ruling: Claim, rule_note: str, reason: str, verdicts=(CONTRADICTED,)) -> Claim:
+    """``ruling`` made ``inconclusive`` when its verdict is one of ``verdicts`` (by default a contradiction) and the
+    run cannot support that verdict (an upper bound with unknown constants, a slope through censored values):
+    ``rule_note`` is added to the rule, ``reason`` replaces the evidence's reason and ``rule_verdict`` keeps what the
+    bare rule said. Any other verdict is returned as it is."""
+    if ruling.verdict not in verdicts:
+        return ruling
+    return Claim("", INCONCLUSIVE, ruling.rule + "; " + rule_note,
+                 {**ruling.evidence, "rule_verdict": ruling.verdict, "reason": reason})
+
+
 def undecidable(reason: str, **evidence) -> Claim:
     """A claim no rule can decide from the numbers at hand (say, no per-seed numbers): inconclusive, with why."""
     return Claim("", INCONCLUSIVE, "not decidable from the recorded numbers", {"reason": reason, **evidence})

@@ -418,11 +418,11 @@ def growth(h, steps_per_seed, censored: bool) -> C.Claim:
     mean it steepens it. Unsolved seeds sit mostly at large H, so with any ``censored`` environment a slope below
     the margin is inconclusive, never contradicted; a slope above it is reported with that caveat."""
     ruling = C.trend(h, np.log10(steps_per_seed), direction="increasing", margin=GROWTH)
-    if censored and ruling.verdict == C.CONTRADICTED:
-        ruling = C.Claim("", C.INCONCLUSIVE, ruling.rule + "; with unsolved environments counted at the budget (a lower "
-                         "bound) a slope below the margin is inconclusive", {**ruling.evidence, "reason": ruling.evidence[
-                             "reason"] + "; but unsolved environments enter at the budget, so the slope is a lower bound"})
-    return ruling
+    if not censored:
+        return ruling
+    return C.demote(ruling, "with unsolved environments counted at the budget (a lower bound) a slope below the margin "
+                    "is inconclusive", ruling.evidence["reason"] + "; but unsolved environments enter at the budget, so "
+                    "the slope is a lower bound")
 
 
 def sqirl_agreement(rows: list[dict[str, Any]], algos: Sequence[str]) -> C.Claim:

@@ -65,10 +65,10 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
 def uncensored(ruling: C.Claim, censored_share: float) -> C.Claim:
     """A slope fitted through censored K(eps) (a lower bound, K_max) can lean either way, so it decides nothing:
     holds or contradicted from an arm with any censored run becomes inconclusive."""
-    if censored_share == 0 or ruling.verdict not in (C.HOLDS, C.CONTRADICTED):
+    if censored_share == 0:
         return ruling
-    reason = f"{censored_share:.0%} of the runs censored at K_max (their K(eps) is a lower bound); the slope would say {ruling.verdict}"
-    return C.Claim("", C.INCONCLUSIVE, ruling.rule + "; no run censored", {**ruling.evidence, "reason": reason})
+    return C.demote(ruling, "no run censored", f"{censored_share:.0%} of the runs censored at K_max (their K(eps) is a "
+                    f"lower bound); the slope would say {ruling.verdict}", verdicts=(C.HOLDS, C.CONTRADICTED))
 
 
 def episodes_to_eps(gaps: np.ndarray, checkpoints: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:

@@ -118,10 +118,7 @@ def fits_of(setup: dict, rows: dict) -> dict:
 
 def _at_most(ruling: C.Claim, why: str) -> C.Claim:
     """An upper-bound or asymptotic claim: a ruling against it is inconclusive, with why (module docstring)."""
-    if ruling.verdict != C.CONTRADICTED:
-        return ruling
-    return C.Claim("", C.INCONCLUSIVE, ruling.rule + "; " + why,
-                   {**ruling.evidence, "rule_verdict": C.CONTRADICTED, "reason": ruling.evidence.get("reason", "") + "; " + why})
+    return C.demote(ruling, why, ruling.evidence.get("reason", "") + "; " + why)
 
 
 ASYMPTOTIC = "a rate not observed at this K is inconclusive, never contradicted (the theorem allows any finite-K burn-in)"
