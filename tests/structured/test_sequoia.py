@@ -188,6 +188,19 @@ def test_enumerated_argmax_equals_the_milp(family):
         obs, _, _ = env.step(rng, env.sample_feasible(rng, obs))  # a new state (and cool-downs for schedule)
 
 
+def test_enumerated_feasible_sets_follow_the_whole_constraint_set():
+    """Two constraint sets with the same fixed bits but another budget get their own feasible sets (by hand: 2 arms,
+    one bit each; budget 1 allows 3 actions, budget 2 all 4)."""
+    env = RestlessBandit(RestlessConfig(family="budget", n_arms=2, budget=2, seed=0))
+    maximize = sequoia.Maximizer(env, sequoia.SequoiaConfig(maximizer="enumerate"), np.random.default_rng(0))
+    row = np.ones((1, 2))
+    tight = milp_q.LinearConstraints("b1", 2, row, np.array([-np.inf]), np.array([1.0]))
+    loose = milp_q.LinearConstraints("b2", 2, row, np.array([-np.inf]), np.array([2.0]))
+    assert sorted(map(tuple, maximize.feasible_set(tight))) == [(0, 0), (0, 1), (1, 0)]
+    assert sorted(map(tuple, maximize.feasible_set(loose))) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert maximize.feasible_set(tight) is maximize.feasible_set(tight)  # enumerated once per set
+
+
 def test_enumeration_refuses_large_action_spaces():
     env = RestlessBandit(RestlessConfig(family="budget", n_arms=7))  # 14 action bits
     with pytest.raises(UsageError, match="at most 12 action bits"):

@@ -79,14 +79,16 @@ class Maximizer:
         self.env, self.config, self.rng = env, config, rng
         self.milp = milp_q.MilpArgmax(time_limit=config.time_limit)
         self.myopic: dict = {}  # state bytes -> the myopic action (a deterministic function of the state)
-        self.feasible_sets: dict = {}  # action_upper bytes -> every feasible action [K, n]
+        self.feasible_sets: dict = {}  # the constraint set's arrays (as bytes) -> every feasible action [K, n]
         if config.maximizer == "enumerate" and env.n_actions > MAX_ENUMERATED_BITS:
             raise UsageError(f"maximizer 'enumerate' scores all 2^{env.n_actions} actions; it takes at most "
                              f"{MAX_ENUMERATED_BITS} action bits. Use maximizer 'milp' for this action space.")
 
     def feasible_set(self, cons: milp_q.LinearConstraints) -> np.ndarray:
-        """Every feasible action of ``cons`` (rows of 0/1), enumerated once per set of fixed bits."""
-        key = cons.action_upper().tobytes()
+        """Every feasible action of ``cons`` (rows of 0/1), enumerated once per constraint set (keyed by all its
+        arrays, so an environment whose rows or bounds change with the state gets its own sets, not a stale one)."""
+        key = tuple(np.asarray(x, np.float64).tobytes() for x in (cons.matrix, cons.lb, cons.ub, cons.action_upper(),
+                                                                  cons.aux_lower, cons.aux_upper, cons.aux_integer))
         if key not in self.feasible_sets:
             bits = np.array(list(itertools.product([0.0, 1.0], repeat=cons.n_actions)))
             self.feasible_sets[key] = bits[[_feasible(cons, a) for a in bits]]
