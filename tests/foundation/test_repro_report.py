@@ -78,3 +78,12 @@ def test_resumable_computes_an_arm_once_per_setup_and_saves_it_as_recorded(tmp_p
     assert not reused and len([c for c in calls if c == 1]) == 2
     assert json.loads(path.read_text())["setup"]["steps"] == 4
     assert [p.name for p in path.parent.iterdir()] == ["a.json"]  # no temporary file left
+
+
+def test_block_means_by_hand():
+    from longhorizon.repro.report import block_means
+
+    steps, means = block_means([[4.0, 2.0, 3.0, 1.0, 9.0], [0.0, 2.0, 4.0, 6.0, 8.0]], points=2)  # blocks of 2; 5th dropped
+    assert steps == [2, 4] and means.tolist() == [[3.0, 2.0], [1.0, 5.0]]
+    steps, means = block_means([1.0, 2.0, 3.0], points=10)  # fewer values than points: blocks of one
+    assert steps == [1, 2, 3] and means.tolist() == [1.0, 2.0, 3.0]

@@ -29,7 +29,7 @@ import numpy as np
 from longhorizon.errors import UsageError
 from longhorizon.repro import claims as C
 from longhorizon.repro.qgf_cube import CubeSetup, _cell, cube_lines, run_cube
-from longhorizon.repro.report import verdict_lines
+from longhorizon.repro.report import block_means, verdict_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,11 +174,8 @@ def run_toy(setup: Setup, log=print) -> dict[str, Any]:
 def blocks(losses, points: int = 50) -> dict[str, list]:
     """A training-loss curve per seed (``losses [seeds, updates]``) as the means of ``points`` equal blocks of
     updates; ``step`` is each block's last update."""
-    losses = np.asarray(losses, np.float64)
-    size = max(1, losses.shape[1] // points)
-    count = losses.shape[1] // size
-    return {"step": [(k + 1) * size for k in range(count)],
-            "loss": losses[:, :count * size].reshape(len(losses), count, size).mean(-1).tolist()}
+    steps, means = block_means(losses, points)
+    return {"step": steps, "loss": means.tolist()}
 
 
 # ----------------------------------------------------------------------------- claims

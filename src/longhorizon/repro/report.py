@@ -35,6 +35,15 @@ def resumable(path: Path, setup, compute: Callable[[], dict], log=None) -> tuple
     return result, False
 
 
+def block_means(values, points: int = 50) -> tuple[list[int], np.ndarray]:
+    """A long curve made short for the committed ``curves/``: the means of ``points`` equal blocks along the last
+    axis of ``values`` (a remainder shorter than a block is dropped) and each block's last step (1-based)."""
+    v = np.asarray(values, np.float64)
+    size = max(1, v.shape[-1] // points)
+    count = v.shape[-1] // size
+    return [(k + 1) * size for k in range(count)], v[..., :count * size].reshape(*v.shape[:-1], count, size).mean(-1)
+
+
 def write(out: Path, summary: dict, lines: list[str]) -> None:
     """Write ``summary.json`` and ``README.md`` into ``out``. A summary in the claims schema (it has a
     ``paper`` key: :func:`longhorizon.repro.claims.summary`) is validated first and refused if it departs."""

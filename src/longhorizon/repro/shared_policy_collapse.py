@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import mean_se, plot_curves, verdict_lines, write_run
+from longhorizon.repro.report import block_means, mean_se, plot_curves, verdict_lines, write_run
 from longhorizon.structured import shared_dqn
 from longhorizon.structured.dilemma import DilemmaConfig, NetworkedDilemma, payoff_matrix
 
@@ -108,14 +108,14 @@ def run_arm(env: NetworkedDilemma, setup: Setup, arm: str) -> dict:
 def curve_rows(metrics: dict, setup: Setup, points: int = 50) -> list[dict]:
     """The arm's training curve: per (b, epsilon), the seed mean of each metric over ``points`` equal blocks of steps
     (``step`` is the block's last step)."""
-    block = max(1, setup.total_steps // points)
     shape = (len(setup.harshness), len(setup.epsilons), setup.seeds)
     names = ("reward", "greedy_cooperation", "cooperation", "q_gap")
-    means = {n: np.asarray(metrics[n])[:, :block * (setup.total_steps // block)].reshape(*shape, -1, block).mean((2, 4))
-             for n in names}  # [b, eps, blocks]
-    return [{"b": b, "epsilon": eps, "step": (k + 1) * block, **{n: means[n][i, j, k] for n in names}}
+    blocks = {n: block_means(metrics[n], points) for n in names}  # rows in (b, epsilon, seed) order
+    steps = blocks["reward"][0]
+    means = {n: blocks[n][1].reshape(*shape, -1).mean(2) for n in names}  # [b, eps, blocks]
+    return [{"b": b, "epsilon": eps, "step": step, **{n: means[n][i, j, k] for n in names}}
             for i, b in enumerate(setup.harshness) for j, eps in enumerate(setup.epsilons)
-            for k in range(means["reward"].shape[-1])]
+            for k, step in enumerate(steps)]
 
 
 def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
