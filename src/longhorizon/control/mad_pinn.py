@@ -15,11 +15,10 @@
    ``"free-cost"`` base is a lower bound of V whose HJB-VI residual is zero almost everywhere (it fails
    only on the kink of the max), so sampled residuals barely see the constraint's effect: it is kept
    as the measured negative result of docs/control.md, the default is DeepReach's.
-   **Floor.** The trained network falls below the value's known lower bound ``max(C0 - z, g)`` on a
-   large share of the pair system's states (37% of sampled points by more than 0.05 at 3000 steps, 30%
-   at 10000): there budgets below the unconstrained cost look feasible, the controller's ``z*`` sinks to
-   the bottom of its grid where the network extrapolates, and the agents stop short of their goals
-   (success 0-2%). The value as deployed is therefore ``max(V_theta, C0 - z, g)`` (``floor=True``);
+   **Floor.** The trained network can fall below the value's known lower bound ``max(C0 - z, g)``
+   (measured in docs/results/mad-pinn/): there budgets below the unconstrained cost look feasible, the
+   controller's ``z*`` sinks to the bottom of its grid where the network extrapolates, and the agents stop
+   short of their goals. The value as deployed is therefore ``max(V_theta, C0 - z, g)`` (``floor=True``);
    training fits the raw network (floored, the residual vanishes wherever the bound is active and those
    points would get no gradient: the ``"free-cost"`` base's failure).
 2. **Controller.** For an observation x, the smallest budget with ``V(0, x, z) <= 0`` on a grid of z

@@ -61,8 +61,8 @@ class Setup:
     methods: tuple[str, ...] = METHODS
 
 
-# 4x4 grid, two blocks: the flat agent does one-move tasks there (0.38 in a development run) and fails two-move ones;
-# on the 6x6 grid it solved 6% of one-move tasks with two blocks, so subgoals had nothing to hand over (issue 37)
+# 4x4 grid, two blocks: a grid where the flat agent does one-move tasks, so subgoals have a skill to hand over
+# (on the 6x6 grid it did not; docs/offline.md, HECRL)
 FULL = Setup(blocks=(2,), size=4, updates=4000, tasks_per_cell=24, diffusion=(("batch_size", 128),))
 QUICK = Setup(blocks=(2,), seeds=2, trajectories=150, length=40, updates=300, hidden="32,32", batch_size=64,
               tasks_per_cell=8, diffusion=(("d_model", 32), ("layers", 1), ("num_candidates", 8), ("sample_steps", 5),

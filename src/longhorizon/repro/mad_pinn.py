@@ -47,7 +47,7 @@ PAIR_EPISODES = 256  # greedy episodes per seed on the reduced pair system after
 COLLISION = 0.25  # a collision: two centres closer than this (both methods keep a 0.05 margin)
 LOOKAHEAD = 0.25  # neighbour-candidate horizon, s (at 0.5, 2-3 of 8 agents stayed locked in pairs and never arrived)
 CBF_TURN = 0.6  # rad: the CBF-QP's nominal control turns right near a neighbour (without it, it deadlocks from N = 8)
-SUCCESS_FLOOR = 0.8  # safety and cost claims need MAD-PINN's agents to reach their goals in >= 80% of cases (issue 37)
+SUCCESS_FLOOR = 0.8  # safety and cost claims need MAD-PINN's agents to reach their goals in >= 80% of cases
 CLAIMS = {
     "pinn": "the PINN matches the grid solution of the reduced problem (safe sets and values)",
     "safety": "decentralised MAD-PINN collides no more often than the CBF-QP at every team size",
