@@ -82,3 +82,20 @@ def test_run_keeps_the_saved_rows_of_the_same_scale_and_extends_the_table(tmp_pa
     assert claim["claim"] == "OTA beats HIQL on pointmaze-giant-stitch-v0" and claim["verdict"] == C.NO_SIGNAL
     assert (tmp_path / "ota_success.png").stat().st_size > 0
     assert "OTA n=5" in (tmp_path / "README.md").read_text()
+
+
+def test_success_claims_need_a_hiql_baseline_that_reaches_a_goal():
+    """OTA above a HIQL that never reaches a goal is no signal (a crippled baseline); with HIQL above 0 it is judged."""
+    from longhorizon.repro import claims as C
+
+    def recorded(hiql):
+        rows = [{"dataset": "d", "agent": "hiql", "option_length": None, "success_per_seed": hiql},
+                {"dataset": "d", "agent": "ota", "option_length": 5, "success_per_seed": [0.3, 0.4, 0.5]}]
+        return {"mechanism": None, "success": rows,
+                "success_setup": {"datasets": ["d"], "option_lengths": [5], "updates": 10, "seeds": 3}}
+
+    claims, arms = ota.judge(recorded([0.0, 0.0, 0.0]))
+    assert claims[0].verdict == C.NO_SIGNAL and not arms["HIQL (d)"]["signal"]["moved"]
+    assert "HIQL (d)" in claims[0].evidence["did_not_move"][0]
+    claims, arms = ota.judge(recorded([0.1, 0.1, 0.2]))
+    assert claims[0].verdict == C.HOLDS and arms["HIQL (d)"]["signal"]["moved"]

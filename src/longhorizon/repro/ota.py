@@ -304,7 +304,8 @@ def success(out: Path, setup: SuccessSetup, done: Sequence[dict[str, Any]] = (),
 def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
     """``(claims, arms)`` from the recorded numbers: part 1, each OTA arm's far-half advantage-sign accuracy against
     HIQL's per seed; part 2, each OTA arm's success against HIQL's per seed, on each dataset measured. Student-t 95%
-    intervals over seeds (>= 3); an OTA arm with no held-out success gives ``no signal``."""
+    intervals over seeds (>= 3); an OTA arm with no held-out success, or a HIQL baseline that never reaches a goal
+    (a random policy's level: OTA cannot be said to beat a crippled baseline), gives ``no signal``."""
     mech, ss, succ = L["mechanism"], L.get("success_setup"), L.get("success") or []
     claims, arms = [], {}
     if mech:
@@ -322,6 +323,10 @@ def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
         default = ss["option_lengths"][0]
         for dataset in ss["datasets"]:
             hiql = arm_row(succ, dataset, "hiql", None)
+            base = None if hiql is None else C.baseline_signal(f"HIQL ({dataset})", hiql["success_per_seed"], 0.0,
+                                                               what="an agent that never reaches a goal")
+            if base is not None:
+                arms[f"HIQL ({dataset})"] = C.arm(ss["updates"], ss["seeds"], base)
             for n in ss["option_lengths"]:
                 row = arm_row(succ, dataset, "ota", n)
                 if hiql is None or row is None:
@@ -330,7 +335,7 @@ def judge(L: dict[str, Any], quick: bool = False) -> tuple[list, dict]:
                 sig = C.arm_signal(f"{label} ({dataset})", eval_start=0.0, eval_end=row["success_per_seed"],
                                    what="held-out success (an untrained agent's is at least 0)")
                 claims.append(C.judge(f"{label} beats HIQL on {dataset}",
-                                      C.difference(row["success_per_seed"], hiql["success_per_seed"]), [sig], quick=quick))
+                                      C.difference(row["success_per_seed"], hiql["success_per_seed"]), [sig, base], quick=quick))
                 arms[f"{label} ({dataset})"] = C.arm(ss["updates"], ss["seeds"], sig)
     return claims, arms
 
