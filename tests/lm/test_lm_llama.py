@@ -32,7 +32,7 @@ def test_configs_read_from_hf():
     assert qwen_cfg.qkv_bias and not qwen_cfg.tie_embeddings
     qwen3_cfg, qwen3_params, _ = load("tiny-qwen3")
     assert qwen3_cfg.qk_norm and qwen3_cfg.head_dim == 32  # explicit head_dim, not 64 / 4
-    assert qwen3_params["block_0"]["q"]["kernel"].shape == (64, 4, 32)
+    assert qwen3_params["blocks"]["q"]["kernel"].shape == (qwen3_cfg.n_layers, 64, 4, 32)  # stacked layers
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama-rope-llama3"])
@@ -69,7 +69,7 @@ def test_bfloat16_runs_in_bfloat16_close_to_the_float32_reference():
     cfg, params, ref = load("tiny-llama")
     cfg16 = llama.config_from_hf(json.loads((FIXTURES / "tiny-llama" / "config.json").read_text()), dtype="bfloat16")
     params16 = llama.params_from_hf(load_file(FIXTURES / "tiny-llama" / "model.safetensors"), cfg16)
-    assert params16["block_0"]["q"]["kernel"].dtype == jnp.bfloat16
+    assert params16["blocks"]["q"]["kernel"].dtype == jnp.bfloat16
     logits = np.asarray(llama.forward(params16, cfg16, jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])))
     error = np.abs(logits[ref["valid"]] - ref["logits"][ref["valid"]])
     # bf16 keeps 8 mantissa bits (relative step 2^-8): logits up to ~6 move by a few hundredths, not 1e-6
@@ -112,9 +112,9 @@ def test_grouped_query_heads_share_their_key_value_head():
     cfg, params, ref = load("tiny-llama")
     tokens, valid = jnp.asarray(ref["input_ids"][:1]), jnp.asarray(ref["valid"][:1])
     run = lambda p: np.asarray(llama.forward(p, cfg, tokens, valid))  # noqa: E731
-    no_v1 = with_leaf(params, ("block_1", "v", "kernel"), lambda k: k.at[:, 1].set(0.0))
-    no_o23 = with_leaf(params, ("block_1", "o", "kernel"), lambda k: k.at[2:].set(0.0))
-    both = with_leaf(no_v1, ("block_1", "o", "kernel"), lambda k: k.at[2:].set(0.0))
+    no_v1 = with_leaf(params, ("blocks", "v", "kernel"), lambda k: k.at[1, :, 1].set(0.0))  # layer 1
+    no_o23 = with_leaf(params, ("blocks", "o", "kernel"), lambda k: k.at[1, 2:].set(0.0))
+    both = with_leaf(no_v1, ("blocks", "o", "kernel"), lambda k: k.at[1, 2:].set(0.0))
     assert np.abs(run(no_v1) - run(params)).max() > 1e-2
     np.testing.assert_allclose(run(both), run(no_o23), atol=1e-6)
 

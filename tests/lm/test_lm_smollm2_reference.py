@@ -32,7 +32,7 @@ def test_first_two_layers_match_transformers():
 
     from longhorizon.lm import llama
     from longhorizon.lm.checkpoints.gguf_file import read_gguf
-    from longhorizon.lm.model import positions_from_valid
+    from longhorizon.lm.model import causal_slot_mask, positions_from_valid
 
     meta = json.loads((FIXTURE / "reference.json").read_text())
     ref = np.load(FIXTURE / "reference.npz")
@@ -42,10 +42,14 @@ def test_first_two_layers_match_transformers():
     params = llama.params_from_hf(ckpt.tensors, cfg)  # reads layers 0 and 1 only
     ids = jnp.asarray(ref["input_ids"][None])
     valid = jnp.ones_like(ids, bool)
-    (logits, _), state = llama.Llama(cfg).apply(
-        {"params": params}, ids, positions_from_valid(valid), valid,
-        capture_intermediates=lambda module, _: isinstance(module, llama.Block))
-    hidden = np.stack([np.asarray(state["intermediates"][f"block_{i}"]["__call__"][0][0][0]) for i in range(cfg.n_layers)])
+    logits, _ = llama.Llama(cfg).apply({"params": params}, ids, positions_from_valid(valid), valid)
+    # the residual stream after each layer, the layers run one by one (the model scans the same Block)
+    x, hidden = params["embed"]["embedding"][ids], []
+    for i in range(cfg.n_layers):
+        x, _ = llama.Block(cfg).apply({"params": llama.layer(params, i)}, x, positions_from_valid(valid),
+                                      causal_slot_mask(ids.shape[1], valid, None, 0), None, 0)
+        hidden.append(np.asarray(x[0]))
+    hidden = np.stack(hidden)
     logits = np.asarray(logits[0], np.float64)
     np.testing.assert_allclose(hidden, ref["hidden"], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(logits[:, ref["vocab_ids"]], ref["logits_subset"], rtol=0, atol=1e-3)

@@ -65,7 +65,7 @@ def test_streamed_gradients_equal_the_plain_gradient_in_two_layers_of_device_mem
     # four blocks, one compilation each way
     assert (offload._block_forward._cache_size(), offload._block_pullback._cache_size()) == \
         (compiled[0] + 1, compiled[1] + 1)
-    block, residual = _nbytes(host["block_0"]), 4 * 34 * TIED.d_model  # a [1, T, d] float32 stream of 34 tokens
+    block, residual = _nbytes(llama.layer(host, 0)), 4 * 34 * TIED.d_model  # a [1, T, d] float32 stream of 34 tokens
     assert block > 4 * _nbytes(host["embed"])
     # the running block (its gradient takes its buffers) and the prefetched one, plus a few residual
     # streams and the batch; the whole model is four blocks and the embedding
@@ -86,13 +86,14 @@ def test_one_streamed_step_equals_grpo_update_untied_rows_micro_batches_clipping
                                         optimizer=optimizer)
     assert float(want_metrics["grad_norm"]) > accumulate.max_grad_norm  # the clipped branch is the one compared
     assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves((got, got_state)))  # host is the authority
-    assert "lm_head" in got and "bias" in got["block_0"]["q"]
+    assert "lm_head" in got and "bias" in got["blocks"]["q"]
     # parameters move by ~learning_rate: compare the moves, relative to the largest one
     moved = jax.tree_util.tree_map(lambda a, b: np.asarray(a) - np.asarray(b), got, dict(params))
     want_moved = jax.tree_util.tree_map(lambda a, b: np.asarray(a) - np.asarray(b), dict(want), dict(params))
     _assert_trees_close(moved, want_moved, rtol=1e-3)
+    # atol: 1e-3 of one step; Adam's g / (sqrt(v) + eps) turns the rounding of a gradient near 0 into a visible move
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(dict(want))):
-        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-6)
     for key, value in want_metrics.items():
         assert np.isclose(float(got_metrics[key]), float(value), rtol=1e-5), key
 

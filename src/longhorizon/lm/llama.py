@@ -218,6 +218,10 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
+    """The decoder. Its blocks' weights are stacked along a leading layer axis (``params["blocks"]``, each leaf
+    ``[n_layers, ...]``) and run by one ``lax.scan``: the program holds one block whatever the depth, so
+    compilation time does not grow with the number of layers, and the logits equal a layer-by-layer loop's."""
+
     cfg: LlamaConfig
 
     @nn.compact
@@ -227,23 +231,51 @@ class Llama(nn.Module):
         Query slot ``i`` attends to key slot ``j`` iff ``j <= i`` and ``kv_valid[b, j]``; with a
         cache, the ``T`` tokens occupy slots ``index .. index+T-1``. ``attend(q, k, v, layer)``
         replaces that masked attention as in :class:`longhorizon.lm.model.Transformer` (``q`` has
-        ``n_heads`` heads, ``k, v`` ``n_kv_heads``), so a GRPO group reads one copy of its prompt.
-        ``logits_at`` computes the head only at those positions, as in the Transformer.
+        ``n_heads`` heads, ``k, v`` ``n_kv_heads``; ``layer`` is a traced index), so a GRPO group reads
+        one copy of its prompt. ``logits_at`` computes the head only at those positions, as in the Transformer.
         Returns ``(logits [B, T or K, V] float32, new_cache or None)``.
         """
         cfg = self.cfg
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.dtype, name="embed")
         x = embed(tokens)
+        blocks = self.param("blocks", init_blocks, cfg)
         mask = causal_slot_mask(tokens.shape[1], kv_valid, cache, index) if attend is None else None
+        block = Block(cfg, parent=None)
+
+        def layer_step(carry, layer_in):
+            x, kv = carry
+            weights, layer = layer_in
+            x, kv = block.apply({"params": weights}, x, positions, mask, None if kv is None else (*kv, layer), index,
+                                attend, layer)
+            return (x, kv), None
+
+        # the cache is carried whole and written in place at each layer's index (a scanned output would copy it)
         kv = None if cache is None else (cache.k, cache.v)
-        for i in range(cfg.n_layers):
-            x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
+        (x, kv), _ = jax.lax.scan(layer_step, (x, kv), (blocks, jnp.arange(cfg.n_layers)))
         x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(x if logits_at is None else x[:, logits_at])
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:
             logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.dtype, param_dtype=cfg.dtype, name="lm_head")(x)
         return logits.astype(jnp.float32), None if kv is None else KVCache(*kv)
+
+
+def init_blocks(key: jax.Array, cfg: LlamaConfig):
+    """Every block's initial weights, stacked: leaves ``[n_layers, ...]`` (each layer from its own key)."""
+    x, positions = jnp.zeros((1, 2, cfg.d_model), cfg.dtype), jnp.zeros((1, 2), jnp.int32)
+    mask = jnp.ones((1, 2, 2), bool)
+    one = lambda k: Block(cfg, parent=None).init(k, x, positions, mask, None, 0)["params"]  # noqa: E731
+    return jax.vmap(one)(jax.random.split(key, cfg.n_layers))
+
+
+def layer(params, i: int):
+    """Block ``i``'s weights (the slice of every stacked leaf of ``params["blocks"]``)."""
+    return jax.tree_util.tree_map(lambda w: w[i], params["blocks"])
+
+
+def stack_layers(layers):
+    """``params["blocks"]`` from per-layer weight trees (the inverse of :func:`layer`)."""
+    return jax.tree_util.tree_map(lambda *ws: jnp.stack(ws), *layers)
 
 
 def init_params(key: jax.Array, cfg: LlamaConfig):
@@ -265,7 +297,7 @@ def params_from_hf(weights: Mapping[str, np.ndarray], cfg: LlamaConfig):
         w = np.asarray(weights[name], np.float32)
         if w.shape != shape:
             raise UsageError(f"tensor {name!r} has shape {w.shape}, the config implies {shape}; the checkpoint does not match its config.json.")
-        return jnp.asarray(w, cfg.dtype)
+        return w.astype(jnp.dtype(cfg.dtype))  # numpy until the end: the stacking below copies once
 
     def proj(name, heads):  # [heads*d, d_model] -> kernel [d_model, heads, d]
         out = {"kernel": get(f"{name}.weight", (heads * d, cfg.d_model)).T.reshape(cfg.d_model, heads, d)}
@@ -275,9 +307,10 @@ def params_from_hf(weights: Mapping[str, np.ndarray], cfg: LlamaConfig):
 
     params = {"embed": {"embedding": get("model.embed_tokens.weight", (cfg.vocab_size, cfg.d_model))},
               "norm": {"scale": get("model.norm.weight", (cfg.d_model,))}}
+    layers = []
     for i in range(cfg.n_layers):
         p = f"model.layers.{i}."
-        params[f"block_{i}"] = {
+        layers.append({
             "attn_norm": {"scale": get(p + "input_layernorm.weight", (cfg.d_model,))},
             "q": proj(p + "self_attn.q_proj", h),
             "k": proj(p + "self_attn.k_proj", kvh),
@@ -289,10 +322,12 @@ def params_from_hf(weights: Mapping[str, np.ndarray], cfg: LlamaConfig):
             "gate": {"kernel": get(p + "mlp.gate_proj.weight", (cfg.d_ff, cfg.d_model)).T},
             "up": {"kernel": get(p + "mlp.up_proj.weight", (cfg.d_ff, cfg.d_model)).T},
             "down": {"kernel": get(p + "mlp.down_proj.weight", (cfg.d_model, cfg.d_ff)).T},
-        }
+        })
+    params["blocks"] = jax.tree_util.tree_map(lambda *ws: np.stack(ws), *layers)
+    del layers
     if not cfg.tie_embeddings:
         params["lm_head"] = {"kernel": get("lm_head.weight", (cfg.vocab_size, cfg.d_model)).T}
-    return params
+    return jax.tree_util.tree_map(jnp.asarray, params)
 
 
 def load_hf_folder(folder: str | Path, dtype: str = "float32"):
@@ -316,7 +351,7 @@ def params_to_hf(params, cfg: LlamaConfig) -> dict[str, np.ndarray]:
     f32 = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))  # noqa: E731
     out = {"model.embed_tokens.weight": f32(params["embed"]["embedding"]), "model.norm.weight": f32(params["norm"]["scale"])}
     for i in range(cfg.n_layers):
-        p, b = f"model.layers.{i}.", params[f"block_{i}"]
+        p, b = f"model.layers.{i}.", layer(params, i)
         out[p + "input_layernorm.weight"] = f32(b["attn_norm"]["scale"])
         out[p + "post_attention_layernorm.weight"] = f32(b["mlp_norm"]["scale"])
         for name, heads in (("q", h), ("k", kvh), ("v", kvh)):

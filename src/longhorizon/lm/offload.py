@@ -5,7 +5,7 @@ host memory as the authority and uses the accelerator as a transient compute eng
 weights travel to the device when that layer runs, the next layer's transfer is issued before the
 current layer computes (double buffering), activations are recomputed layer by layer in the
 backward pass, and the optimiser step runs on the host. For a Llama with parts
-``embed, block_0 .. block_{L-1}, head = (norm, lm_head or the tied embedding)`` and one optimiser
+``embed, blocks (layers 0 .. L-1, stacked), head = (norm, lm_head or the tied embedding)`` and one optimiser
 batch of ``M`` micro-batches, :class:`LayerStreamedUpdate` computes::
 
     for each micro-batch m:
@@ -162,7 +162,7 @@ class LayerStreamedUpdate:
         self.device = device or jax.devices()[0]
         self.host = host or jax.devices("cpu")[0]
         self.optimizer = optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.blocks = [f"block_{i}" for i in range(model_cfg.n_layers)]
+        self.layers = range(model_cfg.n_layers)
         self.head = ("norm", "embed" if model_cfg.tie_embeddings else "lm_head")
         self.probe, self.peak_device_bytes, self._baseline = probe, 0, 0
 
@@ -172,7 +172,7 @@ class LayerStreamedUpdate:
         return np.array(x)
 
     def init(self, params) -> dict:
-        """AdamW state per part (``embed``, ``block_i``, ``norm``, ``lm_head``), in host memory."""
+        """AdamW state per part (``embed``, ``blocks``, ``norm``, ``lm_head``), in host memory."""
         with jax.default_device(self.host):
             return {name: _to_host(self.optimizer.init(part)) for name, part in params.items()}
 
@@ -201,7 +201,8 @@ class LayerStreamedUpdate:
         static = {"cfg": self.model_cfg, "temperature": self.cfg.temperature}
         x = _embed_forward(self._put(params["embed"]), batch, **static)
         inputs = []
-        for weights in self._streamed(params[name] for name in self.blocks):
+        layer = lambda i: jax.tree_util.tree_map(lambda w: w[i], params["blocks"])  # noqa: E731  (host views)
+        for weights in self._streamed(layer(i) for i in self.layers):
             inputs.append(np.array(x))  # each layer's input waits on the host for the backward pass
             x = _block_forward(weights, x, batch, **static)
             self._measure(x)
@@ -212,12 +213,14 @@ class LayerStreamedUpdate:
         for name in self.head:
             grads[name] = _accumulate(grads.get(name), _to_host(g_head[name]))
         del g_head, x  # on the host now, or no longer needed: the device keeps only g_x
-        backward = zip(reversed(self.blocks), self._streamed((params[n], x_in) for n, x_in in
-                                                              zip(reversed(self.blocks), reversed(inputs))))
-        for name, (weights, x_in) in backward:
+        if "blocks" not in grads:
+            grads["blocks"] = jax.tree_util.tree_map(np.zeros_like, params["blocks"])
+        backward = zip(reversed(self.layers), self._streamed((layer(i), x_in) for i, x_in in
+                                                              zip(reversed(self.layers), reversed(inputs))))
+        for i, (weights, x_in) in backward:
             g_w, g_x = _block_pullback(weights, x_in, g_x, batch, **static)
             self._measure(g_w, g_x)
-            grads[name] = _accumulate(grads.get(name), _to_host(g_w))
+            jax.tree_util.tree_map(lambda total, g: np.add(total[i], g, out=total[i]), grads["blocks"], _to_host(g_w))
         g_embed = _embed_pullback(self._put(params["embed"]), g_x, batch, **static)
         grads["embed"] = _accumulate(grads.get("embed"), _to_host(g_embed))
         return loss, sums
