@@ -2,6 +2,7 @@
 shared-prompt scoring and grouped decoding equal their per-row versions, several stop ids, GSPO's
 sequence-level ratio by hand, TRL's ``reward_std`` and ``steps_per_generation``."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -133,3 +134,44 @@ def test_trainer_steps_a_llama_policy(tiny):
     assert not np.allclose(np.asarray(before), np.asarray(jax.tree_util.tree_leaves(trainer.params)[0]))
     with pytest.raises(UsageError, match="exceed the model's context"):
         GRPOTrainer(cfg, params, Tokenizer(), GRPOConfig(lr_scheduler_type="constant", max_prompt_length=250, max_completion_length=10))
+
+
+@pytest.mark.parametrize("loss_type, share_prompts", [("dr_grpo", True), ("grpo", False), ("bnpo", True)])
+def test_the_update_on_the_longest_completion_equals_the_update_on_max_completion_length(tiny, loss_type, share_prompts):
+    """Bucketing drops only columns where no completion is valid, so the optimiser step is the same (dr_grpo still
+    divides by max_completion_length, as TRL does), on 16 columns instead of 40."""
+    from longhorizon.lm import grpo as G
+
+    cfg, params = tiny
+    problems = make_problems("chain", [1], 2, 0, TaskConfig(digits=1, operators="+", names="sequential", fixed_width=False))
+    config = GRPOConfig(lr_scheduler_type="constant", num_generations=4, max_prompt_length=12, max_completion_length=40,
+                        learning_rate=1e-3, batch_multiple=4, loss_type=loss_type, share_prompts=share_prompts)
+    trainer = GRPOTrainer(cfg, params, Tokenizer(), config, seed=0, reward_fn=lambda p, text: float(len(text) % 3))
+    ro = trainer.rollout(problems)
+    lengths = np.array([3, 9, 12, 5, 7, 11, 2, 10])  # the longest is 12 columns: bucket 16
+    ro["valid"] = np.arange(40)[None] < lengths[:, None]
+    ro["tokens"] = np.where(ro["valid"], ro["tokens"], Tokenizer().pad_id)
+    ro["rewards"] = np.array([1.0, 0, 2, 1, 0, 0, 2, 1])
+    adv, mask, keep = trainer.advantages(ro), ro["valid"].astype(np.float32), np.ones(8, bool)
+    results = {}
+    for bucket in (True, False):
+        trainer.cfg = dataclasses.replace(config, bucket_completions=bucket)
+        batch = trainer._train_batch(ro, adv, mask, keep)
+        optimizer = G.optimizer_for(trainer.cfg)
+        copy = jax.tree_util.tree_map(jnp.array, params)
+        new, _, metrics = G.update(copy, optimizer.init(copy), batch, model_cfg=cfg, cfg=trainer.cfg, optimizer=optimizer)
+        results[bucket] = (batch["mask"].shape[1], new, metrics)
+    (width, bucketed, m1), (full, plain, m2) = results[True], results[False]
+    assert (width, full) == (16, 40)
+    for key in ("loss", "grad_norm", "ratio"):
+        np.testing.assert_allclose(float(m1[key]), float(m2[key]), rtol=1e-5, err_msg=key)
+    assert float(m1["grad_norm"]) > 0
+    for a, b in zip(jax.tree_util.tree_leaves(bucketed), jax.tree_util.tree_leaves(plain)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_bucket_widths_are_powers_of_two_capped_at_the_maximum():
+    from longhorizon.lm.grpo import bucket_width
+
+    assert [bucket_width(n, 48) for n in (1, 16, 17, 32, 33, 48)] == [16, 16, 32, 32, 48, 48]
+    assert bucket_width(5, 8) == 8 and bucket_width(100, 512) == 128

@@ -96,6 +96,10 @@ class GRPOConfig:
     # Run each prompt once per group (generation's prefill and the update's prompt positions) when
     # every group has the same size: the same function, at 1/num_generations of the prompt's cost.
     share_prompts: bool = True
+    # The update runs on the batch's longest completion rounded up to a power of two (>= 16, at most
+    # max_completion_length) instead of max_completion_length columns: the same loss on fewer padded
+    # tokens, at a handful of compiled lengths.
+    bucket_completions: bool = True
 
     def __post_init__(self):
         if self.num_generations < 2:
@@ -298,7 +302,7 @@ def completion_loss(logp, entropy, batch, total_tokens, *, cfg: GRPOConfig, n_mi
         logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
         epsilon=cfg.epsilon, epsilon_high=cfg.eps_high, beta=cfg.beta, mask=mask, level=cfg.importance_sampling_level,
     )
-    loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=mask.shape[1], total_tokens=total_tokens,
+    loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length, total_tokens=total_tokens,
                        n_micro=n_micro, rows=batch.get("rows"))
     adv = batch["advantages"]
     low = ((ratio < 1 - cfg.epsilon) & (adv < 0)).astype(jnp.float32)
@@ -371,6 +375,16 @@ def optimizer_for(cfg: GRPOConfig):
 
 def _round_up(n: int, m: int) -> int:
     return max(m, -(-n // m) * m)
+
+
+def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:
+    """The update's completion width for a batch whose longest completion has ``longest`` columns: the next
+    power of two from ``smallest``, at most ``cap`` (so a run compiles the update for at most log2(cap / 16) + 2
+    widths)."""
+    width = smallest
+    while width < longest:
+        width *= 2
+    return min(width, cap)
 
 
 class GRPOTrainer:
@@ -555,24 +569,30 @@ class GRPOTrainer:
             idx = idx[rng.permutation(len(idx))]
             pad = _round_up(len(idx), cfg.batch_multiple * steps) - len(idx)
 
+        width = ro["tokens"].shape[1]
+        if cfg.bucket_completions:  # drop the columns past the batch's longest completion (none is valid there)
+            used = np.flatnonzero(ro["valid"][idx].any(0))
+            width = bucket_width(int(used[-1]) + 1 if len(used) else 1, width)
+
         def take(x, fill=0, rows=None):
             x = x[idx if rows is None else rows]
             n = pad if rows is None else pad // group_size
             return np.concatenate([x, np.full((n,) + x.shape[1:], fill, x.dtype)]) if n else x
 
-        old_logp = take(ro["logprobs"])
-        batch = {"mask": take(mask), "old_logp": old_logp, "advantages": take(adv), "ref_logp": old_logp,
+        completion_tokens, completion_valid = ro["tokens"][:, :width], ro["valid"][:, :width]
+        old_logp = take(ro["logprobs"][:, :width])
+        batch = {"mask": take(mask[:, :width]), "old_logp": old_logp, "advantages": take(adv[:, :width]), "ref_logp": old_logp,
                  "rows": take(np.ones(len(ro["rows"]), np.float32))}  # 0: a padding row, counted nowhere
         if group_size:
             first = groups * group_size  # each group's prompt, from its first row
             pad_id = self.tokenizer.pad_id
             batch.update(prompt=take(ro["prompt_tokens"], pad_id, first), prompt_valid=take(ro["prompt_valid"], False, first),
-                         completion=take(ro["tokens"], pad_id), completion_valid=take(ro["valid"], False))
+                         completion=take(completion_tokens, pad_id), completion_valid=take(completion_valid, False))
             batch["prompt_valid"][len(groups):, -1] = True  # padding groups: one valid token, zero loss mask
         else:
             pad_id = self.tokenizer.pad_id
-            batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], pad_id), take(ro["tokens"], pad_id)], axis=1)
-            batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(ro["valid"], False)], axis=1)
+            batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], pad_id), take(completion_tokens, pad_id)], axis=1)
+            batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(completion_valid, False)], axis=1)
             batch["valid"][len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
         if cfg.beta != 0.0:
             batch["ref_logp"] = np.asarray(completion_logprobs(self.ref_params, batch, model_cfg=self.model_cfg,
