@@ -1,5 +1,6 @@
 """LPO / TA-LPO drift constraints, the zero-drift objective, antithetic ES on a quadratic, inner loop, repro."""
 
+import csv
 import json
 
 import jax
@@ -99,17 +100,24 @@ def test_bandit_advantages_and_score_by_hand():
                                rtol=1e-6)
 
 
-def _recorded(rise=0.1, runs=1):
-    """Recorded numbers: five drifts' meta-fitness curves (rising by ``rise``), bandit scores, PPO returns, grids."""
+def _recorded(rise=0.1, runs=3, flat_run=None, gap=0.1):
+    """Recorded numbers over ``runs`` meta-training runs: five drifts' meta-fitness curves (rising by ``rise``; run
+    ``flat_run`` of every drift does not rise), bandit scores, PPO returns and drift grids in which TA-LPO's drifts
+    beat LPO's by ``gap`` in every run (the runs differ a little; their paired differences do not)."""
     arms = ("LPO", "TA-LPO", "TA-LPO (meta-gradient)", "LPO (CartPole-v1)", "TA-LPO (CartPole-v1)")
-    envs = {"Acrobot-v1": {"8": {a: [0.5 + 0.1 * ("TA" in a)] * 3 for a in
-                                 ("PPO-clip 0.2", "LPO (bandit)", "TA-LPO (bandit)", "LPO (CartPole-v1)", "TA-LPO (CartPole-v1)")}}}
-    grid = np.ones((2, 5)).tolist()
-    return {"meta_fitness": {a: list(np.linspace(0.5, 0.5 + rise, 8)) for a in arms},
-            "scores": {a: {"4": [0.6 + 0.1 * ("TA" in a), 0.01], "8": [0.7, 0.01]} for a in arms[:3]},
+    wobble = [0.01 * k for k in range(runs)]
+    curve = lambda k: list(np.linspace(0.5, 0.5 + (0.0 if k == flat_run else rise), 8))  # noqa: E731
+    envs = {"Acrobot-v1": {"8": {**{a: [[0.5 + gap * ("TA" in a) + w] * 3 for w in wobble] for a in
+                                    ("LPO (bandit)", "TA-LPO (bandit)", "LPO (CartPole-v1)", "TA-LPO (CartPole-v1)")},
+                                 "PPO-clip 0.2": [[0.5] * 3]}}}
+    grid = np.ones((2, 5))
+    return {"meta_fitness": {a: [curve(k) for k in range(runs)] for a in arms},
+            "scores": {a: {"4": [[0.6 + gap * ("TA" in a) - gap / 2 * ("meta-gradient" in a) + w, 0.01] for w in wobble],
+                           "8": [[0.7 + w, 0.01] for w in wobble]} for a in arms[:3]},
             "held_out_lifetimes": [4], "held_out_envs": envs,
-            "drift_grid": {"ta_early": grid, "ta_late": (1.5 * np.array(grid)).tolist(), "ta_control_early": grid,
-                           "ta_control_late": grid},
+            "drift_grid": {"ta_early": [grid.tolist()] * runs,
+                           "ta_late": [((1.5 + w) * grid).tolist() for w in wobble],
+                           "ta_control_early": [grid.tolist()] * runs, "ta_control_late": [grid.tolist()] * runs},
             "setup": {"control": {"env": "CartPole-v1", "lifetimes": [8, 32]}}}
 
 
@@ -118,13 +126,29 @@ def test_claim_rules_by_hand():
     from longhorizon.repro import ta_lpo
 
     assert ta_lpo.lifetime_change(np.ones((2, 5)), 1.5 * np.ones((2, 5))) == pytest.approx(0.4)
+    # three meta-training runs, every one on the claim's side: the bandit and transfer gaps and the bandit drift's
+    # change hold; the control drift does not change (0 < 0.1 in every run): contradicted; ES beats the meta-gradient
     claims, arms = ta_lpo.judge(_recorded())
-    # one meta-training run per drift: nothing about what meta-training finds is decided, however large the gap
-    assert [c.verdict for c in claims] == [C.INCONCLUSIVE] * 6
-    assert claims[1].evidence["a"] == [pytest.approx(0.4)] and "meta-training run" in claims[1].rule
-    assert all(a["seeds"] == 1 and a["signal"]["moved"] for a in arms.values())
-    flat = [c.verdict for c in ta_lpo.judge(_recorded(rise=0.0))[0]]
-    assert flat == [C.NO_SIGNAL] * 6  # meta-training that did not raise its fitness speaks to nothing
+    assert [c.verdict for c in claims] == [C.HOLDS, C.HOLDS, C.HOLDS, C.HOLDS, C.CONTRADICTED, C.HOLDS]
+    assert claims[0].evidence["a"] == pytest.approx([0.7, 0.71, 0.72]) and claims[0].evidence["seeds"] == 3
+    assert claims[0].evidence["difference"] == pytest.approx(0.1) and claims[0].evidence["meta_runs"] == 3
+    assert claims[1].evidence["a"] == pytest.approx([0.4, 0.51 / 1.255, 0.52 / 1.26])  # one change per run
+    assert claims[1].evidence["b"] == [0.1] and "the unit is the meta-training run" in claims[1].rule
+    assert np.shape(claims[2].evidence["ppo_seed_differences"]) == (3, 3)
+    assert all(a["seeds"] == 3 and a["signal"]["moved"] and len(a["signal"]["tests"]) == 3 for a in arms.values())
+    # the TA-LPO drifts beaten by LPO's in every run: contradicted
+    against = [c.verdict for c in ta_lpo.judge(_recorded(gap=-0.1))[0]]
+    assert against[0] == against[2] == against[3] == C.CONTRADICTED
+    # one meta-training run: nothing about what meta-training finds is decided, however large the gap
+    one = ta_lpo.judge(_recorded(runs=1))
+    assert [c.verdict for c in one[0]] == [C.INCONCLUSIVE] * 6 and all(a["seeds"] == 1 for a in one[1].values())
+    assert "1 meta-training run(s): holds or contradicted need at least 3" in one[0][0].evidence["reason"]
+    # a single run whose fitness did not rise takes the signal from every claim on that drift
+    stalled, stalled_arms = ta_lpo.judge(_recorded(flat_run=1))
+    assert [c.verdict for c in stalled] == [C.NO_SIGNAL] * 6
+    assert any("LPO run 2" in w for w in stalled[0].evidence["did_not_move"])
+    assert not any(a["signal"]["moved"] for a in stalled_arms.values())
+    assert [c.verdict for c in ta_lpo.judge(_recorded(rise=0.0))[0]] == [C.NO_SIGNAL] * 6
     assert {c.verdict for c in ta_lpo.judge(_recorded(), quick=True)[0]} == {C.QUICK}
 
 
@@ -133,16 +157,41 @@ def test_quick_repro_writes_files_and_is_not_judged(tmp_path):
     from longhorizon.repro import ta_lpo
 
     result = ta_lpo.run(str(tmp_path), quick=True)
-    for name in ("README.md", "summary.json", "ta_lpo.png", "curves/TA-LPO.csv"):
+    runs = ta_lpo.QUICK.meta_runs
+    for name in ("README.md", "summary.json", "ta_lpo.png", "curves/TA-LPO.csv", "ta_lpo_bandit_drift.npz",
+                 f"ta_lpo_bandit_run{runs}_drift.npz"):
         assert (tmp_path / name).stat().st_size > 0
+    assert not (tmp_path / ta_lpo.PARTIAL).exists()  # the finished runs live in summary.json
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert C.validate_summary(summary) == [] and summary["quick"] is True and summary["claims"] == result["claims"]
     assert {c["verdict"] for c in summary["claims"]} == {C.QUICK}
     grid = summary["drift_grid"]
-    change = ta_lpo.lifetime_change(grid["ta_early"], grid["ta_late"])
-    assert summary["claims"][1]["evidence"]["a"] == [pytest.approx(change)]
-    assert all(r["inner_steps_per_s"] > 0 for r in summary["throughput"].values())
-    assert "longhorizon repro ta-lpo --quick" in (tmp_path / "README.md").read_text()
+    change = [ta_lpo.lifetime_change(e, late) for e, late in zip(grid["ta_early"], grid["ta_late"])]
+    assert summary["claims"][1]["evidence"]["a"] == pytest.approx(change) and len(change) == runs
+    assert summary["meta_seeds"] == [0, ta_lpo.RUN_SEED]
+    assert all(len(c) == runs for c in summary["meta_fitness"].values())
+    assert all(r["inner_steps_per_s"] > 0 for rs in summary["throughput"].values() for r in rs)
+    assert {r["run"] for r in csv.DictReader((tmp_path / "curves" / "TA-LPO.csv").open())} == {"1", "2"}
+    readme = (tmp_path / "README.md").read_text()
+    assert "longhorizon repro ta-lpo --quick" in readme and f"{runs} meta-training runs per drift" in summary["scale"]
+
+
+def test_meta_training_runs_are_saved_and_read_back(tmp_path, monkeypatch):
+    """A finished meta-training run is saved as it finishes; a rerun of the same setup reads it back, and runs with
+    different seeds start from different drifts."""
+    from longhorizon.repro import ta_lpo
+
+    setup = ta_lpo.QUICK
+    drift = ta_lpo.drifts(setup)["TA-LPO"]
+    path = tmp_path / "meta.json"
+    first = ta_lpo.finished(path, setup, lambda: ta_lpo.meta_run(drift, 0))
+    assert path.exists() and len(first["fitness"]) == setup.generations
+    monkeypatch.setattr(ta_lpo, "meta_run", lambda *a: pytest.fail("a finished run was run again"))
+    assert ta_lpo.finished(path, setup, lambda: ta_lpo.meta_run(drift, 0)) == first
+    init = lambda seed: lpo.init_drift(lpo.DriftConfig(temporal=True), jax.random.PRNGKey(seed))  # noqa: E731
+    assert not np.allclose(init(0)["w1"], init(ta_lpo.RUN_SEED)["w1"])
+    w1 = np.asarray(ta_lpo.params_of(first)["w1"])
+    assert w1.dtype == np.float32 and w1.shape == np.shape(first["params"]["w1"])
 
 
 def test_ppo_inner_loop_pieces_by_hand():
