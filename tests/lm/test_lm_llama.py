@@ -12,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 
 from longhorizon.errors import UsageError
 from longhorizon.lm import llama
-from longhorizon.lm.model import KVCache, causal_slot_mask, positions_from_valid
+from longhorizon.lm.model import KVCache, positions_from_valid
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 
@@ -248,16 +248,7 @@ def test_scanned_layers_give_bit_identical_logits_to_a_layer_by_layer_loop(name)
     model did before its layers were stacked) give exactly the same logits, left padding included."""
     cfg, params, ref = load(name)
     tokens, valid = jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"])
-
-    def layer_by_layer(p):
-        x = p["embed"]["embedding"][tokens]
-        positions, mask = positions_from_valid(valid), causal_slot_mask(tokens.shape[1], valid, None, 0)
-        for i in range(cfg.n_layers):
-            x, _ = llama.Block(cfg).apply({"params": llama.layer(p, i)}, x, positions, mask, None, 0)
-        x = llama.RMSNorm(cfg.rms_eps, cfg.dtype).apply({"params": p["norm"]}, x)
-        head = p["embed"]["embedding"].T if cfg.tie_embeddings else p["lm_head"]["kernel"]
-        return (x @ head).astype(jnp.float32)
-
+    layer_by_layer = lambda p: llama.forward_layer_by_layer(p, cfg, tokens, valid)  # noqa: E731
     scanned = np.asarray(jax.jit(lambda p: llama.forward(p, cfg, tokens, valid))(params))
     assert cfg.n_layers >= 2 and np.array_equal(scanned, np.asarray(jax.jit(layer_by_layer)(params)))
     assert jax.tree_util.tree_leaves(params["blocks"])[0].shape[0] == cfg.n_layers

@@ -407,6 +407,18 @@ def forward(params, cfg: LlamaConfig, tokens: jax.Array, valid: jax.Array) -> ja
     return logits
 
 
+def forward_layer_by_layer(params, cfg: LlamaConfig, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """:func:`forward` with the Blocks applied one after another in Python (an unrolled program, as the model was
+    before its layers were stacked): the reference the scanned model is checked against, bit for bit."""
+    x = params["embed"]["embedding"][tokens].astype(cfg.dtype)
+    positions, mask = positions_from_valid(valid), causal_slot_mask(tokens.shape[1], valid, None, 0)
+    for i in range(cfg.n_layers):
+        x, _ = Block(cfg).apply({"params": layer(params, i)}, x, positions, mask, None, 0)
+    x = RMSNorm(cfg.rms_eps, cfg.dtype).apply({"params": params["norm"]}, x)
+    head = params["embed"]["embedding"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+    return (x @ head).astype(jnp.float32)
+
+
 def greedy_generate(params, cfg: LlamaConfig, prompt: jax.Array, valid: jax.Array, new_tokens: int) -> jax.Array:
     """``new_tokens`` argmax tokens after each left-padded prompt ``[B, P]``, decoded with a KV cache.
 
