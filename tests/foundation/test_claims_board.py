@@ -13,7 +13,7 @@ from longhorizon.repro.papers import PAPERS
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 # Results folders of `longhorizon train` / `evolve` runs, not reproductions: their summary.json is the runner's.
-RUN_FOLDERS = {"drift-breakout-minatar", "eamod-engine-ppo"}
+RUN_FOLDERS = {"drift-breakout-minatar", "eamod-engine-ppo", "lm-recipe-addition"}
 # Reproduction summaries written before the claims schema and not yet re-judged by
 # `python tools/rejudge.py` (its CONVERTERS). This list only shrinks: a
 # folder leaves it when its converter is written (or the reproduction is re-run under the schema).
