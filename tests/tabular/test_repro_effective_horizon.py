@@ -12,6 +12,13 @@ from longhorizon.repro import effective_horizon as eh
 from longhorizon.tabular.mdp import TabularMDP, save_npz
 
 
+@pytest.fixture(autouse=True)
+def no_persistent_compilation_cache(monkeypatch):
+    """``eh.run`` turns on JAX's persistent compilation cache for the whole process (every later compile in this
+    test worker would be serialised into a temporary folder); the tests check the study, not the cache."""
+    monkeypatch.setattr(eh, "enable_compilation_cache", lambda path: None)
+
+
 def write_metrics(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
