@@ -273,11 +273,6 @@ def layer(params, i: int):
     return jax.tree_util.tree_map(lambda w: w[i], params["blocks"])
 
 
-def stack_layers(layers):
-    """``params["blocks"]`` from per-layer weight trees (the inverse of :func:`layer`)."""
-    return jax.tree_util.tree_map(lambda *ws: jnp.stack(ws), *layers)
-
-
 def init_params(key: jax.Array, cfg: LlamaConfig):
     tokens = jnp.zeros((1, 2), jnp.int32)
     return Llama(cfg).init(key, tokens, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2), bool))["params"]

@@ -48,7 +48,7 @@ import optax
 
 from longhorizon.errors import UsageError
 from longhorizon.lm.grpo import GRPOConfig, completion_loss, completion_stream, update_metrics
-from longhorizon.lm.llama import Block, LlamaConfig, RMSNorm
+from longhorizon.lm.llama import Block, LlamaConfig, RMSNorm, layer
 from longhorizon.lm.model import causal_slot_mask
 
 # ----------------------------------------------------------------------------- the Llama, one part at a time
@@ -201,8 +201,7 @@ class LayerStreamedUpdate:
         static = {"cfg": self.model_cfg, "temperature": self.cfg.temperature}
         x = _embed_forward(self._put(params["embed"]), batch, **static)
         inputs = []
-        layer = lambda i: jax.tree_util.tree_map(lambda w: w[i], params["blocks"])  # noqa: E731  (host views)
-        for weights in self._streamed(layer(i) for i in self.layers):
+        for weights in self._streamed(layer(params, i) for i in self.layers):  # host views of the stacked weights
             inputs.append(np.array(x))  # each layer's input waits on the host for the backward pass
             x = _block_forward(weights, x, batch, **static)
             self._measure(x)
@@ -215,7 +214,7 @@ class LayerStreamedUpdate:
         del g_head, x  # on the host now, or no longer needed: the device keeps only g_x
         if "blocks" not in grads:
             grads["blocks"] = jax.tree_util.tree_map(np.zeros_like, params["blocks"])
-        backward = zip(reversed(self.layers), self._streamed((layer(i), x_in) for i, x_in in
+        backward = zip(reversed(self.layers), self._streamed((layer(params, i), x_in) for i, x_in in
                                                               zip(reversed(self.layers), reversed(inputs))))
         for i, (weights, x_in) in backward:
             g_w, g_x = _block_pullback(weights, x_in, g_x, batch, **static)
