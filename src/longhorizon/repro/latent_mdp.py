@@ -42,7 +42,7 @@ class Setup:
     states: int = 3
     actions: int = 2
     horizons: tuple = (5, 10, 20, 40)
-    episodes: int = 1_000_000  # the K = 1e5 run was still in burn-in (last-decade slopes 0.76-1.16)
+    episodes: int = 1_000_000  # where the Bernstein learner has left its burn-in (docs/theory.md, Latent MDPs)
     seeds: int = 2  # learners per bonus and instance (the claims' unit is the instance)
     instances: tuple = (0, 1, 2, 3)  # random instances per kind (their seeds); the claims' unit
     grid: int = 20
