@@ -40,9 +40,8 @@ QUICK_B = amod.City(regions=3, charge_levels=2, edges=((0, 1), (1, 2), (2, 0)), 
                     amplitude=0.5, seed=5)
 TARGET_FRACTION = 0.80  # "a large fraction" of the optimum, checked at this level (the paper reports up to 0.89)
 TARGET_SPEEDUP = 100.0
-# A2C budget: many small updates (2 sampled days each) rather than few large ones. At 150 updates x 8 days the policy
-# ended below no rebalancing, a behaviour it can represent: 150 gradient steps are too few for a 20-dimensional
-# Dirichlet policy-gradient. At equal days, 2 days per update learned faster than 8 (and than 1).
+# A2C budget: many small updates (2 sampled days each) rather than few large ones: a 20-dimensional Dirichlet
+# policy gradient needs thousands of steps (the budgets tried: docs/structured.md, the E-AMoD section).
 UPDATES, EPISODES, EVAL_EVERY = 4000, 2, 250
 VALIDATION_DAYS = (500, 501, 502)  # the greedy policy's profit during training is measured on these (not the test days)
 PARTIAL = "partial"

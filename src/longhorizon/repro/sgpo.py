@@ -39,10 +39,8 @@ from longhorizon.repro.h1 import CHAIN_BASE as H1_CHAIN_BASE
 from longhorizon.repro.h1 import H1Setup, base_label, cached_base, task_config
 from longhorizon.repro.report import verdict_lines
 
-# The base: h1's supervised recipe stopped early, so single problems are solved only part of the
-# time (measured, greedy / sampled h=1 accuracy: 700 steps 0.13-0.17 / 0.07-0.09, 900 steps
-# 0.29-0.34 / 0.17-0.23, 1000 steps 0.85-0.87 / 0.67-0.72). h1's 1,200-step base solves h=1 always
-# and h=2 almost never, which left fixed-group GRPO nothing to learn (docs/results/sgpo/NOTES.md).
+# The base: h1's supervised recipe stopped early, so single problems are solved only part of the time and
+# fixed-group GRPO has something to learn (the bases tried: docs/results/sgpo/README.md, "What was tried").
 WEAK_BASE = H1Setup(seeds=1, sft_steps=900)
 
 
@@ -70,11 +68,11 @@ class SGPOSetup:
 
 QUICK = SGPOSetup(seeds=1, pool_size=32, steps=6, prompts_per_step=4,
                   eval_every=3, eval_per_horizon=16)
-# The earlier default (docs/results/sgpo/NOTES.md, inconclusive): h1's 1,200-step base, pool h=1..3.
+# h1's 1,200-step base, pool h=1..3: a base that solves h=1 always and h=2..3 almost never (docs/results/sgpo/NOTES.md).
 STRONG_BASE = SGPOSetup(seeds=2, base=H1Setup(seeds=1), horizons=(1, 2, 3), steps=40, learning_rate=1e-4,
                         eval_every=5, eval_per_horizon=64, tolerance=0.01, min_improvement=0.02)
 # A labelled deviation (`longhorizon repro sgpo-chain-base`): the base of `h1.CHAIN_BASE`, which
-# solves h=2, so that fixed-group GRPO has something to learn (h=3); otherwise the earlier setup.
+# solves h=2, so that fixed-group GRPO has something to learn (h=3); otherwise STRONG_BASE.
 CHAIN_BASE = dataclasses.replace(STRONG_BASE, base=dataclasses.replace(H1_CHAIN_BASE, seeds=1))
 
 
