@@ -1,4 +1,4 @@
-"""Evaluation statistics: the mean with its standard error, and the unbiased pass@k estimator.
+"""Evaluation statistics: the mean with its standard error, the unbiased pass@k estimator and Spearman's rho.
 
 **Standard error.** For independent values ``x_1..x_m`` (one per prompt, or one per seed)::
 
@@ -18,6 +18,10 @@ samples drawn from those ``n`` without replacement contain at least one correct 
 an unbiased estimate of the probability that ``k`` fresh samples solve the prompt; the reported pass@k is
 its mean over prompts. pass@1 = c / n, the plain accuracy. Example: n=4, c=1, k=2:
 ``1 - C(3, 2) / C(4, 2) = 1 - 3/6 = 0.5``.
+
+**Spearman's rank correlation** rho is the Pearson correlation of the two samples' ranks, tied values sharing
+the mean of the ranks they span (SciPy's ``spearmanr`` with its default ``rankdata``). Without ties it equals
+``1 - 6 sum_i d_i^2 / (m (m^2 - 1))``, ``d_i`` the rank differences.
 """
 
 from __future__ import annotations
@@ -60,3 +64,26 @@ def pass_at_k_ks(n: int) -> list[int]:
 def pass_at_k_mean_se(n: int, correct: Sequence[int], k: int) -> tuple[float, float]:
     """Mean over prompts of :func:`pass_at_k` (``correct[i]`` correct samples of prompt ``i``, ``n`` each) and its SE."""
     return mean_se([pass_at_k(n, int(c), k) for c in correct])
+
+
+def ranks(values) -> np.ndarray:
+    """1-based ranks of ``values``; tied values share the mean of the ranks they span (``[5, 7, 5]`` -> ``[1.5, 3, 1.5]``)."""
+    v = np.asarray(values, np.float64).ravel()
+    order = np.argsort(v, kind="stable")
+    ordered = v[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # where each run of equal values begins
+    ends = np.r_[starts[1:], v.size]  # one past where it ends
+    out = np.empty(v.size)
+    out[order] = np.repeat((starts + ends + 1) / 2, ends - starts)  # mean of the 1-based ranks starts+1 .. ends
+    return out
+
+
+def spearman(x, y) -> float:
+    """Spearman's rank correlation of paired samples ``x`` and ``y`` (module docstring); NaN when either side is
+    constant or there are fewer than two pairs (no ranking to correlate)."""
+    rx, ry = ranks(x), ranks(y)
+    if rx.size != ry.size:
+        raise ValueError(f"spearman needs paired samples (got {rx.size} and {ry.size} values).")
+    if rx.size < 2 or rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
