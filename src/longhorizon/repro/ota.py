@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longhorizon.core.stats import spearman
 from longhorizon.offline import agents
 from longhorizon.offline.train import OfflineRun, OfflineSpec, train
 from longhorizon.repro import claims as C
@@ -115,11 +116,6 @@ def held_out_paths(maze: GridMaze, count: int, min_length: int, seed: int) -> li
     rng = np.random.default_rng(seed)
     far = np.argwhere(maze.dist >= min_length)
     return [maze.path(*far[i], rng) for i in rng.choice(len(far), count, replace=False)]
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1]) if len(x) > 2 and rx.std() > 0 and ry.std() > 0 else float("nan")
 
 
 def value_metrics(values_fn, maze: GridMaze, paths: Sequence[np.ndarray], k: int, bins: np.ndarray) -> dict[str, list]:
