@@ -9,14 +9,8 @@ import pytest
 
 from longhorizon.errors import UsageError
 from longhorizon.repro import effective_horizon as eh
+from longhorizon.runner.results import read_metrics
 from longhorizon.tabular.mdp import TabularMDP, save_npz
-
-
-@pytest.fixture(autouse=True)
-def no_persistent_compilation_cache(monkeypatch):
-    """``eh.run`` turns on JAX's persistent compilation cache for the whole process (every later compile in this
-    test worker would be serialised into a temporary folder); the tests check the study, not the cache."""
-    monkeypatch.setattr(eh, "enable_compilation_cache", lambda path: None)
 
 
 def write_metrics(path, rows):
@@ -31,7 +25,7 @@ def test_first_success_steps_from_a_hand_made_metrics_file(tmp_path):
         {"chunk": 3, "env_steps": 300, "sample_steps": 30.0, "eval_return_per_seed": [0.99995, 0.0, 0.0]},
         {"chunk": 4, "env_steps": 400, "sample_steps": 40.0, "eval_return_per_seed": [0.0, 1.0, 0.9]},
     ])
-    rows = eh.read_metrics(path)
+    rows = read_metrics(tmp_path)
     # Seed 0 is within the 1e-4 tolerance at chunk 3 (and losing it later does not matter); seed 1 at
     # chunk 4 (0.5 at chunk 1 is not optimal); seed 2 never.
     result = eh.first_success_steps(rows, 1.0, 3)
@@ -56,12 +50,12 @@ def test_seed_summary_counts_failures_as_above_the_budget():
     assert (s["median"], s["min"], s["max"]) == (3.0, 1.0, 5.0)
 
 
-def test_spearman_ranks_censored_medians_last():
+def test_complexity_correlation_ranks_censored_medians_last():
     found = [eh.summarise_seeds([v, v, v], 100.0) for v in (10.0, 30.0, 20.0)]
     never = eh.summarise_seeds([None, None, None], 100.0)
-    result = eh.spearman([1.0, 3.0, 2.0, 4.0], found + [never])
+    result = eh.complexity_correlation([1.0, 3.0, 2.0, 4.0], found + [never])
     assert result["rho"] == pytest.approx(1.0) and result["censored"] == 1
-    assert eh.spearman([1.0, 2.0], found[:2])["rho"] is None  # too few points
+    assert eh.complexity_correlation([1.0, 2.0], found[:2])["rho"] is None  # too few points
 
 
 def chain(depth: int, num_actions: int, name: str) -> TabularMDP:
@@ -97,7 +91,7 @@ def test_driver_on_two_tiny_mdps(tmp_path):
         assert r["padded_states"] == 32  # both share one program: one-hot padded to 32
         s = r["sample_complexity"]["pqn"]
         # Recompute from the run's own metrics: 4 chunks of 2 updates of 32 steps.
-        metrics = eh.read_metrics(out / "runs" / "pqn" / r["env"] / "metrics.jsonl")
+        metrics = read_metrics(out / "runs" / "pqn" / r["env"])
         first = eh.first_success_steps(metrics, 1.0, 2)["first_success"]
         assert s["per_seed"] == first
         assert all(v is None or v % 64 == 0 for v in first)

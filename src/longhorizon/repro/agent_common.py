@@ -169,6 +169,7 @@ def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, see
     from longhorizon.lm.agents.spec import AgentEval, AgentSpec
     from longhorizon.lm.grpo import GRPOConfig
     from longhorizon.lm.run import RLSpec, run_rl
+    from longhorizon.runner.results import read_metrics
 
     agent = agent or setup.agent
     grpo = GRPOConfig(num_generations=setup.num_generations, learning_rate=setup.learning_rate, beta=setup.beta,
@@ -187,7 +188,7 @@ def train_arm(out: Path, policy, setup: AgentRepro, credit: CreditConfig, *, see
         with RunCheckpoints(out / "checkpoints", read_only=True) as store:
             params = store.restore_params(policy.params)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(out)
     return {"summary": summary, "rows": rows, "params": params}
 
 

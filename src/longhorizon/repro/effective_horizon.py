@@ -24,7 +24,7 @@ updates and over seeds, so SQIRL's count is the seeds' mean number of samples up
 Compiled programs are shared: the MDP tables travel in the environment state (not as constants of
 the program) and one-hot observations are padded with never-visited states to a common size per
 action count, so every MDP with the same action count and horizon reuses one compiled program per
-algorithm (through JAX's persistent compilation cache). Padded inputs are always zero: they get no
+algorithm (through the persistent compilation cache that ``longhorizon repro`` turns on). Padded inputs are always zero: they get no
 gradient, but they change the first layer's initial weight scale (its fan-in).
 """
 
@@ -34,7 +34,6 @@ import csv
 import dataclasses
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from longhorizon.core.stats import spearman
 from longhorizon.errors import UsageError
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import verdict_lines
@@ -104,15 +104,6 @@ QUICK = Setup(envs=DEFAULT_ENVS[:1] + DEFAULT_ENVS[-4:-3], seeds=3, budget=30_72
 
 
 # ----------------------------------------------------------------------------- sample complexity
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a runner ``metrics.jsonl``."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            rows.append(json.loads(line))
-    return rows
-
-
 def step_counts(rows: Sequence[dict[str, Any]], count: str = "env_steps", updates_per_chunk: int = 1) -> list[float]:
     """Cumulative steps at the end of each chunk: ``env_steps`` as logged, or (``count="sample_steps"``)
     the running sum of the per-update ``sample_steps`` metric times the updates in a chunk (the row's
@@ -189,21 +180,13 @@ def padded_sizes(rows: Iterable[dict[str, Any]], multiple: int) -> dict[int, int
     return {a: multiple * math.ceil(s / multiple) for a, s in sizes.items()}
 
 
-def enable_compilation_cache(path: Path) -> None:
-    import jax
-
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
 # ----------------------------------------------------------------------------- one run
 def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, target: float, setup: Setup,
                  out: Path) -> dict[str, Any]:
     """Train ``algo`` on the MDP through the runner (results folder ``out``); returns the per-seed
     first-success steps and the summary. A finished folder with the same settings is reused."""
     from longhorizon.runner import run as runner
+    from longhorizon.runner.results import read_metrics
 
     overrides = {**setup.config(algo), "total_steps": str(setup.budget)}
     # Tables in the environment state and one padded observation size: programs are shared across MDPs.
@@ -226,7 +209,7 @@ def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, 
         summary = runner.train(spec)
         updates_per_chunk = int(json.loads((out / "config.json").read_text())["updates_per_chunk"])
         shutil.rmtree(out / "checkpoints", ignore_errors=True)  # not needed: every run finished
-    rows = read_metrics(out / "metrics.jsonl")
+    rows = read_metrics(out)
     count = "sample_steps" if algo == "sqirl" else "env_steps"
     found = first_success_steps(rows, target, setup.seeds, count=count, updates_per_chunk=updates_per_chunk)
     curves = {"steps": step_counts(rows, count, updates_per_chunk),
@@ -267,23 +250,24 @@ def effective_horizon(row: dict[str, Any]) -> float | None:
     return h if h is not None else row.get("effective_horizon_simple")
 
 
-def spearman(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Spearman's rho between ``xs`` and median sample complexities; a censored median ranks above
-    every found one (all censored medians tie)."""
-    from scipy.stats import spearmanr
+def complexity_correlation(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Spearman's rho (:func:`longhorizon.core.stats.spearman`) between ``xs`` and median sample complexities,
+    with its two-sided p-value (Student-t on n - 2 degrees of freedom, as SciPy reports it); a censored
+    median ranks above every found one (all censored medians tie)."""
+    from scipy import stats
 
     pairs = [(x, s) for x, s in zip(xs, ys) if x is not None]
+    censored = sum(s["censored"] for _, s in pairs)
     if len(pairs) < 3:
-        return {"rho": None, "p_value": None, "n": len(pairs), "censored": sum(s["censored"] for _, s in pairs)}
+        return {"rho": None, "p_value": None, "n": len(pairs), "censored": censored}
     top = max([s["steps_used"] for _, s in pairs] + [s["median"] or 0.0 for _, s in pairs])
     x = [p[0] for p in pairs]
     y = [2.0 * top if s["censored"] else s["median"] for _, s in pairs]
     if len(set(y)) < 2 or len(set(x)) < 2:
-        return {"rho": None, "p_value": None, "n": len(pairs), "censored": sum(s["censored"] for _, s in pairs),
-                "why": "constant input"}
-    result = spearmanr(x, y)
-    return {"rho": float(result.statistic), "p_value": float(result.pvalue), "n": len(pairs),
-            "censored": sum(s["censored"] for _, s in pairs)}
+        return {"rho": None, "p_value": None, "n": len(pairs), "censored": censored, "why": "constant input"}
+    rho, dof = spearman(x, y), len(pairs) - 2
+    t = rho * math.sqrt(dof / max((1.0 + rho) * (1.0 - rho), 0.0)) if abs(rho) < 1 else math.copysign(math.inf, rho)
+    return {"rho": rho, "p_value": float(2 * stats.t.sf(abs(t), dof)), "n": len(pairs), "censored": censored}
 
 
 def log_slope(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -308,7 +292,6 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[s
     out = ResultsDir(root)
     out.write_config({"repro": "effective-horizon", "quick": quick, "setup": setup,
                       "success_tolerance": SUCCESS_TOLERANCE})
-    enable_compilation_cache(root / "jax-cache")
     t_start = time.perf_counter()
     mdp_dir = root / "mdps"
     mdp_dir.mkdir(parents=True, exist_ok=True)
@@ -381,11 +364,11 @@ def _slope(fit: dict[str, Any]) -> str:
 
 def summarise(rows: list[dict[str, Any]], setup: Setup) -> dict[str, Any]:
     hs = [effective_horizon(r) for r in rows]
-    correlations = {algo: {"tight_or_simple": spearman(hs, [r["sample_complexity"][algo] for r in rows]),
-                           "simple": spearman([r["effective_horizon_simple"] for r in rows],
-                                              [r["sample_complexity"][algo] for r in rows]),
-                           "gorp_bound": spearman([r.get("gorp_bound") for r in rows],
-                                                  [r["sample_complexity"][algo] for r in rows]),
+    correlations = {algo: {"tight_or_simple": complexity_correlation(hs, [r["sample_complexity"][algo] for r in rows]),
+                           "simple": complexity_correlation([r["effective_horizon_simple"] for r in rows],
+                                                            [r["sample_complexity"][algo] for r in rows]),
+                           "gorp_bound": complexity_correlation([r.get("gorp_bound") for r in rows],
+                                                                [r["sample_complexity"][algo] for r in rows]),
                            "log10_slope": log_slope(hs, [r["sample_complexity"][algo] for r in rows]),
                            "loglog_slope": log_slope([None if not r.get("gorp_bound") else math.log10(r["gorp_bound"])
                                                       for r in rows], [r["sample_complexity"][algo] for r in rows])}
@@ -450,8 +433,6 @@ def judge(rows: list[dict[str, Any]], seeds: int, budget: float, quick: bool = F
     and the slope of log10 steps on H against :data:`GROWTH` (:func:`growth`), each with its Student-t 95%
     interval over seeds; an algorithm that solved no environment gives ``no signal``. SQIRL's agreement with
     PPO/PQN: :func:`sqirl_agreement`."""
-    from scipy import stats
-
     algos, budget = list(rows[0]["sample_complexity"]), float(budget)
     h = np.array([r["effective_horizon_tight"] if r.get("effective_horizon_tight") is not None
                   else r["effective_horizon_simple"] for r in rows])
@@ -462,7 +443,7 @@ def judge(rows: list[dict[str, Any]], seeds: int, budget: float, quick: bool = F
                "of": len(rows), "moved": solved[a] > 0, "what": f"{a}: solved no environment within the budget"} for a in algos}
     claims = []
     for a in algos:
-        rho = [float(stats.spearmanr(h, row).statistic) for row in steps[a]]
+        rho = [spearman(h, row) for row in steps[a]]
         claims.append(C.judge(f"{a}'s sample complexity rank-correlates with the effective horizon (per-seed Spearman rho > 0)",
                               C.difference(rho, 0.0), [sig[a]], quick=quick))
     for a in algos:
@@ -540,7 +521,7 @@ def write_report(root: Path, rows: list[dict[str, Any]], summary: dict[str, Any]
              f"Command: `longhorizon repro effective-horizon{' --quick' if quick else ''} --out {root}` "
              f"({setup.seeds} seeds, budget {setup.budget:,} env steps per seed; {summary.get('compute_s', 0) / 60:.0f} min of "
              "wall time for the analyses and the runs, niced on 2 shared cores). `docs/results/effective-horizon/` is this "
-             "folder without `runs/`, `jax-cache/` and `curves.json` (the curves are under `curves/`); a second call reuses "
+             "folder without `runs/` and `curves.json` (the curves are under `curves/`); a second call reuses "
              "the finished runs and judges them again.", "",
              "Sample complexity: env steps until the greedy policy's return first reaches the optimal return "
              "(median [min, max] over seeds, found/seeds; `>N` = not found within the budget, N the steps used).", "",

@@ -247,7 +247,7 @@ def train_arm(game: str, algo: str, scale: Scale, out: Path, log=print) -> dict:
     an arm whose JSON exists with the same settings is read back, not retrained."""
     import jax
 
-    from longhorizon.runner.results import write_json_atomic
+    from longhorizon.runner.results import read_metrics, write_json_atomic
     from longhorizon.runner.run import RunSpec, train
 
     path = Path(out) / "arms" / f"{game}-{algo}.json"
@@ -265,7 +265,7 @@ def train_arm(game: str, algo: str, scale: Scale, out: Path, log=print) -> dict:
     start = time.perf_counter()
     summary = train(spec)
     wall = time.perf_counter() - start
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     points, clock, before = [], 0.0, 0
     for row in rows:  # the training clock: each chunk's env steps (all seeds) / its steps per second
         clock += scale.seeds * (row["env_steps"] - before) / row["steps_per_second"]

@@ -52,6 +52,21 @@ def read_json(path: str | os.PathLike) -> Any:
     return json.loads(Path(path).read_text())
 
 
+def read_metrics(folder: str | os.PathLike) -> list[dict[str, Any]]:
+    """The complete rows of a results folder's ``metrics.jsonl`` (none without one); a torn last line (a crash
+    mid-write) is skipped."""
+    path = Path(folder) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 class ResultsDir:
     """A run's results folder; creates it on construction."""
 
@@ -87,16 +102,8 @@ class ResultsDir:
         return row
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """All complete metric rows; a torn last line (crash mid-write) is skipped."""
-        if not self.metrics_path.exists():
-            return []
-        rows = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return rows
+        """All complete metric rows (:func:`read_metrics`)."""
+        return read_metrics(self.root)
 
     def truncate_metrics(self, max_step: float, key: str = "env_steps") -> None:
         """Drop rows beyond ``max_step`` (used on resume so the log matches the checkpoint)."""
