@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from longhorizon.core.nets import tree_all_finite
+from longhorizon.engine import Engine
 from longhorizon.errors import UsageError
 
 SEEDS = "seeds"  # the mesh axis the seeds are sharded over
@@ -239,7 +240,7 @@ def make_chunk(algo: ModuleType, updates_per_chunk: int):
     return chunk
 
 
-class FusedEngine:
+class FusedEngine(Engine):
     """Runs up to ``updates_per_chunk`` updates of ``num_seeds`` independent agents per call, on
     ``num_devices`` local devices (seeds sharded, :func:`shard_over_seeds`; see :func:`resolve_devices`)."""
 
@@ -269,9 +270,6 @@ class FusedEngine:
             self._init = compiled_init(lambda row: algo.init(row[0], env, row[1]), num_seeds)
         self._compiled = None
         self.compile_seconds = 0.0
-
-    def close(self) -> None:
-        """Nothing to release: the fused engine holds no workers or host environments (engines that do override it)."""
 
     def seed_keys(self, seed: int) -> jax.Array:
         indices = jnp.asarray(self.row_seeds, jnp.int32)

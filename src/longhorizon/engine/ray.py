@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longhorizon.engine import Engine
 from longhorizon.engine.fused import compiled_init, make_learn, over_seeds, summarize_chunk
 from longhorizon.errors import UsageError
 
@@ -78,12 +79,13 @@ def staleness_tolerance(algo: ModuleType, config: Any) -> tuple[int, str]:
     return as_algorithm(algo).max_staleness(config)
 
 
-_ADDRESS = re.compile(r"^(local|auto|ray://[\w.\-]+:\d+|[\w.\-]+:\d+)$")
+# a Ray address: a private instance, the cluster this machine joined, or HOST:PORT (also of lm.agents workers)
+ADDRESS = re.compile(r"^(local|auto|ray://[\w.\-]+:\d+|[\w.\-]+:\d+)$")
 
 
 def check_options(algo: ModuleType, config: Any, options: RayOptions, num_seeds: int) -> None:
     """Refuse an invalid engine setting with one sentence, before Ray or the compiler starts."""
-    name = getattr(algo, "NAME", algo.__name__)
+    name = algo.NAME
     if options.mode not in MODES:
         raise UsageError(f"--mode must be sync or async (got '{options.mode}'); pass --mode sync or --mode async.")
     if options.actors < 1:
@@ -93,7 +95,7 @@ def check_options(algo: ModuleType, config: Any, options: RayOptions, num_seeds:
     if options.actor_cpus < 0 or options.actor_gpus < 0:
         raise UsageError(f"--actor-cpus and --actor-gpus must not be negative (got {options.actor_cpus} and "
                          f"{options.actor_gpus}); pass --actor-cpus 1 --actor-gpus 0 for example.")
-    if not _ADDRESS.match(options.address):
+    if not ADDRESS.match(options.address):
         raise UsageError(f"--address '{options.address}' is not local, auto, HOST:PORT or ray://HOST:PORT; "
                          f"pass --address auto to join the cluster `ray start --head` made on this machine.")
     if options.mode == "sync":
@@ -169,7 +171,7 @@ def seed_keys(seed: int, num_seeds: int) -> jax.Array:
     return jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(num_seeds))
 
 
-def _compile_settings() -> dict[str, Any]:
+def driver_compile_settings() -> dict[str, Any]:
     """The driver's persistent-compilation-cache settings, for the actors to share its cache."""
     return {name: getattr(jax.config, name) for name in
             ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
@@ -327,7 +329,7 @@ class _Request:
     version: int
 
 
-class RayEngine:
+class RayEngine(Engine):
     """Runs ``updates_per_chunk`` updates of ``num_seeds`` agents per call, acting on Ray actors."""
 
     name = "ray"
@@ -485,7 +487,7 @@ class RayEngine:
                             scheduling_strategy="SPREAD")(CollectWorker)
         seeds = self.num_seeds if self._shards is None else int(self._shards[index][1] - self._shards[index][0])
         return remote.remote(self.algo.__name__, self.env_id, self.env_overrides, self.config, seeds,
-                             self.options.mode, _compile_settings(), self.num_seeds, self._flow)
+                             self.options.mode, driver_compile_settings(), self.num_seeds, self._flow)
 
     def _start_actor(self, index: int):
         """Async: the actor's own environments, on a random stream of its own (per actor and incarnation)."""

@@ -25,6 +25,7 @@ import numpy as np
 from longhorizon import __version__
 from longhorizon import algos as algo_registry
 from longhorizon.config import apply_overrides
+from longhorizon.engine import Engine
 from longhorizon.envs import env_name, make, recorded_env_id
 from longhorizon.envs.gymnasium import is_host_env
 from longhorizon.errors import TrainingDiverged, UsageError
@@ -128,7 +129,7 @@ class Run:
         """The results folder, created when first used (so a dry run creates nothing)."""
         return ResultsDir(self.out)
 
-    def _make_engine(self):
+    def _make_engine(self) -> Engine:
         if self.spec.engine != "ray" and RAY_DEFAULTS != {k: getattr(self.spec, k) for k in RAY_DEFAULTS}:
             raise UsageError("--actors, --address, --mode, --max-staleness, --actor-cpus and --actor-gpus apply to "
                              "--engine ray only; add --engine ray.")
@@ -158,7 +159,7 @@ class Run:
         return {
             "algo": self.spec.algo, "env": recorded_env_id(self.spec.env), "env_overrides": self.spec.env_overrides,
             "seeds": self.spec.seeds, "seed": self.spec.seed, "engine": self.engine.name,
-            "num_devices": self.spec.num_devices, "seed_devices": getattr(self.engine, "num_devices", 1),
+            "num_devices": self.spec.num_devices, "seed_devices": self.engine.num_devices,
             "config": self.config.to_dict(), "config_overrides": self.spec.config_overrides,
             "num_chunks": self.num_chunks, "num_updates": self.num_updates,
             "updates_per_chunk": self.updates_per_chunk, "steps_per_chunk": self.steps_per_chunk, "eval_every": self.spec.eval_every,
@@ -322,7 +323,7 @@ def _train(run: Run, resume: bool, max_chunks: int | None, stop: StopRequest) ->
                 # number in metrics.jsonl, TensorBoard, the curve and summary.json.
                 if (spec.eval_every and chunk % spec.eval_every == 0) or chunk == run.num_chunks:
                     last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
-                                         seed_indices=getattr(engine, "row_seeds", None))
+                                         seed_indices=engine.row_seeds)
                     row["eval_return_mean"] = float(np.mean(last_eval))
                     row["eval_return_per_seed"] = last_eval
                 run.loggers.log(results.append_metrics(row))
@@ -346,7 +347,7 @@ def _train(run: Run, resume: bool, max_chunks: int | None, stop: StopRequest) ->
     final_eval = last_eval if status in ("completed", "target_reached") else None
     if status == "completed" and final_eval is None:  # resumed after the last chunk's save, before its summary
         final_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
-                              seed_indices=getattr(engine, "row_seeds", None))
+                              seed_indices=engine.row_seeds)
     summary = _finish(run, state, chunk, status, final_eval, compile_seconds, prior, train_seconds, wall(), eval_key)
     if status == "interrupted":
         if saved is None:

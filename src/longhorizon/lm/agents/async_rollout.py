@@ -50,8 +50,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from longhorizon.engine.ray import (_ADDRESS, MODES, RayOptions, _compile_settings, actor_died, await_placement,
-                                    configure_actor_jax, connect_ray)
+from longhorizon.engine.ray import (ADDRESS, MODES, RayOptions, actor_died, await_placement, configure_actor_jax,
+                                    connect_ray, driver_compile_settings)
 from longhorizon.errors import UsageError
 from longhorizon.lm.agents.trajectory import TokenSequence, Trajectory, Turn
 
@@ -89,7 +89,7 @@ class Config:
                              f"mode='async'.")
         if self.mode == "async" and self.actors == 0:
             raise UsageError("mode='async' generates on Ray actors, so actors=0 is refused; pass actors=1 or more.")
-        if not _ADDRESS.match(self.address):
+        if not ADDRESS.match(self.address):
             raise UsageError(f"address '{self.address}' is not local, auto, HOST:PORT or ray://HOST:PORT; pass "
                              f"address='local' for a private instance on this machine.")
 
@@ -390,7 +390,7 @@ class Rollouts:
 
         remote = ray.remote(num_cpus=self.config.actor_cpus, num_gpus=self.config.actor_gpus,
                             max_restarts=0, max_task_retries=0)(RolloutWorker)
-        return remote.remote(self.source, _compile_settings())
+        return remote.remote(self.source, driver_compile_settings())
 
     def _placed(self, workers: list[Any]) -> None:
         """Wait for Ray to start the actors (each builds the rollout function); a build that fails ends the run."""
