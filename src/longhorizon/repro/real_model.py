@@ -13,10 +13,10 @@ loop (:func:`longhorizon.lm.run.run_rl`), Dr. GRPO (``loss_type="dr_grpo"``, ``s
 * ``sgpo-smollm2``: sGPO (one profiling pass, group size ~ 1/success rate, easy to hard) against
   GRPO from the same model on a pool of h = 1..2 chains. Claim: sGPO reaches GRPO's held-out
   accuracy with fewer training tokens (profiling counted).
-* ``rhorizon-smollm2`` (R-HORIZON): composed queries, all-or-nothing. Claims: the base model's
-  accuracy falls as problems are composed; RL on composed data raises it at n >= 2.
+* ``rhorizon-smollm2`` (R-HORIZON) has its own module, :mod:`longhorizon.repro.rhorizon_smollm2`, built on the
+  shared parts here.
 
-Verdicts (:func:`judge_h1`, :func:`judge_sgpo`, :func:`judge_rhorizon`, :mod:`longhorizon.repro.claims`): per-seed
+Verdicts (:func:`judge_h1`, :func:`judge_sgpo`, :mod:`longhorizon.repro.claims`): per-seed
 differences with Student-t 95% intervals over seeds (>= 3); an arm whose held-out accuracy did not rise above the
 base model's gives ``no signal`` (training did not move it, so the arms cannot be told apart). Scale: what 2 shared CPU cores allow (``RealSetup``); the module
 docstrings of the entries and each README give the full-protocol GPU command. ``--quick`` runs
@@ -53,8 +53,7 @@ class RealSetup:
     learning_rate: float = 1e-5  # 10x TRL's default: a handful of steps must be able to move the model at all
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"
-    max_completion_length: int = 64  # chains; composed queries get composed_completion_length
-    composed_completion_length: int = 96
+    max_completion_length: int = 64
     train_horizons: tuple[int, ...] = (1, 2, 3)
     eval_horizons: tuple[int, ...] = (1, 2, 3, 4)
     eval_per_horizon: int = 16
@@ -63,8 +62,6 @@ class RealSetup:
     sgpo_horizons: tuple[int, ...] = (1, 2)
     profile_samples: int = 4
     max_group: int = 8
-    composed_eval: tuple[int, ...] = (1, 2, 3)
-    composed_train: tuple[int, ...] = (1, 2)
 
     @property
     def long_horizons(self) -> tuple[int, ...]:
@@ -72,8 +69,8 @@ class RealSetup:
 
 
 QUICK = RealSetup(model="tiny-random", seeds=1, steps=3, prompts_per_step=2, num_generations=2, max_completion_length=8,
-                  composed_completion_length=8, eval_horizons=(1, 3), eval_per_horizon=2, pool_per_horizon=4,
-                  sgpo_pool=4, profile_samples=2, max_group=4, composed_eval=(1, 2), composed_train=(1, 2))
+                  eval_horizons=(1, 3), eval_per_horizon=2, pool_per_horizon=4,
+                  sgpo_pool=4, profile_samples=2, max_group=4)
 
 
 # ----------------------------------------------------------------------------- shared parts
@@ -193,23 +190,6 @@ def judge_sgpo(L: dict, quick: bool = False) -> tuple[list, dict]:
     claims = [C.judge("sGPO reaches GRPO's accuracy (within 0.05) with fewer training tokens", ruling, list(sig.values()),
                       quick=quick)]
     return claims, {a: C.arm(setup["steps"], setup["seeds"], sig[a]) for a in sig}
-
-
-def judge_rhorizon(L: dict, quick: bool = False) -> tuple[list, dict]:
-    """rhorizon-smollm2: the base model's accuracy against n (one greedy evaluation: a slope without seeds); RL's
-    mean accuracy at n >= 2 per seed against the base's."""
-    setup, base, trained = L["setup"], L["base_by_n"], L["trained_by_n"]
-    composed = [n for n in base if int(n) >= 2]
-    sig = C.arm_signal("RL on composed problems", eval_start=[base[n] for n in composed],
-                       eval_end=[t[n] for t in trained for n in composed], what="accuracy on composed problems (n >= 2)")
-    claims = [
-        C.judge("the base model's all-or-nothing accuracy falls as problems are composed",
-                C.trend([int(n) for n in base], [list(base.values())], direction="decreasing"), quick=quick),
-        C.judge("RL on composed problems raises accuracy at n >= 2",
-                C.difference([np.mean([t[n] for n in composed]) for t in trained], float(np.mean([base[n] for n in composed]))),
-                [sig], quick=quick),
-    ]
-    return claims, {"RL on composed problems": C.arm(setup["steps"], setup["seeds"], sig)}
 
 
 def _summary(name: str, paper: str, judge, recorded: dict, setup: "RealSetup", quick: bool, t0: float) -> dict:
@@ -400,46 +380,6 @@ def run_sgpo(out_dir: str, quick: bool = False, setup: RealSetup | None = None) 
     lines += ["", "## Verdict", "", *verdict_lines(summary), "", "Both methods run the same number of steps; sGPO's steps hold at most "
               "the samples of a GRPO step. Full protocol on one GPU (an estimate, not run): pool 512, 3 seeds, 300 steps "
               "of 16 x 8, about 2 h."]
-    _write(out, summary, lines)
-    return summary
-
-
-# ----------------------------------------------------------------------------- R-HORIZON
-
-
-def run_rhorizon(out_dir: str, quick: bool = False, setup: RealSetup | None = None) -> dict:
-    from longhorizon.lm import samplers
-
-    setup = setup or (QUICK if quick else dataclasses.replace(RealSetup(), seeds=1))
-    out, t0 = Path(out_dir), time.perf_counter()
-    runs = _fresh(out)
-    policy = _policy(setup)
-    held = _pools(policy.tokenizer, "composed", setup.composed_eval, setup.eval_per_horizon, HELD_SEED)
-    train = _pools(policy.tokenizer, "composed", setup.composed_train, setup.pool_per_horizon, TRAIN_SEED)
-    plen, n_new = _prompt_length(policy.tokenizer, held, train), setup.composed_completion_length
-    grpo = _grpo(setup, plen, n_new)
-    base = _by_h(_evaluate(policy, policy.params, _flat(held), "composed", plen, n_new)["by_horizon"])
-    trained = []
-    for seed in range(setup.seeds):
-        s = _train(runs / f"seed{seed}", policy, grpo, samplers.FixedMix(samplers.PoolSource(train, seed=seed),
-                                                                         setup.composed_train),
-                   setup, _flat(held), "composed", seed)
-        trained.append(_by_h(s["eval"]["by_horizon"]))
-        print(f"rhorizon-smollm2 seed {seed}: {trained[-1]}", flush=True)
-    ns = list(setup.composed_eval)
-    summary = _summary("rhorizon-smollm2", "R-HORIZON", judge_rhorizon, {"base_by_n": base, "trained_by_n": trained}, setup,
-                       quick, t0)
-    _plot_lines(out / "accuracy_vs_composed.png", ns, {"base": base, **{f"after RL (seed {i})": t for i, t in enumerate(trained)}},
-                "composed problems n", f"R-HORIZON on {setup.model} (all-or-nothing)")
-    lines = ["# R-HORIZON on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{summary['command']}` (wall {summary['wall_seconds']:.0f} s).", "",
-             _scale(setup, quick) + " " + _step_times(runs), f" RL on composed queries of n = {list(setup.composed_train)}, completions up to "
-             f"{n_new} tokens.", "", "![accuracy vs composed problems](accuracy_vs_composed.png)", "",
-             "| model | " + " | ".join(f"n={k}" for k in ns) + " |", "|---|" + "---|" * len(ns),
-             "| base | " + " | ".join(f"{base[k]:.3f}" for k in ns) + " |"]
-    lines += [f"| after RL, seed {i} | " + " | ".join(f"{t[k]:.3f}" for k in ns) + " |" for i, t in enumerate(trained)]
-    lines += ["", "## Verdict", "", *verdict_lines(summary), "", "Full protocol on one GPU (an estimate, not run): n = 1..5, 300 steps of "
-              "16 x 8 on n = 1..3, 128 held-out queries per n, about 1.5 h."]
     _write(out, summary, lines)
     return summary
 
