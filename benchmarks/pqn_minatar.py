@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     import jax
 
-    from longhorizon.cli import setup_compilation_cache
+    from longhorizon.runner.command_line import setup_compilation_cache
 
     setup_compilation_cache()
     report = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,

@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "out" / "pqn_time_to_threshold.json"))
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from longhorizon.cli import setup_compilation_cache
+    from longhorizon.runner.command_line import setup_compilation_cache
 
     os.environ.setdefault("LONGHORIZON_COMPILE_CACHE", "0")  # compile time is part of what we measure
     setup_compilation_cache()

@@ -15,8 +15,7 @@ import os
 import signal
 import sys
 
-INTERRUPTED_EXIT = 130
-NOT_SAVED = "interrupted: the work in flight was not saved; whatever a results folder held before is unchanged."
+from longhorizon.runner.interrupts import INTERRUPTED_EXIT, NOT_SAVED
 
 
 def _exit_at_once(signum, frame) -> None:

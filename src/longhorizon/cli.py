@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,7 +15,9 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import TrainingDiverged, UsageError
-from longhorizon.runner.interrupts import INTERRUPTED_EXIT, Interrupted
+from longhorizon.runner.command_line import (check_resolved, given_options, parse_env_args, parse_field_args, print_json,
+                                             setup_compilation_cache)
+from longhorizon.runner.interrupts import INTERRUPTED_EXIT, NOT_SAVED, Interrupted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Reinforcement learning over long horizons and at scale, in JAX.")
@@ -26,86 +27,12 @@ PLUGINS = ("longhorizon.tabular.cli", "longhorizon.lm.cli", "longhorizon.repro.c
            "longhorizon.offline.cli", "longhorizon.evolution.cli")
 
 
-def setup_compilation_cache() -> None:
-    """JAX's persistent compilation cache, on by default in the user's cache folder.
-
-    Turn it off with ``LONGHORIZON_COMPILE_CACHE=0``; move it with ``LONGHORIZON_COMPILE_CACHE=/some/dir``.
-    """
-    import jax
-
-    setting = os.environ.get("LONGHORIZON_COMPILE_CACHE", "1")
-    if setting.lower() in ("0", "off", "false", "no"):
-        return
-    folder = Path(setting) if setting not in ("1", "on", "true", "yes") else \
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "longhorizon" / "jax"
-    folder.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-def _parse_extra(args: list[str]) -> dict[str, str]:
-    """``--field value`` / ``--field=value`` pairs left over after the known options."""
-    overrides: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--"):
-            raise UsageError(f"unexpected argument '{arg}'; config fields are given as --field value.")
-        name, _, value = arg[2:].partition("=")
-        if not value:
-            if i + 1 >= len(args) or (args[i + 1].startswith("--") and not _is_number(args[i + 1])):
-                raise UsageError(f"--{name} needs a value; write --{name} VALUE.")
-            value, i = args[i + 1], i + 1
-        overrides[name.replace("-", "_")] = value
-        i += 1
-    return overrides
-
-
-def _parse_env_args(items: list[str]) -> dict:
-    """``KEY=VALUE`` environment settings; values are read as Python literals where they parse (numbers, booleans)."""
-    import ast
-
-    settings = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env-arg '{item}' is not KEY=VALUE; write e.g. --env-arg max_steps_in_episode=200.")
-        try:
-            settings[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            settings[key] = value
-    return settings
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
-
-
 # Options of `train` that set a RunSpec field of another name (the rest share their name).
 _SPEC_FIELD = {"chunks": "num_chunks", "env_arg": "env_overrides"}
 # What a results folder's config.json records besides the settings: derived from them (checked
 # against the run they describe) or about the machine (ignored).
 _DERIVED = ("num_updates", "updates_per_chunk", "steps_per_chunk")
 _RECORDED = ("config_overrides", "longhorizon_version", "jax_version", "devices", "seed_devices")
-
-
-def _given(ctx: typer.Context) -> list[str]:
-    """Names of the parameters set on the command line (not left at their defaults)."""
-    return [name for name in ctx.params
-            if (source := ctx.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"]
-
-
-def _print_json(value) -> None:
-    import json
-
-    from longhorizon.runner.results import to_jsonable
-
-    print(json.dumps(to_jsonable(value), indent=2))
 
 
 def read_config_file(path: Path) -> tuple[dict, dict]:
@@ -164,7 +91,7 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
         if kind is None or value is None:
             continue
         if key == "env_overrides" and isinstance(value, list):
-            settings[key] = _parse_env_args([str(v) for v in value])
+            settings[key] = parse_env_args([str(v) for v in value])
             continue
         ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -223,8 +150,8 @@ def train(
     from longhorizon.runner.run import dry_run as check_run
     from longhorizon.runner.run import spec_from_results, train as run_train
 
-    extra = _parse_extra(list(ctx.args))
-    given = _given(ctx)
+    extra = parse_field_args(list(ctx.args))
+    given = given_options(ctx)
     if resume is not None:
         changed = [name for name in given if name not in ("resume", "quiet", "dry_run", "wandb")] + list(extra)
         if changed:
@@ -244,9 +171,9 @@ def train(
                          "(chunks between evaluations) or drop --target-return.")
     resolved = check_run(spec, resume=resume is not None)
     if resume is None:
-        _check_resolved(resolved, recorded)
+        check_resolved(resolved, recorded)
     if dry_run:
-        _print_json({**resolved, "quiet": spec.quiet, "wandb": spec.wandb})  # run settings config.json leaves out
+        print_json({**resolved, "quiet": spec.quiet, "wandb": spec.wandb})  # run settings config.json leaves out
         return
     setup_compilation_cache()
     summary = run_train(spec, resume=resume is not None)  # Ctrl-C: main() prints what was saved, exit 130
@@ -281,7 +208,7 @@ def _train_spec(ctx: typer.Context, given: list[str], extra: dict[str, str]):
             continue
         value = ctx.params[name]
         if name == "env_arg":  # added to the file's environment settings
-            value = {**settings.get("env_overrides", {}), **_parse_env_args(value or [])}
+            value = {**settings.get("env_overrides", {}), **parse_env_args(value or [])}
         elif name == "out" and value is not None:
             value = str(value)
         settings[_SPEC_FIELD.get(name, name)] = value
@@ -317,26 +244,6 @@ def _check_fields(path: Path, fields: dict, algo: str | None, env: str | None) -
             close = difflib.get_close_matches(key, options, n=1)
             hint = f"did you mean '{close[0]}'?" if close else "see `longhorizon train --help` and the algorithm's Config."
             raise UsageError(f"--config {path} sets '{key}', which is neither a run option nor a setting of {algo}; {hint}")
-
-
-def _check_resolved(resolved: dict, recorded: dict) -> None:
-    """Refuse settings the resolved run cannot honour, and a config.json whose recorded plan differs from this run's."""
-    asked, updates, chunks = recorded["asked"], resolved.get("num_updates"), resolved["num_chunks"]
-    steps_per_update = resolved["steps_per_chunk"] // resolved["updates_per_chunk"]
-    total = resolved["config"]["total_steps"]
-    if total < steps_per_update:
-        raise UsageError(f"--total-steps {total} is less than one update ({steps_per_update} environment steps per "
-                         f"seed); pass --total-steps {steps_per_update} or more.")
-    if "num_chunks" in asked and updates is not None and asked["num_chunks"] > updates:
-        raise UsageError(f"--chunks {asked['num_chunks']} asks for more chunks than the run's {updates} updates; pass "
-                         f"--chunks {updates} or fewer, or more --total-steps.")
-    if "eval_every" in asked and resolved["eval_every"] > chunks:
-        raise UsageError(f"--eval-every {resolved['eval_every']} is beyond the run's {chunks} chunks, so no periodic "
-                         f"evaluation would happen; pass at most --eval-every {chunks} (or 0 for the final one only).")
-    for key, value in recorded["values"].items():
-        if key in resolved and resolved[key] != value:
-            raise UsageError(f"the --config file records {key} = {value}, but these settings give {resolved[key]}; "
-                             f"{key} follows from the other settings, so remove it from the file.")
 
 
 def _print_summary(summary: dict) -> None:
@@ -400,7 +307,7 @@ def eval_command(
         if render is not None and not render.resolve().parent.is_dir():
             raise UsageError(f"the folder of --render {render} does not exist; create it or choose another path.")
         resolved = check_run(spec_from_results(run_dir, quiet=True), resume=True)  # needs a checkpoint
-        _print_json({"run": str(run_dir), "algo": resolved["algo"], "env": resolved["env"], "seeds": resolved["seeds"],
+        print_json({"run": str(run_dir), "algo": resolved["algo"], "env": resolved["env"], "seeds": resolved["seeds"],
                      "episodes": episodes, "greedy": not stochastic, "render": render})
         return
     setup_compilation_cache()
@@ -424,7 +331,7 @@ def plot(
     if not out.resolve().parent.is_dir():
         raise UsageError(f"the folder of --out {out} does not exist; create it or choose another path.")
     if dry_run:
-        _print_json({"runs": run_dirs, "out": out, "title": title})
+        print_json({"runs": run_dirs, "out": out, "title": title})
         return
     from longhorizon.runner.plots import plot_runs
 
@@ -459,8 +366,6 @@ def main(argv: list[str] | None = None) -> int:
         print(stop, file=sys.stderr)
         return INTERRUPTED_EXIT
     except (KeyboardInterrupt, typer.Abort):  # Ctrl-C outside a run's safe points (or a second one)
-        from longhorizon.__main__ import NOT_SAVED
-
         print(NOT_SAVED, file=sys.stderr)
         return INTERRUPTED_EXIT
     except typer.TyperException as error:  # typer's own usage errors: keep them to one line

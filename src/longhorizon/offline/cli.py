@@ -138,15 +138,13 @@ def train(
     """Train an offline goal-conditioned agent on a dataset; writes a results folder (metrics, curve, checkpoints).
 
     Any agent config field can also be set as --field value (e.g. --option-length 10), as with --set."""
-    from longhorizon.cli import _parse_extra
     from longhorizon.offline import train as offline_train
+    from longhorizon.runner.command_line import given_options, parse_field_args
 
-    extra = _parse_extra(list(ctx.args))
+    extra = parse_field_args(list(ctx.args))
 
     if resume is not None:
-        from longhorizon.cli import _given
-
-        given = [name for name in _given(ctx) if name not in ("resume", "quiet", "dry_run")
+        given = [name for name in given_options(ctx) if name not in ("resume", "quiet", "dry_run")
                  and ctx.params[name] not in (None, [], ())]
         given += list(extra)
         if given:
@@ -170,7 +168,7 @@ def train(
     if dry_run:
         _print_plan({"command": "offline train", **plan, "quiet": spec.quiet})
         return
-    from longhorizon.cli import setup_compilation_cache
+    from longhorizon.runner.command_line import setup_compilation_cache
 
     setup_compilation_cache()
     summary = offline_train.train(spec, resume=resume is not None)  # Ctrl-C: the CLI says what was saved

@@ -19,6 +19,8 @@ import sys
 import threading
 
 INTERRUPTED_EXIT = 130  # the shell's code for a process ended by SIGINT
+# what Ctrl-C outside a run's safe points says (no run was saving anything then)
+NOT_SAVED = "interrupted: the work in flight was not saved; whatever a results folder held before is unchanged."
 
 
 class Interrupted(Exception):

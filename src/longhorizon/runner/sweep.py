@@ -146,7 +146,7 @@ def plan(spec, grid_items: list[str]) -> Plan:
     numeric, structural = classify(grid, base)
     # A field is numeric for the algorithm's base config; a structural value may change that (e.g. PPO's
     # gamma is static once rewards are normalised), so each program checks its own config again.
-    root = Path(spec.out) if spec.out else default_out_dir(f"sweep-{spec.algo}", str(getattr(env, "id", spec.env)))
+    root = Path(spec.out) if spec.out else default_out_dir(f"sweep-{spec.algo}", env.id)
     programs = []
     structural_combos = combinations(grid, structural)
     for combo in structural_combos:
@@ -341,8 +341,8 @@ def register(app) -> None:
     ) -> None:
         """Train ALGO on --env for every combination of the --grid values x --seeds, numeric fields in one
         program; any other config field is fixed as --field value."""
-        from longhorizon.cli import (_check_resolved, _given, _parse_env_args, _parse_extra, _print_json,
-                                     setup_compilation_cache)
+        from longhorizon.runner.command_line import (check_resolved, given_options, parse_env_args, parse_field_args,
+                                                     print_json, setup_compilation_cache)
         from longhorizon.runner.run import RunSpec
 
         if not algo:
@@ -353,24 +353,24 @@ def register(app) -> None:
                              "(list them with `longhorizon envs`).")
         if eval_every < 0:
             raise UsageError(f"--eval-every must be 0 or more (got {eval_every}); pass 0 to evaluate only at the end.")
-        extra = _parse_extra(list(ctx.args))
+        extra = parse_field_args(list(ctx.args))
         if total_steps is not None:
             extra["total_steps"] = total_steps
-        spec = RunSpec(algo=algo, env=env, config_overrides=extra, env_overrides=_parse_env_args(env_arg or []),
+        spec = RunSpec(algo=algo, env=env, config_overrides=extra, env_overrides=parse_env_args(env_arg or []),
                        seeds=seeds, seed=seed, out=str(out) if out else None, num_chunks=chunks,
                        eval_every=eval_every, eval_episodes=eval_episodes, quiet=quiet)
         sweep_plan = plan(spec, grid or [])
         resolved = resolve(sweep_plan)
-        given = _given(ctx)
+        given = given_options(ctx)
         asked = {key: value for key, value in (("num_chunks", chunks), ("eval_every", eval_every))
                  if {"num_chunks": "chunks"}.get(key, key) in given}
         for program in resolved:  # the checks `train` makes (e.g. no more chunks than updates)
-            _check_resolved(program, {"values": {}, "asked": asked})
+            check_resolved(program, {"values": {}, "asked": asked})
         if dry_run:
             record = sweep_plan.to_dict()
             for entry, program in zip(record["programs"], resolved):
                 entry["config"] = program
-            _print_json({**record, "quiet": quiet})
+            print_json({**record, "quiet": quiet})
             return
         setup_compilation_cache()
         from longhorizon.runner.interrupts import Interrupted
