@@ -89,3 +89,45 @@ def test_quick_runs_write_table_plot_and_verdict(name, plot, tmp_path, capsys):
     assert (out / plot).stat().st_size > 0
     assert not list(out.rglob("checkpoints"))  # the arms' weights are not kept
     assert real_model.QUICK.model == "tiny-random" and summary["setup"]["model"] == "tiny-random"
+
+
+def _rhorizon(composed_n2, single_n2, rise=0.2, base_n1=0.6, base_n2=0.1):
+    """R-HORIZON's recorded numbers: a base of 100 queries per n, then per seed each arm's accuracy by n and a
+    training-reward curve rising by ``rise``."""
+    setup = {"eval_n": [1, 2], "steps": 10, "seeds": len(composed_n2)}
+    outcomes = {"1": [1.0] * int(base_n1 * 100) + [0.0] * (100 - int(base_n1 * 100)),
+                "2": [1.0] * int(base_n2 * 100) + [0.0] * (100 - int(base_n2 * 100))}
+    base = {"by_n": {"1": base_n1, "2": base_n2}, "outcomes": outcomes}
+    curve = list(np.linspace(0.3, 0.3 + rise, 10))
+    arm = lambda accs: [{"by_n": {"1": base_n1, "2": a}, "rewards": curve} for a in accs]  # noqa: E731
+    return {"setup": setup, "base": base, "results": {"composed": arm(composed_n2), "single": arm(single_n2)}}
+
+
+def test_rhorizon_verdict_rules_by_hand():
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.rhorizon_smollm2 import judge
+
+    verdicts = lambda L: [c.verdict for c in judge(L)[0]]  # noqa: E731
+    # decay 0.6 -> 0.1 over 100 queries each: Welch interval far above 0; composed arm above the base (0.1) and the
+    # single arm on every seed
+    assert verdicts(_rhorizon([0.3, 0.32, 0.35], [0.15, 0.16, 0.14])) == [C.HOLDS, C.HOLDS, C.HOLDS]
+    # the single arm better on composed queries than the composed arm: the paper's claim contradicted
+    assert verdicts(_rhorizon([0.2, 0.22, 0.21], [0.4, 0.41, 0.43]))[2] == C.CONTRADICTED
+    assert verdicts(_rhorizon([0.3, 0.32], [0.15, 0.16]))[1:] == [C.INCONCLUSIVE, C.INCONCLUSIVE]  # two seeds
+    # nothing moved: flat training reward and held-out accuracy at the base's -> no signal, never contradicted
+    flat = _rhorizon([0.1, 0.1, 0.1], [0.1, 0.1, 0.1], rise=0.0)
+    assert verdicts(flat)[1:] == [C.NO_SIGNAL, C.NO_SIGNAL]
+    # a base that cannot do single problems (below the task floor): its decay says nothing
+    assert verdicts(_rhorizon([0.3, 0.3, 0.3], [0.1, 0.1, 0.1], base_n1=0.05, base_n2=0.0))[0] == C.NO_SIGNAL
+
+
+def test_rhorizon_reads_finished_arms_back(tmp_path, capsys):
+    from longhorizon.repro import rhorizon_smollm2 as RH
+
+    first = RH.run(str(tmp_path), quick=True)
+    assert sorted(p.name for p in (tmp_path / RH.PARTIAL).iterdir()) == ["base.json", "composed-seed0.json",
+                                                                          "single-seed0.json"]
+    capsys.readouterr()
+    again = RH.run(str(tmp_path), quick=True)  # every arm read back: no training, the same numbers
+    assert capsys.readouterr().out.count("read back from") == 3
+    assert again["results"] == first["results"] and again["base"] == first["base"]
