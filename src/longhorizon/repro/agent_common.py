@@ -6,16 +6,13 @@ warm-started by teacher forcing on scripted-expert episodes of the environment
 calls, so the warm start is imperfect and RL has something to improve). Each arm then trains from
 that same warm start through the LM run spine (``lm agent``'s code path) for the same number of
 steps, prompts and generations, and is scored greedily on held-out tasks. Warm starts are cached
-(``$LONGHORIZON_CACHE/agents``, default ``~/.cache/longhorizon/agents``) by their settings, so the
+(``$LONGHORIZON_CACHE/agents``, :mod:`longhorizon.lm.policy_cache`) by their settings, so the
 arms and later runs share them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 import shutil
 from pathlib import Path
 
@@ -113,44 +110,33 @@ def finish(out: Path, paper: str, name: str, setup: "AgentRepro", recorded: dict
     return summary
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "agents"
-
-
 def warm_policy(setup: AgentRepro, seed: int = 0, agent: AgentConfig | None = None, progress=print):
     """The warm-started policy (module docstring), from the cache when it was made before."""
-    from flax import serialization
-
     from longhorizon.lm.agents import envs
     from longhorizon.lm.agents.demos import WarmStart, demonstrations, warm_start
     from longhorizon.lm.policy import tiny_random
+    from longhorizon.lm.policy_cache import cache_path, load_or_train
     from longhorizon.lm.run import Policy
-    from longhorizon.runner.results import to_jsonable
 
     agent = agent or setup.agent
     seed = 0 if setup.shared_warm_start else seed
     base = tiny_random(seed=seed)
-    key = json.dumps(to_jsonable({"env": setup.env, "task_args": setup.task_args, "variants": setup.variants,
-                                  "agent": dataclasses.replace(agent, length_bucket=1), "demos": setup.demos,
-                                  "noise": setup.demo_noise, "steps": setup.warm_steps, "lr": setup.warm_lr,
-                                  "seed": seed, **({"batch": setup.warm_batch} if setup.warm_batch != 16 else {})}),
-                     sort_keys=True)
-    path = cache_dir() / f"{setup.env}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.msgpack"
-    if path.is_file():
-        params = serialization.from_bytes(base.params, path.read_bytes())
-    else:
+    settings = {"env": setup.env, "task_args": setup.task_args, "variants": setup.variants,
+                "agent": dataclasses.replace(agent, length_bucket=1), "demos": setup.demos, "noise": setup.demo_noise,
+                "steps": setup.warm_steps, "lr": setup.warm_lr, "seed": seed,
+                **({"batch": setup.warm_batch} if setup.warm_batch != 16 else {})}
+    path = cache_path("agents", f"{setup.env}-", settings)
+
+    def train():
         spec = envs.get(setup.env)
         progress(f"warm start: {setup.demos} expert episodes of {setup.env}, {setup.warm_steps} teacher-forcing steps")
         demos = demonstrations(base.cfg, base.tokenizer, spec.cls, spec.expert, setup.rows(setup.demos, seed + 500),
                                agent, noise=setup.demo_noise, seed=seed)
-        params, _ = warm_start(base.params, base.cfg, base.tokenizer, demos,
-                               WarmStart(steps=setup.warm_steps, batch_size=setup.warm_batch,
-                                         learning_rate=setup.warm_lr), seed=seed)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(serialization.to_bytes(params))
-        tmp.replace(path)
-    return Policy(params, base.cfg, base.tokenizer, f"warm start {path.name}")
+        return warm_start(base.params, base.cfg, base.tokenizer, demos,
+                          WarmStart(steps=setup.warm_steps, batch_size=setup.warm_batch, learning_rate=setup.warm_lr),
+                          seed=seed)[0]
+
+    return Policy(load_or_train(path, base.params, train), base.cfg, base.tokenizer, f"warm start {path.name}")
 
 
 def evaluate(policy, params, setup: AgentRepro, rows, agent: AgentConfig | None = None) -> dict:

@@ -121,23 +121,18 @@ def train_base(setup: H1Setup, seed: int, log=print):
 
 
 def cached_base(setup: H1Setup, seed: int = 0, log=print):
-    """:func:`train_base`, cached on disk by its configuration and the JAX version (``LONGHORIZON_CACHE`` or
-    ``~/.cache/longhorizon``).
+    """:func:`train_base`, cached on disk by its configuration and the JAX version (:mod:`longhorizon.lm.policy_cache`).
 
     One supervised base is shared by every RL seed and by the sGPO and ES reproductions on one machine. The
     same configuration does not give the same base everywhere: the SFT ends where greedy h = 1 accuracy
     swings with float rounding (docs/results/h1/NOTES.md), so a base is named by its parameters' digest
     (:func:`base_label`), and a cache written by another JAX version is not reused.
     """
-    import hashlib
-    import json
-    import os
-
     import jax
     import jaxlib
-    from flax import serialization
 
     from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.policy_cache import cache_path, load_or_train
     from longhorizon.lm.tokenizer import Tokenizer
 
     fields = {k: getattr(setup, k) for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch", "sft_lr",
@@ -146,21 +141,11 @@ def cached_base(setup: H1Setup, seed: int = 0, log=print):
         fields["sft_chain_fraction"] = setup.sft_chain_fraction
     fields.update(seed=seed, task=repr(task_config()), version=2,  # bump when task generation changes
                   jax=jax.__version__, jaxlib=jaxlib.__version__)
-    digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "lm"
-    path = root / f"h1_base_{digest}.msgpack"
     tokenizer = Tokenizer()
     model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=setup.d_model, n_layers=setup.n_layers,
                             n_heads=setup.n_heads)
-    if path.exists():
-        log(f"  base policy from cache {path}")
-        params = serialization.from_bytes(init_params(jax.random.PRNGKey(0), model_cfg), path.read_bytes())
-        return params, model_cfg, tokenizer
-    params, model_cfg, tokenizer, _ = train_base(setup, seed, log)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(serialization.to_bytes(jax.device_get(params)))
-    os.replace(tmp, path)
+    params = load_or_train(cache_path("lm", "h1_base_", fields), init_params(jax.random.PRNGKey(0), model_cfg),
+                           lambda: train_base(setup, seed, log)[0], log)
     return params, model_cfg, tokenizer
 
 

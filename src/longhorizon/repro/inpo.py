@@ -19,9 +19,6 @@ accuracy and tag mix.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 import time
 from pathlib import Path
 
@@ -143,11 +140,12 @@ def tagged(problems, rng) -> list:
 
 
 def reference_policy(setup: LMSetup, log=print):
-    """pi_ref: teacher forcing on tagged single problems (module docstring), cached on disk by its settings."""
+    """pi_ref: teacher forcing on tagged single problems (module docstring), cached on disk by its settings
+    (:mod:`longhorizon.lm.policy_cache`)."""
     import jax
-    from flax import serialization
 
     from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.policy_cache import cache_path, load_or_train
     from longhorizon.lm.sft import SFTConfig, train_sft
     from longhorizon.lm.tasks import ProblemStream, max_lengths
     from longhorizon.lm.tokenizer import Tokenizer
@@ -157,23 +155,18 @@ def reference_policy(setup: LMSetup, log=print):
                             n_heads=setup.n_heads)
     fields = {k: getattr(setup, k) for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch", "sft_lr", "seed")}
     fields.update(task=repr(task_config()), tags=REF_TAGS, version=1)
-    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
-    path = Path(os.environ.get("LONGHORIZON_CACHE", Path.home() / ".cache" / "longhorizon")) / "lm" / f"inpo_ref_{digest}.msgpack"
     params = init_params(jax.random.PRNGKey(setup.seed), model_cfg)
-    if path.exists():
-        return serialization.from_bytes(params, path.read_bytes()), model_cfg, tokenizer
-    plen, clen = max_lengths("packed", 1, task_config())
-    cfg = SFTConfig(steps=setup.sft_steps, batch_size=setup.sft_batch, learning_rate=setup.sft_lr,
-                    warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 3)
-    stream, rng = ProblemStream("packed", task_config(), setup.seed), np.random.default_rng(setup.seed)
-    log(f"  pi_ref: {setup.sft_steps} teacher-forcing steps")
-    params, _ = train_sft(params, model_cfg, tokenizer, lambda _: tagged(stream.sample([1], setup.sft_batch), rng), cfg,
-                          log_every=max(1, setup.sft_steps // 3))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(serialization.to_bytes(jax.device_get(params)))
-    os.replace(tmp, path)
-    return params, model_cfg, tokenizer
+
+    def train():
+        plen, clen = max_lengths("packed", 1, task_config())
+        cfg = SFTConfig(steps=setup.sft_steps, batch_size=setup.sft_batch, learning_rate=setup.sft_lr,
+                        warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 3)
+        stream, rng = ProblemStream("packed", task_config(), setup.seed), np.random.default_rng(setup.seed)
+        log(f"  pi_ref: {setup.sft_steps} teacher-forcing steps")
+        return train_sft(params, model_cfg, tokenizer, lambda _: tagged(stream.sample([1], setup.sft_batch), rng), cfg,
+                         log_every=max(1, setup.sft_steps // 3))[0]
+
+    return load_or_train(cache_path("lm", "inpo_ref_", fields), params, train), model_cfg, tokenizer
 
 
 def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle, seed: int = 0):
