@@ -6,8 +6,8 @@ value trained on options of n steps (one discount per option) keeps the order, a
 rise (pointmaze giant-stitch 0 -> 52, giant-navigate 46 -> 72, large-stitch 13 -> 66, HIQL -> OTA).
 
 Part 1, the mechanism (cheap): noise-free shortest-path trajectories in a grid refinement of
-OGBench's PointMaze layout; HIQL (its one value V) and OTA (its option value V^h, n in {3, 5, 10})
-trained on them with the same updates; on held-out shortest paths, per distance-to-goal bin,
+OGBench's PointMaze layout (:mod:`longhorizon.offline.grid_maze`); HIQL (its one value V) and OTA (its
+option value V^h, n in {3, 5, 10}) trained on them with the same updates; on held-out shortest paths, per distance-to-goal bin,
 (a) the high-level advantage-sign accuracy P[V(s_{t+k}, g) > V(s_t, g)] (k = subgoal_steps) and
 (b) order consistency, the Spearman correlation of V(s_t, g) with -distance over a path's states in
 the bin. Part 2, success rates in the real OGBench environments (``parts=("success",)``): HIQL vs OTA
@@ -20,130 +20,25 @@ import dataclasses
 import json
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.core.stats import spearman
 from longhorizon.offline import agents
+from longhorizon.offline import grid_maze as gm
 from longhorizon.offline.train import OfflineRun, OfflineSpec, train
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import verdict_lines
 from longhorizon.runner.results import write_json_atomic
 
-# OGBench's PointMaze layouts (ogbench/locomaze/maze.py), 1 = wall
-MAZES = {
-    "medium": ["11111111", "10011001", "10010001", "11000111", "10010001", "10100101", "10001001", "11111111"],
-    "large": ["111111111111", "100001000001", "101101010101", "100000010001", "101111011101", "100101000001",
-              "110101010111", "100100010001", "111111111111"],
-}
-MOVES = np.array([[0, 1], [1, 0], [0, -1], [-1, 0]])  # (row, col) steps: the four actions
-
-
-class GridMaze:
-    """A maze map refined ``scale`` times (each cell an ``scale x scale`` block), with all-pairs BFS distances."""
-
-    def __init__(self, name: str, scale: int):
-        coarse = np.array([[int(c) for c in row] for row in MAZES[name]])
-        self.free = np.kron(coarse == 0, np.ones((scale, scale), bool))
-        self.cells = np.argwhere(self.free)  # [C, 2] (row, col)
-        self.index = -np.ones(self.free.shape, int)
-        self.index[tuple(self.cells.T)] = np.arange(len(self.cells))
-        self.scale = scale
-        self.dist = np.stack([self._bfs(c) for c in range(len(self.cells))])  # [C, C] steps
-
-    def _bfs(self, source: int) -> np.ndarray:
-        dist = np.full(len(self.cells), -1)
-        dist[source], queue = 0, deque([source])
-        while queue:
-            c = queue.popleft()
-            for move in MOVES:
-                r, q = self.cells[c] + move
-                if 0 <= r < self.free.shape[0] and 0 <= q < self.free.shape[1] and self.free[r, q] and dist[self.index[r, q]] < 0:
-                    dist[self.index[r, q]] = dist[c] + 1
-                    queue.append(self.index[r, q])
-        return dist
-
-    def obs(self, cells: np.ndarray) -> np.ndarray:
-        """Observations [.., 2]: (x, y) in maze-cell units, centred and scaled to about [-1, 1]."""
-        rc = self.cells[cells] / self.scale
-        half = np.array(self.free.shape) / self.scale / 2
-        return ((rc[..., ::-1] - half[::-1]) / half.max()).astype(np.float32)
-
-    def step_toward(self, cell: int, goal: int, rng) -> tuple[int, int]:
-        """(next cell, action index) on a shortest path to ``goal`` (ties broken at random)."""
-        options = []
-        for a, move in enumerate(MOVES):
-            r, q = self.cells[cell] + move
-            if 0 <= r < self.free.shape[0] and 0 <= q < self.free.shape[1] and self.free[r, q]:
-                n = self.index[r, q]
-                if self.dist[n, goal] == self.dist[cell, goal] - 1:
-                    options.append((n, a))
-        return options[rng.integers(len(options))]
-
-    def path(self, start: int, goal: int, rng) -> np.ndarray:
-        cells = [start]
-        while cells[-1] != goal:
-            cells.append(self.step_toward(cells[-1], goal, rng)[0])
-        return np.array(cells)
-
-
-def navigate_dataset(maze: GridMaze, trajectories: int, length: int, seed: int) -> dict[str, np.ndarray]:
-    """Noise-free navigate-style data: each trajectory follows shortest paths to random cells, one after another."""
-    rng = np.random.default_rng(seed)
-    cells, actions = [], []
-    for _ in range(trajectories):
-        cell, goal = rng.integers(len(maze.cells), size=2)
-        for t in range(length + 1):
-            while goal == cell:
-                goal = rng.integers(len(maze.cells))
-            nxt, a = maze.step_toward(cell, goal, rng)
-            cells.append(cell), actions.append(MOVES[a][::-1].astype(np.float32))
-            cell = nxt
-    cells = np.array(cells)
-    keep = np.ones(len(cells), bool)
-    keep[length::length + 1] = False  # OGBench's loaded format: the last state is only a next observation
-    obs = maze.obs(cells)
-    return {"observations": obs[keep], "next_observations": obs[np.roll(keep, 1)], "actions": np.array(actions)[keep],
-            "terminals": np.concatenate([np.eye(length)[-1]] * trajectories).astype(np.float32)}
-
-
-def held_out_paths(maze: GridMaze, count: int, min_length: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    far = np.argwhere(maze.dist >= min_length)
-    return [maze.path(*far[i], rng) for i in rng.choice(len(far), count, replace=False)]
-
-
-def value_metrics(values_fn, maze: GridMaze, paths: Sequence[np.ndarray], k: int, bins: np.ndarray) -> dict[str, list]:
-    """Per distance bin: advantage-sign accuracy (k steps) with its count, and mean order consistency."""
-    correct = [[] for _ in bins[:-1]]
-    order = [[] for _ in bins[:-1]]
-    # every path's states in one call (one compiled shape), then split back per path
-    goals = np.concatenate([np.repeat(maze.obs(path[-1:]), len(path), 0) for path in paths])
-    all_v = np.asarray(values_fn(jnp.asarray(maze.obs(np.concatenate(paths))), jnp.asarray(goals)))
-    for path, v in zip(paths, np.split(all_v, np.cumsum([len(p) for p in paths])[:-1])):
-        dist = len(path) - 1 - np.arange(len(path))
-        which = np.digitize(dist, bins) - 1
-        for t in range(len(path) - k):
-            if 0 <= which[t] < len(correct):
-                correct[which[t]].append(v[t + k] > v[t])
-        for b in range(len(order)):
-            sel = which == b
-            if sel.sum() > 2:
-                order[b].append(spearman(v[sel], -dist[sel]))
-    return {"sign_accuracy": [float(np.mean(c)) if c else None for c in correct], "sign_count": [len(c) for c in correct],
-            "order_consistency": [float(np.nanmean(o)) if o else None for o in order]}
-
 
 def mechanism(out: Path, quick: bool, log=print) -> dict[str, Any]:
     maze_name, scale = ("medium", 2) if quick else ("large", 3)
-    maze = GridMaze(maze_name, scale)
+    maze = gm.GridMaze(maze_name, scale)
     trajectories, length = (60, 100) if quick else (400, 300)
-    data = navigate_dataset(maze, trajectories, length, seed=0)
+    data = gm.navigate_dataset(maze, trajectories, length, seed=0)
     k = 4 * scale  # subgoal steps: 4 maze cells
     # 128x128 networks: on 2 shared cores OTA's update at 256x256 and 3 seeds ran 24 updates/s (measured)
     overrides = {"subgoal_steps": str(k), "discount": "0.99", "hidden": "64,64" if quick else "128,128"}
@@ -151,7 +46,7 @@ def mechanism(out: Path, quick: bool, log=print) -> dict[str, Any]:
         overrides.update(batch_size="128")
     arms = [("hiql", 1)] + [("ota", n) for n in ((5,) if quick else (3, 5, 10))]
     updates, seeds = (400, 2) if quick else (6_000, 3)
-    paths = held_out_paths(maze, 40 if quick else 150, min_length=int(maze.dist.max() * 0.6), seed=1)
+    paths = gm.shortest_paths(maze, 40 if quick else 150, min_length=int(maze.dist.max() * 0.6), seed=1)
     diameter = int(maze.dist.max())
     bins = np.linspace(k, diameter + 1, 5 if quick else 7).round().astype(int)  # a state needs k steps to a subgoal
     results = []
@@ -166,7 +61,7 @@ def mechanism(out: Path, quick: bool, log=print) -> dict[str, Any]:
             per_seed = []
             for s in range(seeds):
                 params = jax.tree.map(lambda x: x[s], summary["state"].params)
-                per_seed.append(value_metrics(lambda o, g: values(params, o, g), maze, paths, k, bins))
+                per_seed.append(gm.value_order_metrics(lambda o, g: values(params, o, g), maze, paths, k, bins))
             row = {"arm": "HIQL" if agent == "hiql" else f"OTA n={n}", "agent": agent, "option_length": n,
                    "updates_per_second": summary["updates_per_second"], "compile_seconds": summary["compile_seconds"],
                    **{m: seed_mean([p[m] for p in per_seed]) for m in ("sign_accuracy", "order_consistency")},
