@@ -184,9 +184,10 @@ def padded_sizes(rows: Iterable[dict[str, Any]], multiple: int) -> dict[int, int
 def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, target: float, setup: Setup,
                  out: Path) -> dict[str, Any]:
     """Train ``algo`` on the MDP through the runner (results folder ``out``); returns the per-seed
-    first-success steps and the summary. A finished folder with the same settings is reused."""
+    first-success steps and the summary. A finished folder with the same settings is reused
+    (:func:`longhorizon.runner.results.finished_run`)."""
     from longhorizon.runner import run as runner
-    from longhorizon.runner.results import read_metrics
+    from longhorizon.runner.results import finished_run, read_json, read_metrics
 
     overrides = {**setup.config(algo), "total_steps": str(setup.budget)}
     # Tables in the environment state and one padded observation size: programs are shared across MDPs.
@@ -195,28 +196,19 @@ def train_on_mdp(algo: str, mdp, npz_path: Path, horizon: int, num_states: int, 
                           seeds=setup.seeds, num_chunks=setup.num_chunks, eval_every=1,
                           eval_episodes=1 if mdp.is_deterministic else 10, target_return=target - SUCCESS_TOLERANCE,
                           out=str(out), quiet=True, config_overrides=overrides)
-    summary_path = out / "summary.json"
-    if summary_path.exists():
-        config = json.loads((out / "config.json").read_text())
-        if config.get("config_overrides") != overrides or config.get("seeds") != setup.seeds \
-                or config.get("target_return") != spec.target_return:
-            raise UsageError(f"{out} holds a run with other settings; remove it or choose another --out.")
-        summary = json.loads(summary_path.read_text())
-        updates_per_chunk = int(config["updates_per_chunk"])
-    else:
-        if (out / "metrics.jsonl").exists():  # an interrupted run: start it again
-            shutil.rmtree(out)
+    summary = finished_run(out, {"config_overrides": overrides, "seeds": setup.seeds, "target_return": spec.target_return})
+    if summary is None:
         summary = runner.train(spec)
-        updates_per_chunk = int(json.loads((out / "config.json").read_text())["updates_per_chunk"])
         shutil.rmtree(out / "checkpoints", ignore_errors=True)  # not needed: every run finished
+    config = read_json(out / "config.json")
+    updates_per_chunk = int(config["updates_per_chunk"])
     rows = read_metrics(out)
     count = "sample_steps" if algo == "sqirl" else "env_steps"
     found = first_success_steps(rows, target, setup.seeds, count=count, updates_per_chunk=updates_per_chunk)
     curves = {"steps": step_counts(rows, count, updates_per_chunk),
               "eval_return_per_seed": [r.get("eval_return_per_seed") for r in rows]}
-    steps_per_chunk = json.loads((out / "config.json").read_text())["steps_per_chunk"]
     return {**found, "count": count, "status": summary["status"], "compile_seconds": summary["compile_seconds"],
-            "steps_per_chunk": steps_per_chunk, "updates_per_chunk": updates_per_chunk,
+            "steps_per_chunk": config["steps_per_chunk"], "updates_per_chunk": updates_per_chunk,
             "wall_seconds": summary["wall_seconds"], "curves": curves}
 
 

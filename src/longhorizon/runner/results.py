@@ -67,6 +67,30 @@ def read_metrics(folder: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def finished_run(folder: str | os.PathLike, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary of the run that finished in ``folder``, so that a rerun of a study reads it instead of training
+    again; ``None`` when no run finished there. ``settings``: ``config.json`` keys and the values the run must have
+    been given; a finished run with other values is a UsageError (never overwritten: it may be someone's result).
+    The folder of an interrupted run (metrics but no summary) is removed, so the caller starts it afresh."""
+    import shutil
+
+    from longhorizon.errors import UsageError
+    from longhorizon.runner.lock import refuse_if_held
+
+    folder = Path(folder)
+    if not (folder / "summary.json").exists():
+        if (folder / "metrics.jsonl").exists():
+            refuse_if_held(folder)  # not a run that is still being written
+            shutil.rmtree(folder)
+        return None
+    config = read_json(folder / "config.json")
+    other = [key for key, value in settings.items() if config.get(key) != to_jsonable(value)]
+    if other:
+        raise UsageError(f"{folder} holds a run with other settings ({', '.join(other)}); remove it or choose "
+                         "another folder.")
+    return read_json(folder / "summary.json")
+
+
 class ResultsDir:
     """A run's results folder; creates it on construction."""
 
