@@ -96,3 +96,19 @@ def test_bad_settings_are_refused():
         DrivingParams(lane_half_width=5.0)
     with pytest.raises(UsageError, match="not a setting"):
         driving.make_driving(colour="red")
+
+
+def test_episode_scores_of_a_braking_and_a_swerving_policy():
+    env = DrivingEnv(DrivingParams(max_steps_in_episode=20), route=STRAIGHT)
+    brake = lambda params, obs, key: jnp.tile(jnp.array([0.0, -1.0]), (obs.shape[0], 1))  # noqa: E731
+    swerve = lambda params, obs, key: jnp.tile(jnp.array([1.0, 1.0]), (obs.shape[0], 1))  # noqa: E731
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    params = jnp.zeros(2)  # two seeds; the policies ignore their parameters
+    completion, hard, soft = map(np.asarray, driving.episode_scores(env, brake, 4)(params, keys))
+    assert completion.shape == hard.shape == soft.shape == (2, 4)
+    # from at most 3 m/s, full braking (3 m/s^2 from the second step) stops after (3 + 2.4 + 1.8 + 1.2 + 0.6) * 0.2
+    # = 1.8 m at most, of the 200 m route, inside the lane
+    assert not hard.any() and np.all(soft == 0) and np.all((completion >= 0) & (completion <= 1.8 / 200))
+    completion, hard, soft = map(np.asarray, driving.episode_scores(env, swerve, 4)(params, keys))
+    assert hard.all() and np.all(completion < 20 * 0.2 * 15 / 200)  # off the road before the step limit
+    assert np.all(soft > 0)  # off the lane before it left the road

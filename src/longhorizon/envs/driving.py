@@ -270,3 +270,32 @@ def make_driving(reward: str = "carl", **settings: Any) -> DrivingEnv:
     if bad:
         raise UsageError(f"'{bad[0]}' is not a setting of the driving environment; see DrivingParams for its settings.")
     return DrivingEnv(DrivingParams(reward=reward, **settings))
+
+
+def episode_scores(env: DrivingEnv, act, episodes: int):
+    """CaRL's driving scores of a policy, as one jitted ``(params [S, ...], keys [S]) -> (route completion, hard
+    infraction, soft-infraction rate)``, each ``[S, episodes]``: ``episodes`` parallel episodes per seed ``S``, each
+    scored on its first episode (those that end early are not restarted). ``act(params, obs, key)`` is the policy;
+    route completion is taken at the episode's end (at the step limit: where the car stands), the soft rate is the
+    share of the episode's steps off-lane or speeding."""
+
+    def one_seed(params, key):
+        obs, state = jax.vmap(env.reset)(jax.random.split(key, episodes))
+
+        def step(carry, _):
+            obs, state, key, done, completion, hard_hit, soft, steps = carry
+            key, k_act, k_step = jax.random.split(key, 3)
+            obs, state, _, term, trunc, info = jax.vmap(env.step)(jax.random.split(k_step, episodes), state,
+                                                                   act(params, obs, k_act))
+            live, ended = ~done, term | trunc
+            completion = jnp.where(live & ended, info["route_completion"], completion)
+            hard_hit = jnp.where(live & ended, hard(info), hard_hit)
+            soft = soft + jnp.where(live, (info["off_lane"] | info["speeding"]).astype(jnp.float32), 0.0)
+            return (obs, state, key, done | ended, completion, hard_hit, soft, steps + live), None
+
+        zeros = jnp.zeros(episodes)
+        init = (obs, state, key, jnp.zeros(episodes, bool), zeros, jnp.zeros(episodes, bool), zeros, zeros)
+        (_, state, _, done, completion, hard_hit, soft, steps), _ = jax.lax.scan(step, init, None, env.max_episode_steps)
+        return jnp.where(done, completion, state.s / env.route_length), hard_hit, soft / jnp.maximum(steps, 1)
+
+    return jax.jit(jax.vmap(one_seed))

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from longhorizon.repro import claims as C
@@ -113,35 +112,6 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     return claims, arms
 
 
-def eval_program(env, algo, episodes: int):
-    """Jitted ``(params over seeds, key) -> (RC, hard, soft)`` of each seed's first greedy episode per copy, ``(S, E)``."""
-    max_steps = env.max_episode_steps
-
-    def one_seed(params, key):
-        keys = jax.random.split(key, episodes)
-        obs, state = jax.vmap(env.reset)(keys)
-
-        def step(carry, _):
-            obs, state, key, done, rc, hard, soft, steps = carry
-            key, k_act, k_step = jax.random.split(key, 3)
-            action = algo.act(params, obs, k_act, True)
-            obs, state, _, term, trunc, info = jax.vmap(env.step)(jax.random.split(k_step, episodes), state, action)
-            live = ~done
-            ended = term | trunc
-            hit = info["collision"] | info["red_light"] | info["off_road"]
-            rc = jnp.where(live & ended, info["route_completion"], rc)
-            hard = jnp.where(live & ended, hit, hard)
-            soft = soft + jnp.where(live, (info["off_lane"] | info["speeding"]).astype(jnp.float32), 0.0)
-            return (obs, state, key, done | ended, rc, hard, soft, steps + live), None
-
-        zeros = jnp.zeros(episodes)
-        init = (obs, state, key, jnp.zeros(episodes, bool), zeros, jnp.zeros(episodes, bool), zeros, zeros)
-        (_, state, _, done, rc, hard, soft, steps), _ = jax.lax.scan(step, init, None, max_steps)
-        return jnp.where(done, rc, state.s / env.route_length), hard, soft / jnp.maximum(steps, 1)
-
-    return jax.jit(jax.vmap(one_seed))
-
-
 def train_one(env, setup: Setup, minibatch: int, evaluate, log=print) -> dict:
     """Train every seed through the fused engine (``setup.chunks`` points on the training curve) and evaluate;
     per-seed RC, hard-infraction and soft-infraction rates."""
@@ -184,7 +154,7 @@ def study(setup: Setup, out: Path, log=print) -> dict:
     """Every (reward, minibatch) arm, each saved under ``out/arms/`` as it finishes and read back on a rerun of the
     same setup (:func:`longhorizon.repro.report.resumable`)."""
     from longhorizon import algos
-    from longhorizon.envs.driving import make_driving
+    from longhorizon.envs.driving import episode_scores, make_driving
 
     algo = algos.get("ppo")
     results = {}
@@ -194,7 +164,8 @@ def study(setup: Setup, out: Path, log=print) -> dict:
         for b in setup.minibatch_sizes:
             def train(b=b):
                 nonlocal evaluate
-                evaluate = evaluate or eval_program(env, algo, setup.eval_episodes)  # compiled once per reward
+                evaluate = evaluate or episode_scores(env, lambda p, o, k: algo.act(p, o, k, True),
+                                                      setup.eval_episodes)  # greedy; compiled once per reward
                 return train_one(env, setup, b, evaluate, log)
 
             results[reward][str(b)], _ = resumable(out / "arms" / f"{reward}-{b}.json", setup, train, log)
