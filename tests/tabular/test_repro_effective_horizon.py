@@ -1,5 +1,5 @@
-"""The effective-horizon study: first-success steps from a hand-made metrics.jsonl, the seed summary
-with censoring, and the driver end to end on two tiny MDPs with one algorithm."""
+"""The effective-horizon study: the censored rank correlation, and the driver end to end on two tiny MDPs with one
+algorithm."""
 
 import csv
 import json
@@ -10,49 +10,13 @@ import pytest
 from longhorizon.errors import UsageError
 from longhorizon.repro import effective_horizon as eh
 from longhorizon.runner.results import read_metrics
+from longhorizon.tabular import sample_complexity as sc
 from longhorizon.tabular.mdp import TabularMDP, save_npz
 
 
-def write_metrics(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def test_first_success_steps_from_a_hand_made_metrics_file(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    write_metrics(path, [
-        {"chunk": 1, "env_steps": 100, "sample_steps": 10.0, "eval_return_per_seed": [0.0, 0.5, 0.0]},
-        {"chunk": 2, "env_steps": 200, "sample_steps": 20.0},  # no evaluation in this chunk
-        {"chunk": 3, "env_steps": 300, "sample_steps": 30.0, "eval_return_per_seed": [0.99995, 0.0, 0.0]},
-        {"chunk": 4, "env_steps": 400, "sample_steps": 40.0, "eval_return_per_seed": [0.0, 1.0, 0.9]},
-    ])
-    rows = read_metrics(tmp_path)
-    # Seed 0 is within the 1e-4 tolerance at chunk 3 (and losing it later does not matter); seed 1 at
-    # chunk 4 (0.5 at chunk 1 is not optimal); seed 2 never.
-    result = eh.first_success_steps(rows, 1.0, 3)
-    assert result == {"first_success": [300.0, 400.0, None], "steps_used": 400.0}
-    # SQIRL counts samples: per-update means times 2 updates per chunk, summed: 20, 60, 120, 200.
-    result = eh.first_success_steps(rows, 1.0, 3, count="sample_steps", updates_per_chunk=2)
-    assert result == {"first_success": [120.0, 200.0, None], "steps_used": 200.0}
-    # A stricter tolerance rejects 0.99995.
-    assert eh.first_success_steps(rows, 1.0, 3, tolerance=1e-6)["first_success"] == [None, 400.0, None]
-    with pytest.raises(UsageError, match="expected 2"):
-        eh.first_success_steps(rows, 1.0, 2)
-
-
-def test_seed_summary_counts_failures_as_above_the_budget():
-    s = eh.summarise_seeds([300.0, 400.0, None], 400.0)
-    assert (s["median"], s["min"], s["max"], s["found"], s["censored"]) == (400.0, 300.0, None, 2, False)
-    assert eh.format_complexity(s) == "400 [300, >400] (2/3)"
-    s = eh.summarise_seeds([300.0, None, None], 1000.0)
-    assert s["censored"] and s["median"] is None and s["min"] == 300.0
-    assert eh.format_complexity(s) == ">1,000 [300, >1,000] (1/3)"
-    s = eh.summarise_seeds([5.0, 1.0, 3.0], 10.0)
-    assert (s["median"], s["min"], s["max"]) == (3.0, 1.0, 5.0)
-
-
 def test_complexity_correlation_ranks_censored_medians_last():
-    found = [eh.summarise_seeds([v, v, v], 100.0) for v in (10.0, 30.0, 20.0)]
-    never = eh.summarise_seeds([None, None, None], 100.0)
+    found = [sc.summarise_seeds([v, v, v], 100.0) for v in (10.0, 30.0, 20.0)]
+    never = sc.summarise_seeds([None, None, None], 100.0)
     result = eh.complexity_correlation([1.0, 3.0, 2.0, 4.0], found + [never])
     assert result["rho"] == pytest.approx(1.0) and result["censored"] == 1
     assert eh.complexity_correlation([1.0, 2.0], found[:2])["rho"] is None  # too few points
@@ -92,10 +56,10 @@ def test_driver_on_two_tiny_mdps(tmp_path):
         s = r["sample_complexity"]["pqn"]
         # Recompute from the run's own metrics: 4 chunks of 2 updates of 32 steps.
         metrics = read_metrics(out / "runs" / "pqn" / r["env"])
-        first = eh.first_success_steps(metrics, 1.0, 2)["first_success"]
+        first = sc.first_success_steps(metrics, 1.0, 2)["first_success"]
         assert s["per_seed"] == first
         assert all(v is None or v % 64 == 0 for v in first)
-        expected = {**eh.summarise_seeds(first, metrics[-1]["env_steps"]), "per_seed": first, "count": "env_steps",
+        expected = {**sc.summarise_seeds(first, metrics[-1]["env_steps"]), "per_seed": first, "count": "env_steps",
                     "eval_every_steps": 64}
         assert {k: s[k] for k in expected} == expected
     with open(out / "table.csv") as f:
@@ -125,8 +89,9 @@ def _rows(per_seed_by_env, hs, budget=1000.0):
     """Recorded rows: ``per_seed_by_env[algo][i]`` the per-seed first-success steps (None: unsolved) on env i."""
     rows = []
     for i, h in enumerate(hs):
-        sc = {a: {**eh.summarise_seeds(v[i], budget), "per_seed": v[i]} for a, v in per_seed_by_env.items()}
-        rows.append({"env": f"e{i}", "effective_horizon_tight": h, "effective_horizon_simple": h, "sample_complexity": sc})
+        complexity = {a: {**sc.summarise_seeds(v[i], budget), "per_seed": v[i]} for a, v in per_seed_by_env.items()}
+        rows.append({"env": f"e{i}", "effective_horizon_tight": h, "effective_horizon_simple": h,
+                     "sample_complexity": complexity})
     return rows
 
 
