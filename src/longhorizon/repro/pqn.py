@@ -172,7 +172,10 @@ def baird_measure(scale: Scale) -> dict:
 
 def baird_row(arm: BairdArm, trace: dict, eigen: float | None) -> dict:
     """The numbers of one arm: growth ratios per run (relative to each run's start) and the fitted slope of
-    ``log ||w_t||`` over the second half of training (per run)."""
+    ``log ||w_t||`` over the second half of training (per run); for an exact linear arm, the growth rate its
+    eigenvalues predict."""
+    from longhorizon.tabular import baird
+
     w, v = trace["w_norm"], trace["max_value"]
     steps = w.shape[1] - 1
     half = np.arange(steps // 2, steps + 1)
@@ -183,17 +186,8 @@ def baird_row(arm: BairdArm, trace: dict, eigen: float | None) -> dict:
             "half_to_end_ratio": (w[:, -1] / w[:, steps // 2]).tolist(),
             "max_w_ratio": (w.max(1) / w[:, 0]).tolist(), "max_value_ratio": (v.max(1) / v[:, 0]).tolist(),
             "final_max_value": v[:, -1].tolist(), "log_norm_slope": slopes.tolist(),
-            "predicted_slope": None if eigen is None else _predicted_slope(arm), "min_real_eigenvalue": eigen}
-
-
-def _predicted_slope(arm: BairdArm) -> float:
-    """``log max_i |1 - alpha mu_i|`` over the eigenvalues ``mu`` of ``A + eta I``: the asymptotic per-update
-    growth of ``log ||w||`` under expected linear TD (not meaningful for a sampled run)."""
-    from longhorizon.tabular import baird
-
-    mdp = baird.baird()
-    mu = np.linalg.eigvals(baird.td_matrix(mdp, arm.lam) + arm.eta * np.eye(baird.FEATURES))
-    return float(np.log(np.abs(1 - baird.ALPHA * mu).max()))
+            "predicted_slope": None if eigen is None else baird.expected_log_growth(baird.baird(), arm.lam, arm.eta),
+            "min_real_eigenvalue": eigen}
 
 
 def baird_claims(m: dict, quick: bool) -> tuple[list, dict, list[dict]]:

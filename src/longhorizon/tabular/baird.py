@@ -192,6 +192,13 @@ def min_real_eigenvalue(mdp: Baird, lam: float = 0.0, eta: float = 0.0) -> float
     return float(np.linalg.eigvals(td_matrix(mdp, lam) + eta * np.eye(FEATURES)).real.min())
 
 
+def expected_log_growth(mdp: Baird, lam: float = 0.0, eta: float = 0.0, alpha: float = ALPHA) -> float:
+    """``log max_i |1 - alpha mu_i|`` over the eigenvalues ``mu`` of ``A + eta I``: the asymptotic growth of
+    ``log ||w||`` per update of expected linear TD(lambda) with step ``alpha`` (positive: it diverges)."""
+    mu = np.linalg.eigvals(td_matrix(mdp, lam) + eta * np.eye(FEATURES))
+    return float(np.log(np.abs(1 - alpha * mu).max()))
+
+
 def _bisect(stable, lo: float, hi: float, iterations: int = 60) -> float:
     """The boundary in ``[lo, hi]`` of a monotone predicate with ``stable(lo) != stable(hi)``."""
     flip = stable(lo)
