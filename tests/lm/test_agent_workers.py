@@ -30,7 +30,7 @@ def _rows():
 
 
 def _trainer(tiny, rollout_config: Config | None):
-    from longhorizon.lm.agents.spec import environment_class
+    from longhorizon.lm.agents.envs import environment_class
 
     trainer = AgentTrainer(tiny.cfg, tiny.params, tiny.tokenizer, GRPO, AGENT, environment_class("research"), seed=0)
     if rollout_config is not None:

@@ -30,6 +30,7 @@ import optax
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.lm.sft_data import SFTExample, batch_arrays, check_sft_row, encode_sft_rows
 from longhorizon.lm.model import ModelConfig, forward
+from longhorizon.lm.protocols import Sampler, Trainer
 from longhorizon.lm.tasks import Problem
 from longhorizon.lm.tokenizer import PAD, Tokenizer
 
@@ -182,7 +183,7 @@ def sft_steps(rows: int, batch_size: int, num_train_epochs: float, max_steps: in
     return max(1, math.ceil(num_train_epochs * rows / batch_size))
 
 
-class SFTTrainer:
+class SFTTrainer(Trainer):
     """Teacher-forced steps on batches of :class:`longhorizon.lm.sft_data.SFTExample` s, in the loop's
     trainer protocol (``params``, ``opt_state``, ``counters``, ``step(items, sizes) -> metrics``)."""
 
@@ -252,7 +253,7 @@ class SFTEval:
         return {"eval_loss": evaluation["loss"], "eval_token_accuracy": evaluation["token_accuracy"]}
 
 
-class _Rows:
+class _Rows(Sampler):
     """The training rows in shuffled epochs (:class:`longhorizon.lm.samplers.ShuffledPool`), with the
     dataset's statistics as the record of a fresh run (``sampler.json``, ``summary["sampler"]``)."""
 

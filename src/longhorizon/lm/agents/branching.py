@@ -30,6 +30,7 @@ import numpy as np
 from longhorizon.errors import UsageError
 from longhorizon.lm.agents.rollout import MultiTurnRollout
 from longhorizon.lm.agents.trajectory import TokenSequence, Trajectory
+from longhorizon.lm.protocols import AgentRollout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _mask_prefix(trajectory: Trajectory, turns: int) -> None:
                                           s.turn) for s in trajectory.sequences]
 
 
-class BranchingRollout:
+class BranchingRollout(AgentRollout):
     """A :class:`MultiTurnRollout` run as prefix trees (module docstring).
 
     ``run(params, rows, group_size, key, version)`` returns per task up to ``group_size`` trajectories
@@ -138,9 +139,9 @@ class BranchingRollout:
         return out
 
 
-def branch_records(trajectories: Sequence[Trajectory], rollout) -> list[tuple[int, int] | None] | None:
+def branch_records(trajectories: Sequence[Trajectory], rollout: AgentRollout | None) -> list[tuple[int, int] | None] | None:
     """The ``branched_from`` records of ``trajectories`` if ``rollout`` produced them in its last run, else None."""
-    links = getattr(rollout, "branched_from", None)
+    links = None if rollout is None else rollout.branched_from
     return list(links) if links is not None and len(links) == len(trajectories) else None
 
 

@@ -19,16 +19,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from longhorizon.lm.agents import protocol
+from longhorizon.lm.agents.envs.common import ScriptedExpert
 from longhorizon.lm.agents.trajectory import Trajectory
 
 
 def expert_policy(expert_cls, tool_format: str, tokenizer, *, noise: float = 0.0, seed: int = 0, report: bool = False):
-    """A rollout ``policy`` (see :class:`longhorizon.lm.agents.rollout.MultiTurnRollout`) playing ``expert_cls``.
+    """A rollout ``policy`` (see :class:`longhorizon.lm.agents.rollout.MultiTurnRollout`) playing ``expert_cls``
+    (a :class:`~longhorizon.lm.agents.envs.common.ScriptedExpert` built from a task row).
 
     ``report``: every turn first writes ``<report>...</report>``, the note-taking a reconstructed-workspace
     context needs (IterResearch): the expert's own ``report()`` after reading the last observation when
-    it has one (a synthesis of bounded length), else every observation so far joined by ``; ``."""
-    experts: dict[int, object] = {}
+    it gives one (a synthesis of bounded length), else every observation so far joined by ``; ``."""
+    experts: dict[int, ScriptedExpert] = {}
     rng = np.random.default_rng(seed)
 
     def policy(params, contexts, key, episodes):
@@ -45,9 +47,9 @@ def expert_policy(expert_cls, tool_format: str, tokenizer, *, noise: float = 0.0
                 kwargs = {p: str(rng.choice(words)) for p in protocol.tool_schema(name, tools[name])["parameters"]["properties"]}
             text = protocol.format_tool_call(name, kwargs, tool_format, tools)
             if report:
-                expert = experts[e.index]
-                notes = expert.report() if hasattr(expert, "report") else \
-                    "; ".join(t.observation for t in e.turns if t.observation and not t.error)
+                notes = experts[e.index].report()
+                if notes is None:
+                    notes = "; ".join(t.observation for t in e.turns if t.observation and not t.error)
                 text = f"<report>{notes}</report>" + text
             ids = list(tokenizer.encode(text)) + [tokenizer.eos_ids[0]]
             out.append((ids, [0.0] * len(ids)))

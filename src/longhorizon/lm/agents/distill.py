@@ -117,10 +117,10 @@ class VocabularyMap:
         """Teacher ids of a student control token, or None if ``s`` is ordinary text."""
         if s in tuple(self.student.eos_ids):
             return [int(self.teacher.eos_ids[0])]
-        if getattr(self.student, "bos_id", None) == s:
-            bos = getattr(self.teacher, "bos_id", None)
+        if self.student.bos_id == s:
+            bos = self.teacher.bos_id  # None: a tokenizer without BOS
             return [] if bos is None else [int(bos)]
-        if getattr(self.student, "pad_id", None) == s:
+        if self.student.pad_id == s:
             return []
         return None
 
@@ -174,7 +174,7 @@ class VocabularyMap:
         owner -1 on padding."""
         rows = [self.to_teacher(t, v) for t, v in zip(np.asarray(tokens), np.asarray(valid))]
         width = max([len(r[0]) for r in rows] + [1])
-        t_tok = np.full((len(rows), width), int(getattr(self.teacher, "pad_id", 0) or 0), np.int32)
+        t_tok = np.full((len(rows), width), int(self.teacher.pad_id or 0), np.int32)
         owner = np.full((len(rows), width), -1, np.int64)
         for b, (tok, own) in enumerate(rows):
             t_tok[b, : len(tok)], owner[b, : len(own)] = tok, own

@@ -75,7 +75,7 @@ class TreeOPSD:
         return [self.credit_weight * a + self.distill_weight * l for a, l in zip(credit, ratio)]
 
     def __call__(self, trajectories: Sequence[Trajectory], trainer=None) -> list[list[np.ndarray]]:
-        links = branch_records(trajectories, getattr(trainer, "rollout", None))
+        links = branch_records(trajectories, None if trainer is None else trainer.rollout)
         per_turn = self.turn_advantages(trajectories, links)
         return [token_advantages(t, a) for t, a in zip(trajectories, per_turn)]
 

@@ -37,6 +37,7 @@ import numpy as np
 from longhorizon.errors import UsageError
 from longhorizon.lm.agents import protocol
 from longhorizon.lm.agents.trajectory import TokenSequence, Trajectory, Turn
+from longhorizon.lm.protocols import AgentRollout
 
 CONTEXTS = ("full", "workspace")
 _REPORT = re.compile(r"<report>(.*?)</report>", re.DOTALL)
@@ -153,7 +154,7 @@ class _Episode:
         return encode(fmt.first_prompt(text, self.tools_text))
 
 
-class MultiTurnRollout:
+class MultiTurnRollout(AgentRollout):
     """Runs episodes of an environment factory with a policy (module docstring).
 
     ``policy`` replaces the model's sampling (a scripted expert writing demonstrations, see
@@ -167,7 +168,7 @@ class MultiTurnRollout:
         self.policy = policy  # None: the model samples; else policy(params, contexts, key, episodes) like sample()
         self.factory = protocol.make_factory(env_factory)
         self.fmt = ChatFormat(tokenizer, cfg)
-        context = getattr(model_cfg, "context_length", None)
+        context = model_cfg.context_length
         if context is not None and cfg.max_context_tokens > context:
             raise UsageError(f"max_context_tokens={cfg.max_context_tokens} exceeds the model's context of {context} "
                              "tokens; lower it.")

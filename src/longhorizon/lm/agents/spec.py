@@ -14,16 +14,9 @@ from typing import Any
 import numpy as np
 
 from longhorizon.errors import UsageError
+from longhorizon.lm.agents.envs import environment_class
 from longhorizon.lm.agents.rollout import AgentConfig, MultiTurnRollout
 from longhorizon.lm.agents.trainer import CreditConfig
-
-
-def environment_class(env: str, latency_s: float = 0.0):
-    """The environment class ``env`` names: a registered name or ``"pkg.module:Class"`` / ``"file.py:Class"``."""
-    from longhorizon.lm.agents import envs
-
-    cls = envs.environment_from_path(env) if ":" in env else envs.get(env).cls
-    return envs.with_latency(cls, latency_s) if latency_s else cls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +78,7 @@ class AgentEval:
     agent: AgentConfig = AgentConfig()
     every: int = 0
     latency_s: float = 0.0
+    at_start: bool = False  # True: also play the held-out rows with the starting policy (a metrics row at step 0)
 
     def describe(self) -> dict:
         return {"problems": len(self.problems), "every": self.every, "greedy": True}

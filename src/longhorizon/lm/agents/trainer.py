@@ -41,6 +41,7 @@ from longhorizon.lm import grpo
 from longhorizon.lm.agents import credit as credit_rules
 from longhorizon.lm.agents.rollout import AgentConfig, MultiTurnRollout
 from longhorizon.lm.agents.trajectory import Trajectory
+from longhorizon.lm.protocols import AgentRollout, Trainer
 
 CREDITS = ("trajectory", "turn", "eapo")
 
@@ -99,10 +100,10 @@ def per_turn_advantages(trajectories: Sequence[Trajectory], cfg: CreditConfig, s
 # ----------------------------------------------------------------------------- the trainer
 
 
-class AgentTrainer:
+class AgentTrainer(Trainer):
     """Policy, reference and optimiser of a multi-turn agent; the run spine's trainer (module docstring).
 
-    ``rollout`` replaces the in-process :class:`MultiTurnRollout` (anything with its ``run``);
+    ``rollout`` replaces the in-process :class:`MultiTurnRollout` (an :class:`~longhorizon.lm.protocols.AgentRollout`);
     ``token_advantages(trajectories, trainer)`` replaces the credit rules with per-token advantages
     (one ``[L]`` array per sequence of each trajectory).
 
@@ -122,7 +123,7 @@ class AgentTrainer:
         self.optimizer = grpo.optimizer_for(cfg)
         self.opt_state = self.optimizer.init(self.params)
         self.key = jax.random.PRNGKey(seed)
-        self.rollout = rollout or MultiTurnRollout(model_cfg, tokenizer, env_factory, agent)
+        self.rollout: AgentRollout = rollout or MultiTurnRollout(model_cfg, tokenizer, env_factory, agent)
         # token_advantages(trajectories, trainer) -> per trajectory, one [L] array per sequence: replaces the
         # credit rules (on-policy distillation's teacher log-ratios, TreeOPSD's tree credit)
         self.token_advantages = token_advantages
@@ -132,13 +133,11 @@ class AgentTrainer:
     @property
     def samples_itself(self) -> bool:
         """True when the rollout pulls its own task rows (asynchronous workers): the spine then passes none."""
-        return bool(getattr(self.rollout, "samples_itself", False))
+        return self.rollout.samples_itself
 
     def close(self) -> None:
         """Stop the rollout's workers, if it has any."""
-        close = getattr(self.rollout, "close", None)
-        if close is not None:
-            close()
+        self.rollout.close()
 
     @property
     def version(self) -> int:

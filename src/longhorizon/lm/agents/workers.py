@@ -28,6 +28,7 @@ import numpy as np
 
 from longhorizon.lm.agents.async_rollout import Config, Rollouts
 from longhorizon.lm.agents.rollout import AgentConfig
+from longhorizon.lm.protocols import AgentRollout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +37,13 @@ class AgentSource:
 
     model_cfg: Any
     tokenizer: Any
-    env: str  # a registered environment or an import path (longhorizon.lm.agents.spec.environment_class)
+    env: str  # a registered environment or an import path (longhorizon.lm.agents.envs.environment_class)
     agent: AgentConfig
     latency_s: float = 0.0
 
     def build(self):
         from longhorizon.lm.agents.rollout import MultiTurnRollout
-        from longhorizon.lm.agents.spec import environment_class
+        from longhorizon.lm.agents.envs import environment_class
 
         rollout = MultiTurnRollout(self.model_cfg, self.tokenizer, environment_class(self.env, self.latency_s), self.agent)
 
@@ -58,7 +59,7 @@ def request_key(seed: int):
     return jax.random.PRNGKey(int(seed))
 
 
-class WorkerRollout:
+class WorkerRollout(AgentRollout):
     """``run(params, rows, group_size, key, version)`` on Ray workers (module docstring)."""
 
     def __init__(self, source: AgentSource, config: Config, group_size: int, pull=None):

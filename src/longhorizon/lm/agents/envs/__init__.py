@@ -34,7 +34,7 @@ from longhorizon.lm.agents.envs.latency import with_latency
 class EnvironmentSpec(NamedTuple):
     cls: type
     make_tasks: object  # (n, *, seed, **difficulty) -> list[dict]
-    expert: type  # Expert(row).act(observation) -> (tool, kwargs)
+    expert: type  # a ScriptedExpert: Expert(row).act(observation) -> (tool, kwargs)
 
 
 ENVIRONMENTS = {
@@ -53,6 +53,13 @@ def get(name: str) -> EnvironmentSpec:
     return ENVIRONMENTS[name]
 
 
+def environment_class(env: str, latency_s: float = 0.0) -> type:
+    """The environment class ``env`` names: a registered name or ``"pkg.module:Class"`` / ``"file.py:Class"``,
+    slowed by ``latency_s`` seconds per tool call when positive."""
+    cls = environment_from_path(env) if ":" in env else get(env).cls
+    return with_latency(cls, latency_s) if latency_s else cls
+
+
 def expert_episode(name: str, row: dict, expert=None, cls: type | None = None,
                    max_calls: int = 64) -> tuple[object, list[tuple]]:
     """Play one episode of environment ``name`` (or of ``cls``, e.g. a slowed or corpus-bound variant)
@@ -60,12 +67,14 @@ def expert_episode(name: str, row: dict, expert=None, cls: type | None = None,
 
     Returns ``(env, steps)`` with ``steps = [(tool, kwargs, observation), ...]``: the transcript an SFT
     warm start formats into tool-call text, and the environment to read the outcome from."""
+    from longhorizon.lm.agents.protocol import is_done
+
     spec = get(name)
     env = (cls or spec.cls)()
     observation = env.reset(**{k: v for k, v in row.items() if k != "prompt"})
     expert = spec.expert(row) if expert is None else expert
     steps = []
-    while not getattr(env, "done", False) and len(steps) < max_calls:
+    while not is_done(env) and len(steps) < max_calls:
         tool, kwargs = expert.act(observation)
         observation = getattr(env, tool)(**kwargs)
         steps.append((tool, kwargs, observation))
@@ -105,5 +114,5 @@ def environment_from_path(path: str) -> type:
     return cls
 
 
-__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_from_path", "expert_episode", "get", "with_latency",
-           "fees", "research", "router", "search"]
+__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_class", "environment_from_path", "expert_episode", "get",
+           "with_latency", "fees", "research", "router", "search"]

@@ -1,4 +1,5 @@
-"""Pieces the tool environments share: answer normalisation, invented names, argument checks.
+"""Pieces the tool environments share: answer normalisation, invented names, argument checks, the
+scripted expert's protocol.
 
 Every environment's answer check is exact match after SQuAD-style normalisation:
 ``normalize(s)`` lower-cases, drops punctuation and the articles a/an/the, and collapses whitespace,
@@ -21,6 +22,20 @@ _PUNCT = str.maketrans("", "", string.punctuation)
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "tr", "st", "th")
 _VOWELS = ("a", "e", "i", "o", "u")
 _CODAS = ("", "", "", "n", "r", "l", "s", "m", "th")
+
+
+class ScriptedExpert:
+    """A scripted player of one task row, for demonstrations (:mod:`longhorizon.lm.agents.demos`).
+
+    ``act(last observation, None on the first turn) -> (tool name, arguments)``. :meth:`report` is what
+    it knows so far in IterResearch's workspace context; None by default (the demonstration then joins
+    the observations so far)."""
+
+    def act(self, observation: str | None) -> tuple[str, dict]:
+        raise NotImplementedError
+
+    def report(self) -> str | None:
+        return None
 
 
 def normalize(text: str) -> str:

@@ -25,7 +25,8 @@ import re
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.agents.envs.common import check_positive_int, invented_names, listing, text_argument
+from longhorizon.lm.agents.envs.common import (ScriptedExpert, check_positive_int, invented_names, listing,
+                                              text_argument)
 
 FEEDBACK = ("plain", "structured")
 GOODS = ("pens", "cups", "books", "hats", "bags", "lamps")
@@ -130,7 +131,7 @@ def make_tasks(n: int, *, seed: int, items: int = 2, feedback: str = "structured
     return rows
 
 
-class Expert:
+class Expert(ScriptedExpert):
     """Solves the word problem from the prompt; with ``slip`` > 0 each value it writes is off with that probability.
 
     After a wrong submission it recomputes only the parts the feedback names as wrong or missing

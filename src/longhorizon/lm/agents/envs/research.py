@@ -15,8 +15,8 @@ import re
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.agents.envs.common import check_positive_int, invented_names, listing, normalize, submit_answer, \
-    text_argument
+from longhorizon.lm.agents.envs.common import (ScriptedExpert, check_positive_int, invented_names, listing, normalize,
+                                              submit_answer, text_argument)
 
 MAX_ITEMS = 16
 QUESTIONS = {"max": "Which of them has the largest population?", "min": "Which of them has the smallest population?",
@@ -97,7 +97,7 @@ def make_tasks(n: int, *, seed: int, items: int = 6, question: str = "max") -> l
     return rows
 
 
-class Expert:
+class Expert(ScriptedExpert):
     """Looks every city up once, notes each population, answers by the question's rule."""
 
     def __init__(self, row: dict):

@@ -27,7 +27,8 @@ from typing import NamedTuple
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.agents.envs.common import check_positive_int, exact_match, invented_names, normalize, text_argument
+from longhorizon.lm.agents.envs.common import (ScriptedExpert, check_positive_int, exact_match, invented_names,
+                                              normalize, text_argument)
 
 DOMAINS = ("arithmetic", "facts", "strings")
 
@@ -195,7 +196,7 @@ def make_tasks(n: int, *, seed: int, domains: tuple = DOMAINS, cost_weight: floa
     return rows
 
 
-class Expert:
+class Expert(ScriptedExpert):
     """Routes the question to the cheapest model with accuracy >= ``threshold`` in its domain, answers its reply.
 
     Reads the models' prices and accuracies from the prompt and the domain from the question's form

@@ -30,7 +30,8 @@ from typing import NamedTuple
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.agents.envs.common import check_positive_int, invented_names, normalize, submit_answer, text_argument
+from longhorizon.lm.agents.envs.common import (ScriptedExpert, check_positive_int, invented_names, normalize,
+                                              submit_answer, text_argument)
 
 MAX_HOPS = 8
 
@@ -271,7 +272,7 @@ def parse_question(question: str) -> tuple[str, list[str]]:
             return text, outer_first[::-1]
 
 
-class Expert:
+class Expert(ScriptedExpert):
     """Scripted search agent: one search per hop, reads the bridge entity from the returned fact, answers.
 
     Uses only the question (in the prompt) and the observations."""
