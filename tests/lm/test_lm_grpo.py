@@ -10,7 +10,6 @@ import pytest
 
 from longhorizon.core.kl import kl_k1, kl_k2, kl_k3
 from longhorizon.errors import UsageError
-from longhorizon.lm.curricula import segment_advantages
 from longhorizon.lm.grpo import (
     GRPOConfig,
     GRPOTrainer,
@@ -19,6 +18,7 @@ from longhorizon.lm.grpo import (
     per_token_loss,
     reduce_loss,
     rl_optimizer,
+    segment_advantages,
     update,
 )
 from longhorizon.lm.model import ModelConfig, init_params, token_logprobs

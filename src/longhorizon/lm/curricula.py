@@ -9,9 +9,8 @@
   policy gives a success rate ``p``; queries with ``p = 1`` are dropped as trivially solved,
   unsolved ones (``p = 0``) are subsampled, the group size is ``clip(round(1 / p), G_min, G_max)``
   (``G_max`` for unsolved), and queries are ordered easy to hard (descending ``p``).
-* SLCA (:func:`segment_advantages`): a reward per segment of a structured output (one
-  ``x=v;`` statement), normalised within the group per segment index, applied only to that
-  segment's tokens; tokens outside any segment keep the sequence-level advantage.
+
+SLCA's per-segment credit is :func:`longhorizon.lm.grpo.segment_advantages`, next to the group advantages it uses.
 """
 
 from __future__ import annotations
@@ -174,24 +173,3 @@ def batches_by_samples(plan: Sequence[tuple[Problem, int]], samples_per_step: in
         sizes.append(min(g, samples_per_step))
     if problems:
         yield problems, sizes
-
-
-# ----------------------------------------------------------------------------- SLCA
-
-
-def segment_advantages(segment_rewards, segment_ids, group_ids, sequence_advantages, scale_rewards: str = "group"):
-    """Token advantages ``[B, N]`` from per-segment rewards ``[B, K]`` and token segment ids ``[B, N]``.
-
-    ``A_seg[i, k]`` is the group-relative advantage (same ``scale_rewards`` rule as sequences) of
-    segment k's reward among the samples of query i's group; token t of sample i gets
-    ``A_seg[i, segment_ids[i, t]]``, or ``sequence_advantages[i]`` where ``segment_ids`` is -1.
-    """
-    from longhorizon.lm.grpo import group_advantages
-
-    seg_r = np.asarray(segment_rewards, np.float64)
-    ids = np.asarray(segment_ids)
-    seg_adv = np.stack([group_advantages(seg_r[:, k], group_ids, scale_rewards) for k in range(seg_r.shape[1])], axis=1)
-    safe = np.clip(ids, 0, seg_r.shape[1] - 1)
-    token_adv = np.take_along_axis(seg_adv, safe, axis=1)
-    seq = np.asarray(sequence_advantages, np.float32)[:, None]
-    return np.where(ids >= 0, token_adv, seq).astype(np.float32)

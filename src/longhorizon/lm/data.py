@@ -293,7 +293,7 @@ class DatasetSpec:
 
     def bind(self, tokenizer, grpo, context: int | None):
         """``(sampler spec, EvalSpec or None, GRPOConfig)`` for a policy with ``tokenizer`` and ``context``."""
-        from longhorizon.lm.run import EvalSpec
+        from longhorizon.lm.evaluate import EvalSpec
         from longhorizon.lm.samplers import ShuffledPool
 
         train = load_dataset(self.train, tokenizer)

@@ -1,14 +1,18 @@
-"""Held-out evaluation: accuracy per horizon, mean reward, tokens per second."""
+"""Held-out evaluation: accuracy per horizon, mean reward, tokens per second; :class:`EvalSpec`, a run's
+evaluation settings (:mod:`longhorizon.lm.run`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
+from longhorizon.errors import UsageError
 from longhorizon.lm.generate import generate
 from longhorizon.lm.model import ModelConfig
 from longhorizon.lm.tasks import Problem, correct_flags, score
@@ -161,11 +165,67 @@ def reward_columns(fn) -> list[str]:
 
 def check_reward_columns(rewards, rows: Sequence[dict], dataset) -> None:
     """Refuse, in one sentence naming it, a column a reward function needs that a row of ``dataset`` lacks."""
-    from longhorizon.errors import UsageError
-
     for fn, name in zip(rewards.funcs, rewards.names):
         for column in reward_columns(fn):
             missing = next((i for i, row in enumerate(rows) if column not in row), None)
             if missing is not None:
                 raise UsageError(f"reward function {name} needs the column {column!r}, which row {missing + 1} of "
                                  f"{dataset} lacks; add that column to the dataset or choose another reward function.")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+    """Held-out evaluation every ``every`` steps (0: only after the last step, which is always evaluated)
+    and, with ``at_start``, of the starting policy before a fresh run's first step (a metrics row at step 0):
+    accuracy per horizon of task problems (:func:`evaluate`), or, with ``rewards``,
+    the mean reward, accuracy (reward >= ``correct_threshold``) and pass@k of ``num_samples`` completions per
+    dataset example (:func:`evaluate_dataset`). Greedy unless ``temperature`` > 0
+    (``seed`` then draws the samples). ``lm eval --dataset`` runs one of these on its own."""
+
+    problems: tuple = dataclasses.field(compare=False, repr=False)
+    max_prompt_length: int
+    max_new_tokens: int
+    every: int = 0
+    rewards: Any = dataclasses.field(default=None, compare=False, repr=False)
+    num_samples: int = 1
+    temperature: float = 0.0
+    correct_threshold: float = 1.0
+    seed: int = 0
+    at_start: bool = True
+
+    def __post_init__(self):
+        if self.num_samples < 1:
+            raise UsageError(f"--num-samples must be at least 1 (got {self.num_samples}).")
+        if self.temperature < 0:
+            raise UsageError(f"--temperature must be 0 (greedy) or positive (got {self.temperature}).")
+        if self.num_samples > 1 and self.rewards is None:
+            raise UsageError("--num-samples (pass@k) applies to --dataset evaluations scored by --reward-funcs; drop it.")
+        if self.num_samples > 1 and self.temperature == 0:
+            raise UsageError(f"--num-samples {self.num_samples} draws {self.num_samples} completions per prompt, which "
+                             "greedy decoding (--temperature 0) makes identical; pass --temperature (e.g. 1.0) or drop "
+                             "--num-samples.")
+
+    def describe(self) -> dict:
+        defaults = {"num_samples": 1, "temperature": 0.0, "correct_threshold": 1.0, "seed": 0, "at_start": True}
+        return {"problems": len(self.problems), "max_prompt_length": self.max_prompt_length,
+                "max_new_tokens": self.max_new_tokens, "every": self.every,
+                "horizons": sorted({int(p.horizon) for p in self.problems if hasattr(p, "horizon")}),
+                **{k: getattr(self, k) for k, v in defaults.items() if getattr(self, k) != v}}
+
+    def run(self, params, policy) -> dict:
+        """Evaluate ``params`` with ``policy``'s model configuration and tokenizer (a :class:`longhorizon.lm.run.Policy`)."""
+        if self.rewards is not None:
+            return evaluate_dataset(params, policy.model_cfg, policy.tokenizer, list(self.problems), self.rewards,
+                                    max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens,
+                                    temperature=self.temperature, seed=self.seed, num_samples=self.num_samples,
+                                    correct_threshold=self.correct_threshold)
+        return evaluate(params, policy.model_cfg, policy.tokenizer, list(self.problems),
+                        max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens,
+                        temperature=self.temperature, seed=self.seed)
+
+    def row(self, evaluation: dict) -> dict:
+        """The metrics-row fields of one evaluation."""
+        if self.rewards is not None:
+            return {"eval_reward": evaluation["reward"], "eval_accuracy": evaluation["accuracy"],
+                    **({"eval_by_horizon": evaluation["by_horizon"]} if "by_horizon" in evaluation else {})}
+        return {"eval_accuracy": evaluation["accuracy"], "eval_by_horizon": evaluation["by_horizon"]}

@@ -57,6 +57,7 @@ from longhorizon.core.kl import kl_k3
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.lm.generate import generate
 from longhorizon.lm.model import ModelConfig, ScoringStream, logp_entropy, positions_from_valid, shared_prompt_stream
+from longhorizon.lm.protocols import Trainer
 from longhorizon.lm.tasks import Problem, score, segment_ids, segment_rewards
 from longhorizon.lm.tokenizer import Tokenizer
 
@@ -187,6 +188,23 @@ def group_advantages(rewards, group_ids, scale_rewards: str = "group") -> np.nda
         raise UsageError(f"scale_rewards={scale_rewards!r} is unknown; use one of {SCALE_REWARDS}.")
     adv[(counts[inverse] < 2) | ~scored] = 0.0
     return adv.astype(np.float32)
+
+
+def segment_advantages(segment_rewards, segment_ids, group_ids, sequence_advantages, scale_rewards: str = "group"):
+    """SLCA: token advantages ``[B, N]`` from per-segment rewards ``[B, K]`` and token segment ids ``[B, N]``
+    (a segment is one ``x=v;`` statement of a structured output).
+
+    ``A_seg[i, k]`` is the group-relative advantage (same ``scale_rewards`` rule as sequences) of
+    segment k's reward among the samples of query i's group; token t of sample i gets
+    ``A_seg[i, segment_ids[i, t]]``, or ``sequence_advantages[i]`` where ``segment_ids`` is -1.
+    """
+    seg_r = np.asarray(segment_rewards, np.float64)
+    ids = np.asarray(segment_ids)
+    seg_adv = np.stack([group_advantages(seg_r[:, k], group_ids, scale_rewards) for k in range(seg_r.shape[1])], axis=1)
+    safe = np.clip(ids, 0, seg_r.shape[1] - 1)
+    token_adv = np.take_along_axis(seg_adv, safe, axis=1)
+    seq = np.asarray(sequence_advantages, np.float32)[:, None]
+    return np.where(ids >= 0, token_adv, seq).astype(np.float32)
 
 
 def mean_group_std(rewards, group_ids) -> float:
@@ -387,7 +405,7 @@ def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:
     return min(width, cap)
 
 
-class GRPOTrainer:
+class GRPOTrainer(Trainer):
     """Holds policy, reference and optimiser; :meth:`step` runs one generation batch end to end.
 
     ``token_weights(problem, text, n)`` (optional) returns an array of ``n`` 0/1 weights over a
@@ -484,8 +502,6 @@ class GRPOTrainer:
         n = ro["tokens"].shape[1]
         if cfg.advantage == "sequence":
             return np.repeat(seq_adv[:, None], n, axis=1)
-        from longhorizon.lm.curricula import segment_advantages
-
         k = max(len(p.answers) for _, p in ro["rows"])
         seg_r = np.zeros((len(ro["rows"]), k), np.float64)
         seg_ids = np.full((len(ro["rows"]), n), -1, np.int32)

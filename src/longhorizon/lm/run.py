@@ -41,7 +41,9 @@ from typing import Any
 
 from longhorizon.errors import UsageError
 from longhorizon.lm.data import DatasetSpec
+from longhorizon.lm.evaluate import EvalSpec
 from longhorizon.lm.grpo import GRPOConfig
+from longhorizon.lm.protocols import Sampler, Trainer
 from longhorizon.lm.resume import INTERRUPTED_EXIT  # noqa: F401  (re-exported: the CLI's exit code)
 from longhorizon.runner.interrupts import Interrupted as RunInterrupted
 
@@ -153,79 +155,20 @@ def _policy_record(init: str | Path | Policy | Pretrained) -> dict:
 # ----------------------------------------------------------------------------- the spec
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalSpec:
-    """Held-out evaluation every ``every`` steps (0: only after the last step, which is always evaluated)
-    and, with ``at_start``, of the starting policy before a fresh run's first step (a metrics row at step 0):
-    accuracy per horizon of task problems (:func:`longhorizon.lm.evaluate.evaluate`), or, with ``rewards``,
-    the mean reward, accuracy (reward >= ``correct_threshold``) and pass@k of ``num_samples`` completions per
-    dataset example (:func:`longhorizon.lm.evaluate.evaluate_dataset`). Greedy unless ``temperature`` > 0
-    (``seed`` then draws the samples). ``lm eval --dataset`` runs one of these on its own."""
-
-    problems: tuple = dataclasses.field(compare=False, repr=False)
-    max_prompt_length: int
-    max_new_tokens: int
-    every: int = 0
-    rewards: Any = dataclasses.field(default=None, compare=False, repr=False)
-    num_samples: int = 1
-    temperature: float = 0.0
-    correct_threshold: float = 1.0
-    seed: int = 0
-    at_start: bool = True
-
-    def __post_init__(self):
-        if self.num_samples < 1:
-            raise UsageError(f"--num-samples must be at least 1 (got {self.num_samples}).")
-        if self.temperature < 0:
-            raise UsageError(f"--temperature must be 0 (greedy) or positive (got {self.temperature}).")
-        if self.num_samples > 1 and self.rewards is None:
-            raise UsageError("--num-samples (pass@k) applies to --dataset evaluations scored by --reward-funcs; drop it.")
-        if self.num_samples > 1 and self.temperature == 0:
-            raise UsageError(f"--num-samples {self.num_samples} draws {self.num_samples} completions per prompt, which "
-                             "greedy decoding (--temperature 0) makes identical; pass --temperature (e.g. 1.0) or drop "
-                             "--num-samples.")
-
-    def describe(self) -> dict:
-        defaults = {"num_samples": 1, "temperature": 0.0, "correct_threshold": 1.0, "seed": 0, "at_start": True}
-        return {"problems": len(self.problems), "max_prompt_length": self.max_prompt_length,
-                "max_new_tokens": self.max_new_tokens, "every": self.every,
-                "horizons": sorted({int(p.horizon) for p in self.problems if hasattr(p, "horizon")}),
-                **{k: getattr(self, k) for k, v in defaults.items() if getattr(self, k) != v}}
-
-    def run(self, params, policy: Policy) -> dict:
-        from longhorizon.lm.evaluate import evaluate, evaluate_dataset
-
-        if self.rewards is not None:
-            return evaluate_dataset(params, policy.model_cfg, policy.tokenizer, list(self.problems), self.rewards,
-                                    max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens,
-                                    temperature=self.temperature, seed=self.seed, num_samples=self.num_samples,
-                                    correct_threshold=self.correct_threshold)
-        return evaluate(params, policy.model_cfg, policy.tokenizer, list(self.problems),
-                        max_prompt_length=self.max_prompt_length, max_new_tokens=self.max_new_tokens,
-                        temperature=self.temperature, seed=self.seed)
-
-    def row(self, evaluation: dict) -> dict:
-        """The metrics-row fields of one evaluation."""
-        if self.rewards is not None:
-            return {"eval_reward": evaluation["reward"], "eval_accuracy": evaluation["accuracy"],
-                    **({"eval_by_horizon": evaluation["by_horizon"]} if "by_horizon" in evaluation else {})}
-        return {"eval_accuracy": evaluation["accuracy"], "eval_by_horizon": evaluation["by_horizon"]}
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Parts:
     """What a run spec builds for the loop once the policy is loaded (``spec.build(policy)``).
 
-    ``trainer`` has ``params``, ``counters`` and ``step(items, sizes) -> metrics``; the attributes
-    named in ``arrays`` are checkpointed with the parameters and restored on resume. ``sampler``
-    follows :mod:`longhorizon.lm.samplers`' protocol and gives ``items_per_step`` items a step.
+    ``trainer`` is a :class:`longhorizon.lm.protocols.Trainer`; the attributes named in ``arrays`` are
+    checkpointed with the parameters and restored on resume. ``sampler`` follows
+    :class:`longhorizon.lm.protocols.Sampler` and gives ``items_per_step`` items a step.
     ``evaluation`` (or None) has ``run(params, policy)``, ``row(evaluation)``, ``every`` and
     ``at_start`` as :class:`EvalSpec` has them. ``progress(metrics)`` is the progress bar's text,
     ``curve_keys`` the training metrics curve.png plots, ``title`` its title, ``task`` the bar's
     label and ``name`` what a sampler's preparation pass is announced as."""
 
-    trainer: Any
-    sampler: Any
+    trainer: Trainer
+    sampler: Sampler
     evaluation: Any
     arrays: tuple[str, ...]
     items_per_step: int
@@ -475,7 +418,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                 if sampler_record is not None:
                     write_json_atomic(results.root / "sampler.json", sampler_record)
             job = bar.add_task(parts.task, total=spec.steps, info="", completed=first)
-            if not resume and getattr(ev_spec, "at_start", False) and not stop.requested:
+            if not resume and ev_spec is not None and ev_spec.at_start and not stop.requested:
                 # the starting policy, so that every curve starts at the base (a row at step 0, no training fields)
                 bar.console.print("evaluating the starting policy (step 0)")
                 eval_start = run_eval()
@@ -488,7 +431,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                     step -= 1
                     break
                 # asynchronous agent workers draw their rows from the sampler themselves, ahead of the steps
-                items, sizes = ([], None) if getattr(trainer, "samples_itself", False) else \
+                items, sizes = ([], None) if trainer.samples_itself else \
                     sampler.sample(parts.items_per_step)
                 metrics = trainer.step(items, sizes)
                 row: dict = {"step": step}
@@ -533,8 +476,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
         store.close()
         if loggers is not None:
             loggers.close()
-        if hasattr(trainer, "close"):
-            trainer.close()
+        trainer.close()
 
 
 class _Quiet:

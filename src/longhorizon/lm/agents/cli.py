@@ -68,11 +68,12 @@ def agent(
 ) -> None:
     """Multi-turn agent RL: episodes of a tool environment (search, router, feedback scaffolds, research workspace, or
     your TRL environment class), trajectory- or turn-level credit, the GRPO-family loss on action tokens only."""
-    from longhorizon.lm.cli import _given, _options, plan_or_run
+    from longhorizon.lm.command_line import plan_or_run, run_options
+    from longhorizon.runner.command_line import given_options
 
-    o = _options(ctx, resume, "lm agent")
+    o = run_options(ctx, resume, "lm agent")
     folder = o["out"]
-    _check_agent_options(o, _given(ctx))
+    _check_agent_options(o, set(given_options(ctx)))
     summary = plan_or_run(agent_spec(o, folder), "lm agent", resume is not None, dry_run)
     if summary is None:
         return

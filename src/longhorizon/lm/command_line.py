@@ -1,0 +1,51 @@
+"""What the ``longhorizon lm`` commands share (``lm sft|rl|eval`` in :mod:`longhorizon.lm.cli`, ``lm agent``
+in :mod:`longhorizon.lm.agents.cli`): a run's options, new or resumed, and running a spec through the
+LM run spine or printing its plan. Heavy modules are imported inside the functions."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from longhorizon.errors import UsageError
+from longhorizon.runner.command_line import print_json
+
+
+def run_options(ctx: typer.Context, resume: Optional[Path], command: str) -> dict:
+    """The run's options: those given now, or with ``--resume`` the saved ones (nothing else may be given)."""
+    from longhorizon.lm.resume import reject_changes, resume_options
+
+    if resume is not None:
+        reject_changes(ctx, allowed=("resume", "dry_run"))
+        return {**resume_options(resume, command), "out": str(resume)}
+    if ctx.params.get("out") is None:
+        raise UsageError(f"--out is required: the results folder for `longhorizon {command}` (or --resume RUN_DIR).")
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k not in ("resume", "dry_run")}
+
+
+def plan_or_run(spec, command: str, resume: bool, dry_run: bool) -> dict | None:
+    """``--dry-run``: print the plan (the config.json the run would write, with its results folder) and
+    return None; else run the spec through the LM run spine and return its summary (Ctrl-C: the saved
+    step and how to resume, exit code INTERRUPTED_EXIT)."""
+    from longhorizon.lm.run import Interrupted, run_rl
+    from longhorizon.lm.run import dry_run as plan_run
+
+    if dry_run:
+        print_json(plan_run(spec, resume))
+        return None
+    try:
+        return run_rl(spec, resume=resume)
+    except Interrupted as stop:
+        raise interrupted(command, stop.folder, stop.step) from None
+
+
+def interrupted(command: str, folder, step: int) -> typer.Exit:
+    """Say which step a run stopped by Ctrl-C saved and how to continue; exit code 130."""
+    from longhorizon.lm.resume import INTERRUPTED_EXIT
+
+    print(f"interrupted: checkpoint saved at step {step}; continue with `longhorizon {command} --resume {folder}`.",
+          file=sys.stderr)
+    return typer.Exit(INTERRUPTED_EXIT)
