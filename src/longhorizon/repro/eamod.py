@@ -30,11 +30,8 @@ from longhorizon.repro import claims as C
 from longhorizon.repro.report import mean_se, plot_curves, resumable, verdict_lines, write
 from longhorizon.structured import amod
 from longhorizon.structured import amod_policy as ap
+from longhorizon.structured.amod import CITY_A, CITY_B
 
-CITY_A = amod.City(regions=5, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 0)), stations=(0, 2),
-                   fleet=40, steps=12, seed=0)
-CITY_B = amod.City(regions=6, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 3)),
-                   stations=(1, 4), fleet=48, steps=12, amplitude=0.6, seed=7)
 QUICK_A = amod.City(regions=3, charge_levels=2, edges=((0, 1), (1, 2), (2, 0)), stations=(0,), fleet=12, steps=6, seed=0)
 QUICK_B = amod.City(regions=3, charge_levels=2, edges=((0, 1), (1, 2), (2, 0)), stations=(2,), fleet=12, steps=6,
                     amplitude=0.5, seed=5)

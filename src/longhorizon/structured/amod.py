@@ -362,3 +362,11 @@ def full_information_optimum(net: Network, demand: np.ndarray, vehicles: np.ndar
     if x is None:
         raise RuntimeError(f"the full-information LP failed: {lp.status}")
     return {"profit": float(-cost @ x), "seconds": seconds, "variables": T * V}
+
+
+# The two cities of `longhorizon repro eamod` (and `city=A` / `city=B` of the gymnasium environment): a ring of
+# five regions, and a ring of six with a chord, another demand pattern and a smaller daily swing.
+CITY_A = City(regions=5, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 0)), stations=(0, 2), fleet=40,
+              steps=12, seed=0)
+CITY_B = City(regions=6, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 3)),
+              stations=(1, 4), fleet=48, steps=12, amplitude=0.6, seed=7)

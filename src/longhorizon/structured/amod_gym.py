@@ -24,15 +24,13 @@ from longhorizon.errors import UsageError
 from longhorizon.structured import amod
 from longhorizon.structured.amod_policy import features
 
-CITIES = {"A": "CITY_A", "B": "CITY_B"}
+CITIES = {"A": amod.CITY_A, "B": amod.CITY_B}
 
 
 def make_city(name: str) -> amod.City:
-    from longhorizon.repro import eamod
-
     if name not in CITIES:
         raise UsageError(f"unknown E-AMoD city {name!r}; use one of {sorted(CITIES)} (--env-arg city=A).")
-    return getattr(eamod, CITIES[name])
+    return CITIES[name]
 
 
 class AMoDEnv(gym.Env):
