@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.repro.inpo import REF_TAGS, exploitability
+from longhorizon.games.preference_lm import Oracle, tag_exploitability
 from longhorizon.repro.report import verdict_lines
 
 
@@ -87,16 +87,16 @@ def report(summary: dict, quick: bool) -> list[str]:
               "| policy | win rate vs reference | accuracy | tags r/p/s/none | tag exploitability (mean of seeds) | KL(pi \\|\\| pi_ref) | "
               "samples drawn | seconds |", "|---|---|---|---|---|---|---|---|"]
     names, M, S = lm["names"], np.asarray(lm["matrix"]), np.asarray(lm["matrix_se"])
+    nash = summary["nash_tags"]  # keyed by the reference's tags, in their order
     for i, name in enumerate(names):
         p, cost = lm["policies"][name], lm["costs"].get(name, {})
-        tags = "/".join(f"{p['tags'][str(k)]:.2f}" for k in (*REF_TAGS, None))
+        tags = "/".join(f"{p['tags'][str(k)]:.2f}" for k in (*nash, None))
         lines += [f"| {name} | {M[i, 0]:.3f} ± {S[i, 0]:.3f} | {p['accuracy']:.3f} | {tags} | {p['exploitability']:.3f} | "
                   f"{p['kl_to_ref']:.3f} | "
                   f"{cost.get('generations', '-')} | {cost.get('seconds', 0):.0f} |"]
-    nash = summary["nash_tags"]
     lines += ["", "For reference, the regularised Nash tag mix of the cyclic part alone (the r/p/s game with pi_ref's "
-              f"tag mix, tau = {s['tau']}): " + "/".join(f"{nash[k]:.2f}" for k in REF_TAGS) + f" (exploitability "
-              f"{exploitability(nash):.3f}; uniform: 0). Tag exploitability is how much the best single tag beats a "
+              f"tag mix, tau = {s['tau']}): " + "/".join(f"{nash[k]:.2f}" for k in nash) + f" (exploitability "
+              f"{tag_exploitability(Oracle(), nash):.3f}; uniform: 0). Tag exploitability is how much the best single tag beats a "
               "policy's tag mix among equally correct completions, the cyclic part's distance from its Nash mix.",
               "", "Pairwise win rates P(row > column):", "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {a} | " + " | ".join(f"{M[i, j]:.2f}" for j in range(len(names))) + " |" for i, a in enumerate(names)]
