@@ -34,7 +34,8 @@ def datasets(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the list as JSON (the command only reads)."),
 ) -> None:
     """List the datasets that can be generated, their default sizes, and which are in the cache."""
-    from longhorizon.offline.datasets import RECIPES, cache_dir, cached_path
+    from longhorizon.offline.datagen import RECIPES
+    from longhorizon.offline.datasets import cache_dir, cached_path
 
     rows = [{"name": name, "env": r.env_id, "kind": r.kind, "episodes": r.episodes, "episode_rows": r.length,
              "transitions": r.size, "cached": cached_path(name).exists()} for name, r in RECIPES.items()]

@@ -25,6 +25,7 @@ Episode ``e`` of split ``k`` (0 train, 1 val) draws all its randomness from the 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import multiprocessing
 import os
 import sys
@@ -33,6 +34,8 @@ from collections import deque
 from pathlib import Path
 
 import numpy as np
+
+from longhorizon.errors import UsageError
 
 KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
 MOVES = ((-1, 0), (0, -1), (1, 0), (0, 1))  # OGBench's BFS order: the first strictly better neighbour wins
@@ -57,6 +60,28 @@ class Recipe:
         """(train, val) episode counts for ``size`` training transitions (rounded up to whole episodes)."""
         train = self.episodes if size is None else max(1, -(-int(size) // (self.length - 1)))
         return train, max(1, train // 10)
+
+
+# OGBench's data_gen_scripts/commands.sh: (env, kind, episodes, length, noise) per dataset.
+RECIPES: dict[str, Recipe] = {
+    **{f"pointmaze-{maze}-navigate-v0": Recipe(f"pointmaze-{maze}-v0", "navigate", 1000, 1001, 0.5)
+       for maze in ("medium", "large")},
+    "pointmaze-giant-navigate-v0": Recipe("pointmaze-giant-v0", "navigate", 500, 2001, 0.5),
+    **{f"pointmaze-{maze}-stitch-v0": Recipe(f"pointmaze-{maze}-v0", "stitch", 5000, 201, 0.5)
+       for maze in ("medium", "large", "giant")},
+    "cube-single-play-v0": Recipe("cube-single-v0", "play", 1000, 1001, 0.1),
+}
+DATASETS: tuple[str, ...] = tuple(RECIPES)
+
+
+def recipe(name: str) -> Recipe:
+    """The recipe of a dataset name; an unknown name is a UsageError that suggests the closest names."""
+    if name not in RECIPES:
+        close = difflib.get_close_matches(name, DATASETS, n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"choose one of {', '.join(DATASETS)}."
+        raise UsageError(f"unknown dataset '{name}'; {hint} (`longhorizon offline datasets` lists them; "
+                         "a path to an .npz file also works)")
+    return RECIPES[name]
 
 
 # --------------------------------------------------------------------------- the maze's BFS (cached)

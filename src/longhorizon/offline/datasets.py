@@ -1,4 +1,5 @@
-"""OGBench datasets: the names we can generate, the ``.npz`` format, loading and generating into a cache.
+"""OGBench datasets: the ``.npz`` format, loading and generating into a cache (the names we can generate are
+those of :data:`longhorizon.offline.datagen.RECIPES`).
 
 The datasets are **locally generated with OGBench's recipe** (``offline.datagen``), not OGBench's
 published files: same environments, controllers, noise, episode counts and lengths, different random
@@ -24,7 +25,6 @@ dropped, leaving ``N = R - episodes`` transitions:
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 import zipfile
@@ -33,30 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.errors import UsageError
-from longhorizon.offline.datagen import Recipe
+from longhorizon.offline.datagen import RECIPES, recipe
 
-# OGBench's data_gen_scripts/commands.sh: (env, kind, episodes, length, noise) per dataset.
-RECIPES: dict[str, Recipe] = {
-    **{f"pointmaze-{maze}-navigate-v0": Recipe(f"pointmaze-{maze}-v0", "navigate", 1000, 1001, 0.5)
-       for maze in ("medium", "large")},
-    "pointmaze-giant-navigate-v0": Recipe("pointmaze-giant-v0", "navigate", 500, 2001, 0.5),
-    **{f"pointmaze-{maze}-stitch-v0": Recipe(f"pointmaze-{maze}-v0", "stitch", 5000, 201, 0.5)
-       for maze in ("medium", "large", "giant")},
-    "cube-single-play-v0": Recipe("cube-single-v0", "play", 1000, 1001, 0.1),
-}
-DATASETS: tuple[str, ...] = tuple(RECIPES)
 SPLITS = ("train", "val")
 REQUIRED = ("observations", "actions", "terminals")
-
-
-def recipe(name: str) -> Recipe:
-    """The recipe of a dataset name; an unknown name is a UsageError that suggests the closest names."""
-    if name not in RECIPES:
-        close = difflib.get_close_matches(name, DATASETS, n=3, cutoff=0.5)
-        hint = f"did you mean {' or '.join(close)}?" if close else f"choose one of {', '.join(DATASETS)}."
-        raise UsageError(f"unknown dataset '{name}'; {hint} (`longhorizon offline datasets` lists them; "
-                         "a path to an .npz file also works)")
-    return RECIPES[name]
 
 
 def cache_dir() -> Path:

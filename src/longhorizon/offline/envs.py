@@ -55,7 +55,7 @@ def make_env(name: str, **kwargs):
 
     eid = name if name in gymnasium.registry else env_id(name)  # an environment id works too
     if eid not in gymnasium.registry:
-        from longhorizon.offline.datasets import recipe
+        from longhorizon.offline.datagen import recipe
 
         recipe(name)  # raises with the closest dataset names
     with warnings.catch_warnings():

@@ -149,7 +149,7 @@ def check_dataset(dataset: Any) -> None:
         if not path.is_file():
             raise UsageError(f"dataset file {path} does not exist; pass an OGBench-format .npz or a dataset name.")
         return
-    from longhorizon.offline.datasets import recipe
+    from longhorizon.offline.datagen import recipe
 
     recipe(str(dataset))  # an unknown name fails here, before anything is generated
 
@@ -175,6 +175,20 @@ def make_chunk(agent, config, updates_per_chunk: int):
 
     return chunk
 
+
+
+def train_in_memory(model, config, data: GoalData, seeds: int, updates: int, seed: int = 0, action_dim: int = 0):
+    """``updates`` updates of ``model`` (a module with an agent's ``init``, ``sample``, ``learn`` and
+    ``agent_params``, e.g. :mod:`longhorizon.offline.subgoal_diffusion`) on ``data``, ``seeds`` seeds vmapped,
+    as one compiled chunk of the offline loop with no results folder: for a model a study trains and
+    uses at once. Seed ``i`` starts from ``fold_in(PRNGKey(seed), i)``; ``action_dim`` is what ``init``
+    is told (0 for a model that never acts). Returns the final state and the chunk's summary (its
+    metrics averaged over the updates, and ``finite``), both with a leading seed axis."""
+    obs_dim = data.observations.shape[-1]
+    init = compiled_init(lambda k: model.init(k, obs_dim, action_dim, config), seeds)
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(seeds))
+    chunk = jax.jit(over_seeds(make_chunk(model, config, updates), seeds, shared_args=2))
+    return chunk(init(keys), data, jnp.int32(updates))
 
 def spec_from_results(run_dir, **changes: Any) -> OfflineSpec:
     """The spec a results folder was written by (its ``config.json``, :meth:`OfflineRun.resolved_config`),

@@ -26,12 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longhorizon.engine.fused import compiled_init, over_seeds
 from longhorizon.errors import TrainingDiverged
 from longhorizon.offline import agents, pushworld
 from longhorizon.offline import subgoal_diffusion as sd
 from longhorizon.offline.samplers import goal_data
-from longhorizon.offline.train import OfflineRun, OfflineSpec, make_chunk, train
+from longhorizon.offline.train import OfflineRun, OfflineSpec, train, train_in_memory
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import verdict_lines
 from longhorizon.runner.results import write_json_atomic
@@ -71,12 +70,7 @@ QUICK = Setup(blocks=(2,), seeds=2, trajectories=150, length=40, updates=300, hi
 
 def train_diffusion(data: dict, config: sd.Config, seeds: int, updates: int, seed: int = 0):
     """The diffusion model trained by the offline loop's chunk (one chunk of ``updates``), seeds vmapped."""
-    gd = goal_data(data)
-    obs_dim = gd.observations.shape[-1]
-    init = compiled_init(lambda k: sd.init(k, obs_dim, 0, config), seeds)
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed + 1), i))(jnp.arange(seeds))
-    chunk = jax.jit(over_seeds(make_chunk(sd, config, updates), seeds, shared_args=2))
-    state, metrics = chunk(init(keys), gd, jnp.int32(updates))
+    state, metrics = train_in_memory(sd, config, goal_data(data), seeds, updates, seed=seed + 1)
     if not np.all(np.asarray(metrics["finite"])):
         raise TrainingDiverged("NaN or Inf in the diffusion model's loss; lower its learning rate and run again.")
     return state.params, float(np.mean(metrics["diffusion_loss"]))
