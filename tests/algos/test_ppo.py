@@ -93,7 +93,7 @@ def test_loss_options_by_hand():
 
 def test_learned_drift_replaces_the_clipped_surrogate_by_hand(tmp_path):
     from longhorizon.errors import UsageError
-    from longhorizon.evolution import lpo
+    from longhorizon.core import drift as lpo
 
     # TA-LPO drift whose g = tanh(n/N): w1 reads the progress feature only, so f = (r-1)^2 softplus(tanh(n/N)).
     w1 = np.zeros((7, 1), np.float32)

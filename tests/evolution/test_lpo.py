@@ -37,9 +37,9 @@ def test_temporal_drift_sees_the_lifetime_and_needs_it():
     early = lpo.drift(config, params, 1.5, 1.0, progress=0.0, horizon=64.0)
     late = lpo.drift(config, params, 1.5, 1.0, progress=1.0, horizon=64.0)
     assert float(early) != float(late)
-    with pytest.raises(UsageError, match="progress"):
+    with pytest.raises(ValueError, match="progress"):
         lpo.drift(config, params, 1.5, 1.0)
-    with pytest.raises(UsageError, match="hidden"):
+    with pytest.raises(ValueError, match="hidden"):
         lpo.DriftConfig(hidden=0)
     with pytest.raises(UsageError, match="even"):
         meta.ESConfig(population=7)
@@ -225,7 +225,6 @@ def test_a_damaged_drift_file_is_one_sentence(tmp_path):
     import jax
     import numpy as np
 
-    from longhorizon.errors import UsageError
     from longhorizon.evolution import lpo
 
     path = tmp_path / "drift.npz"
@@ -235,5 +234,5 @@ def test_a_damaged_drift_file_is_one_sentence(tmp_path):
     data = bytearray(path.read_bytes())
     data[len(data) // 3] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(UsageError, match="not a drift file"):
+    with pytest.raises(ValueError, match="not a drift file"):
         lpo.load_drift(path)

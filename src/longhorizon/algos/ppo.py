@@ -6,7 +6,7 @@ compute GAE advantages (bootstrapping on truncation, not on termination), then r
 
     L = -E[min(r A, clip(r, 1-eps, 1+eps) A)] + vf_coef * L_V - ent_coef * H,   r = pi/pi_old.
 
-With ``drift FILE`` (a learned LPO/TA-LPO drift, :mod:`longhorizon.evolution.lpo`) the clipped
+With ``drift FILE`` (a learned LPO/TA-LPO drift, :mod:`longhorizon.core.drift`) the clipped
 surrogate is replaced by the mirror-learning objective ``E[r A - f_phi(r, A[, n/N, log N])]``, with
 ``n/N`` the fraction of the run's updates done and ``N`` the run's number of updates.
 
@@ -42,7 +42,7 @@ from longhorizon.core.optim import flat_step, init_flat, learning_rate_at, make_
 from longhorizon.core.returns import gae, vtrace
 from longhorizon.envs import true_next_obs, vectorize
 from longhorizon.envs.wrappers import NormalizeReward
-from longhorizon.evolution import lpo
+from longhorizon.core import drift as lpo
 
 NAME = "ppo"
 CORRECTIONS = ("none", "vtrace", "decoupled")
@@ -85,10 +85,13 @@ class Config(AlgoConfig):
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise_batch_error(self)
         if self.drift:
-            lpo.load_drift(self.drift)  # refuses a file that is no drift, before anything compiles
-            if self.correction == "decoupled":
-                from longhorizon.errors import UsageError
+            from longhorizon.errors import UsageError
 
+            try:
+                lpo.load_drift(self.drift)  # refuses a file that is no drift, before anything compiles
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+            if self.correction == "decoupled":
                 raise UsageError("--drift replaces the clipped surrogate that --correction decoupled weights; "
                                  "use --correction vtrace or none with a drift.")
 
