@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from longhorizon.repro import claims as C
 
 DATE = "2026-12-03"
@@ -148,31 +150,66 @@ def _smollm2_scale(setup: dict) -> str:
             f"{setup['num_generations']} generations; {setup['seeds']} seed(s); {setup['eval_per_horizon']} held-out problems per horizon")
 
 
-def h1_smollm2(L: dict, path: Path) -> dict:
-    from longhorizon.repro import real_model as M
-
-    claims, arms = M.judge_h1(L)
-    return dict(paper="h1", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro h1-smollm2")
-
-
 def sgpo_smollm2(L: dict, path: Path) -> dict:
     from longhorizon.repro import real_model as M
 
     claims, arms = M.judge_sgpo(L)
     return dict(paper="sGPO", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro sgpo-smollm2")
 
+# ------------------------------------------------------------ legacy rules of re-run reproductions
+# h1-smollm2 and rhorizon-smollm2 have new protocols and rules (repro/h1_smollm2.py, repro/rhorizon_smollm2.py);
+# their folders keep the re-judged verdicts of the old 4-step runs until re-run, judged by the old rules below.
+
+
+def _long(by_h: dict, horizons) -> float:
+    return float(np.mean([by_h[str(h)] for h in horizons]))
+
+
+def judge_h1(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """h1-smollm2: per seed, the curriculum's accuracy at the long horizons against the best other arm's (by mean)."""
+    setup = L["setup"]
+    longs = [h for h in setup["eval_horizons"] if h >= max(setup["train_horizons"])]
+    base = _long(L["base_by_horizon"], longs)
+    long = {a: [_long(r[a]["by_horizon"], longs) for r in L["results"]] for a in L["results"][0]}
+    sig = {a: C.arm_signal(a, eval_start=base, eval_end=long[a], what="long-chain accuracy") for a in long}
+    best = max((a for a in long if a != "curriculum"), key=lambda a: np.mean(long[a]))
+    claims = [C.judge("h1: a composition curriculum (h = 1 -> 3) beats fixed-horizon training on long chained problems",
+                      C.difference(long["curriculum"], long[best]), [sig["curriculum"], sig[best]], quick=quick)]
+    return claims, {a: C.arm(setup["steps"], setup["seeds"], sig[a]) for a in long}
+
+
+def judge_rhorizon(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """rhorizon-smollm2: the base model's accuracy against n (one greedy evaluation: a slope without seeds); RL's
+    mean accuracy at n >= 2 per seed against the base's."""
+    setup, base, trained = L["setup"], L["base_by_n"], L["trained_by_n"]
+    composed = [n for n in base if int(n) >= 2]
+    sig = C.arm_signal("RL on composed problems", eval_start=[base[n] for n in composed],
+                       eval_end=[t[n] for t in trained for n in composed], what="accuracy on composed problems (n >= 2)")
+    claims = [
+        C.judge("the base model's all-or-nothing accuracy falls as problems are composed",
+                C.trend([int(n) for n in base], [list(base.values())], direction="decreasing"), quick=quick),
+        C.judge("RL on composed problems raises accuracy at n >= 2",
+                C.difference([np.mean([t[n] for n in composed]) for t in trained], float(np.mean([base[n] for n in composed]))),
+                [sig], quick=quick),
+    ]
+    return claims, {"RL on composed problems": C.arm(setup["steps"], setup["seeds"], sig)}
+
+
+def h1_smollm2(L: dict, path: Path) -> dict:
+    claims, arms = judge_h1(L)
+    return dict(paper="h1", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro h1-smollm2")
+
 
 def rhorizon_smollm2(L: dict, path: Path) -> dict:
-    from longhorizon.repro import real_model as M
-
-    claims, arms = M.judge_rhorizon(L)
+    claims, arms = judge_rhorizon(L)
     return dict(paper="R-HORIZON", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro rhorizon-smollm2")
+
 
 
 CONVERTERS = {"router-r1": router_r1, "asearcher": asearcher, "agents-a1": agents_a1, "canopy": canopy,
               "treeopsd": treeopsd, "iterresearch": iterresearch, "trpo-agent": trpo_agent, "fees": fees, "h1": h1,
               "h1-chain-base": h1, "es-finetune": es_finetune, "sgpo": sgpo, "sgpo-chain-base": sgpo,
-              "h1-smollm2": h1_smollm2, "sgpo-smollm2": sgpo_smollm2, "rhorizon-smollm2": rhorizon_smollm2}
+              "sgpo-smollm2": sgpo_smollm2, "h1-smollm2": h1_smollm2, "rhorizon-smollm2": rhorizon_smollm2}
 
 
 # ----------------------------------------------------------------------------------------------- writing

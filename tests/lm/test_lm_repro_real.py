@@ -12,7 +12,7 @@ from longhorizon.cli import main  # noqa: E402
 from longhorizon.lm import samplers  # noqa: E402
 from longhorizon.lm.policy import load_pretrained, tiny_random  # noqa: E402
 from longhorizon.repro import real_model  # noqa: E402
-from longhorizon.repro.real_model import ARMS, judge_h1  # noqa: E402
+from longhorizon.repro.real_model import ARMS  # noqa: E402
 
 
 def test_tiny_random_is_a_working_chat_model():
@@ -50,28 +50,41 @@ def test_pool_source_draws_by_horizon_and_resumes_exactly():
         samplers.PoolSource(pools).stream().sample([2], 1)
 
 
-def _results(long_acc: dict, short=0.5):
-    """One seed's by-horizon accuracies: h=1,2 at ``short``, h=3,4 at the arm's long accuracy."""
-    return {arm: {"by_horizon": {"1": short, "2": short, "3": long_acc[arm], "4": long_acc[arm]}, "tokens": 1, "wall_s": 0}
-            for arm in ARMS}
+def _h1(long_acc: list[dict], rise=0.2, long_signal=0.05, start_h1=0.9):
+    """h1's recorded numbers: per seed each arm's accuracy at the long horizons (h = 3, 4; h = 1, 2 at 0.5), a
+    training-reward curve rising by ``rise`` (only-long's flat) and only-long's share of groups with signal."""
+    setup = {"eval_horizons": [1, 2, 3, 4], "train_horizons": [1, 2, 3], "steps": 10}
+    start = {"by_h": {"1": start_h1, "2": 0.4, "3": 0.1, "4": 0.05}}
+    curve = list(np.linspace(0.3, 0.3 + rise, 10))
+
+    def row(arm, acc):
+        flat = arm == "only-long"
+        return {"by_h": {"1": 0.5, "2": 0.5, "3": acc, "4": acc}, "rewards": [0.0] * 10 if flat else curve,
+                "groups_with_signal": long_signal if flat else 0.6}
+
+    return {"setup": setup, "start": start, "base": start,
+            "results": {arm: [row(arm, seed[arm]) for seed in long_acc] for arm in ARMS}}
 
 
 def test_h1_verdict_rule_by_hand():
     from longhorizon.repro import claims as C
+    from longhorizon.repro.h1_smollm2 import judge
 
-    setup = {"eval_horizons": [1, 2, 3, 4], "train_horizons": [1, 2, 3], "steps": 4, "seeds": 3}
-    base = {"1": 0.5, "2": 0.5, "3": 0.1, "4": 0.1}
+    def verdicts(*long_accs, **kw):
+        return [c.verdict for c in judge(_h1(list(long_accs), **kw))[0]]
 
-    def verdict(*long_accs):
-        return judge_h1({"setup": setup, "base_by_horizon": base, "results": [_results(a) for a in long_accs]})[0][0].verdict
-
-    wins = [{"curriculum": 0.5 + d, "only-short": 0.3, "only-long": 0.35, "uniform": 0.2} for d in (0.0, 0.02, 0.04)]
-    assert verdict(*wins) == C.HOLDS
-    assert verdict(*wins[:2]) == C.INCONCLUSIVE  # two seeds never judge
+    wins = [{"curriculum": 0.5 + d, "only-short": 0.3, "only-long": 0.075, "uniform": 0.2} for d in (0.0, 0.02, 0.04)]
+    # the paper's point: the curriculum learned long chains while only-long had (almost) no signal -> holds, the
+    # flat only-long arm does not turn it into no signal
+    assert verdicts(*wins) == [C.HOLDS, C.HOLDS]
+    assert verdicts(*wins[:2]) == [C.INCONCLUSIVE, C.INCONCLUSIVE]  # two seeds never judge
     close = [{"curriculum": c, "only-short": 0.3, "only-long": 0.35, "uniform": 0.2} for c in (0.42, 0.3, 0.36)]
-    assert verdict(*close) == C.INCONCLUSIVE
-    flat = [{arm: 0.1 for arm in ARMS}] * 3  # no arm moved from the base: they cannot be told apart
-    assert verdict(*flat) == C.NO_SIGNAL
+    assert verdicts(*close)[0] == C.INCONCLUSIVE
+    # nothing learned: the curriculum's curve flat and its long-chain accuracy at the start's -> no signal
+    flat = [{arm: 0.075 for arm in ARMS}] * 3
+    assert verdicts(*flat, rise=0.0)[0] == C.NO_SIGNAL
+    # a format phase below its floor (the atomic step unreliable): no signal for both claims
+    assert verdicts(*wins, start_h1=0.5) == [C.NO_SIGNAL, C.NO_SIGNAL]
 
 
 @pytest.mark.parametrize("name, plot", [("h1-smollm2", "accuracy_by_horizon.png"), ("sgpo-smollm2", "accuracy_vs_tokens.png"),
@@ -87,7 +100,7 @@ def test_quick_runs_write_table_plot_and_verdict(name, plot, tmp_path, capsys):
     readme = (out / "README.md").read_text()
     assert f"longhorizon repro {name} --quick" in readme and "## Verdict" in readme and "|---|" in readme
     assert (out / plot).stat().st_size > 0
-    assert not list(out.rglob("checkpoints"))  # the arms' weights are not kept
+    assert [p for p in out.rglob("checkpoints") if p.parent.name != "format"] == []  # only the format phase keeps weights
     assert real_model.QUICK.model == "tiny-random" and summary["setup"]["model"] == "tiny-random"
 
 

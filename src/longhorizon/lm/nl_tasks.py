@@ -7,7 +7,8 @@ returns plain dicts, one per problem, in TRL's conversational *prompt-only* layo
      "answer":  "24",               # the final answer, a canonical decimal string
      "answers": ["12", "24"],       # every sub-problem's answer, in order (the last one is "answer")
      "horizon": 2,                  # number of chained sub-problems (chain) or composed problems
-     "task":    "chain"}            # or "composed"
+     "task":    "chain",            # or "composed"
+     "solution": "7 + 5 = 12\n12 * 2 = 24\nAnswer: 24"}  # chain rows: the worked steps (for demonstrations)
 
 Two tasks, both with the dependency structure of the library's symbolic tasks
 (:mod:`longhorizon.lm.tasks`), written out in words:
@@ -141,10 +142,10 @@ def _operation(rng: np.random.Generator, x: int) -> tuple[str, int]:
     return op, c
 
 
-def _row(task: str, content: str, answers: Sequence[int], horizon: int) -> dict[str, Any]:
+def _row(task: str, content: str, answers: Sequence[int], horizon: int, **extra) -> dict[str, Any]:
     answers = [str(int(a)) for a in answers]
     return {"prompt": [{"role": "user", "content": content}], "answer": answers[-1], "answers": answers,
-            "horizon": int(horizon), "task": task}
+            "horizon": int(horizon), "task": task, **extra}
 
 
 def chain_row(rng: np.random.Generator, horizon: int, style: str = DEFAULT_CHAIN_STYLE) -> dict[str, Any]:
@@ -160,9 +161,10 @@ def chain_row(rng: np.random.Generator, horizon: int, style: str = DEFAULT_CHAIN
     fill = {"name": name, "pron": pron, "item": item}
     sentences = [words["start"].format(x=x, **fill)] if "start" in words else []
     expression = str(x)
-    answers = []
+    answers, work = [], []
     for i in range(int(horizon)):
         op, c = _operation(rng, x)
+        work.append(f"{x} {op} {c} = {_apply(op, x, c)}")
         x = _apply(op, x, c)
         answers.append(x)
         expression = f"{expression} {op} {c}" if i == 0 else f"({expression}) {op} {c}"
@@ -178,7 +180,13 @@ def chain_row(rng: np.random.Generator, horizon: int, style: str = DEFAULT_CHAIN
     if style == "nested":
         sentences.append(f"What is {expression}?")
     sentences.append(words["ask"].format(**fill))
-    return _row("chain", words.get("prefix", "") + " ".join(sentences), answers, horizon)
+    return _row("chain", words.get("prefix", "") + " ".join(sentences), answers, horizon, solution=worked_solution(work))
+
+
+def worked_solution(work: Sequence[str]) -> str:
+    """A chain's solution written out, one operation a line, then the answer line the reward reads:
+    ``"7 - 4 = 3\n3 * 2 = 6\nAnswer: 6"`` (the demonstrations of the h1 format phase)."""
+    return "\n".join(work) + "\nAnswer: " + work[-1].rsplit("= ", 1)[1]
 
 
 def _atomic_text(style: str, n_text: str, op: str, c: int, item: str, name: str, pron: str) -> str:

@@ -1,34 +1,26 @@
-"""h1, sGPO and R-HORIZON on a real pretrained model: SmolLM2-135M-Instruct on natural-language chains.
+"""The real-model reproductions' shared parts (SmolLM2-135M-Instruct on natural-language chains), and sGPO.
 
-The symbolic reproductions (:mod:`longhorizon.repro.h1`, :mod:`longhorizon.repro.sgpo`) train
-in-house character models that cannot compose at all. These three run the same claims on a real
-instruct model through the user's path: TRL-style rows (:mod:`longhorizon.lm.nl_tasks`: word
-problems whose every step uses the previous result), TRL-style reward functions, and the one RL
-loop (:func:`longhorizon.lm.run.run_rl`), Dr. GRPO (``loss_type="dr_grpo"``, ``scale_rewards="none"``).
+The symbolic reproductions (:mod:`longhorizon.repro.h1`, :mod:`longhorizon.repro.sgpo`) train in-house
+character models that cannot compose at all. These run the same claims on a real instruct model through the
+user's path: TRL-style rows (:mod:`longhorizon.lm.nl_tasks`: word problems whose every step uses the previous
+result), TRL-style reward functions, and the one RL loop (:func:`longhorizon.lm.run.run_rl`), Dr. GRPO
+(``loss_type="dr_grpo"``, ``scale_rewards="none"``).
 
-* ``h1-smollm2`` (h1, "composition curriculum"): arms ``curriculum`` (h = 1, 2, 3 in equal stages),
-  ``only-short`` (h = 1), ``only-long`` (h = 3) and ``uniform`` (h ~ U{1, 2, 3}) at equal rollout
-  budget (same steps x prompts x generations); greedy final-answer accuracy by horizon 1..4.
-  Claim: the curriculum beats every fixed-horizon arm at the long horizons (h >= 3).
-* ``sgpo-smollm2``: sGPO (one profiling pass, group size ~ 1/success rate, easy to hard) against
-  GRPO from the same model on a pool of h = 1..2 chains. Claim: sGPO reaches GRPO's held-out
-  accuracy with fewer training tokens (profiling counted).
-* ``rhorizon-smollm2`` (R-HORIZON) has its own module, :mod:`longhorizon.repro.rhorizon_smollm2`, built on the
-  shared parts here.
+* ``h1-smollm2``: :mod:`longhorizon.repro.h1_smollm2`; ``rhorizon-smollm2``: :mod:`longhorizon.repro.rhorizon_smollm2`
+  (each with its protocol, arms saved as they finish (:func:`train_arm`) and verdict rule).
+* ``sgpo-smollm2`` (here): sGPO (one profiling pass, group size ~ 1/success rate, easy to hard) against GRPO
+  from the same model on a pool of h = 1..2 chains. Claim: sGPO reaches GRPO's held-out accuracy with fewer
+  training tokens (profiling counted); :func:`judge_sgpo`, Student-t over seeds (>= 3); an arm whose
+  held-out accuracy did not rise above the base model's gives ``no signal``.
 
-Verdicts (:func:`judge_h1`, :func:`judge_sgpo`, :mod:`longhorizon.repro.claims`): per-seed
-differences with Student-t 95% intervals over seeds (>= 3); an arm whose held-out accuracy did not rise above the
-base model's gives ``no signal`` (training did not move it, so the arms cannot be told apart). Scale: what 2 shared CPU cores allow (``RealSetup``); the module
-docstrings of the entries and each README give the full-protocol GPU command. ``--quick`` runs
-the same code on ``tiny-random`` (a random 2-layer Llama, :func:`longhorizon.lm.policy.tiny_random`),
-a smoke test whose numbers mean nothing.
+``--quick`` runs the same code on ``tiny-random`` (a random 2-layer Llama,
+:func:`longhorizon.lm.policy.tiny_random`), a smoke test whose numbers mean nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 import time
 from pathlib import Path
@@ -136,12 +128,34 @@ def _train(out: Path, policy, grpo, sampler, setup: RealSetup, held: tuple, task
     return summary
 
 
-def _se(p: float, n: int) -> float:
-    return math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1))
+CURVE_KEYS = ("step", "reward", "reward_std", "groups_all_equal", "groups", "completion_length", "step_s")
 
 
-def _mean_at(by_h: dict, horizons) -> float:
-    return float(np.mean([by_h[int(h)] for h in horizons]))
+def train_arm(run: Path, policy, grpo, sampler, *, steps: int, prompts_per_step: int, held: tuple, eval_new_tokens: int,
+              task: str, seed: int, checkpoint_every: int) -> dict:
+    """One arm of a protocol, one seed: RL through the one LM loop (:func:`longhorizon.lm.run.run_rl`), continuing
+    from ``run``'s checkpoint when an earlier sitting was interrupted; returns what the protocol keeps (accuracy by
+    horizon on ``held``, the training-reward curve, the share of groups with a GRPO signal, tokens, wall time) and
+    deletes the weights (about 1.6 GB with the optimiser state)."""
+    from longhorizon.lm import run_checkpoint
+    from longhorizon.lm.run import EvalSpec, RLSpec, run_rl
+
+    evaluation = EvalSpec(held, grpo.max_prompt_length, eval_new_tokens, every=0, rewards=_rewards(task),
+                          at_start=False)  # the protocol evaluates its starting policy once, before the arms
+    spec = RLSpec(out=str(run), init=policy, grpo=grpo, sampler=sampler, steps=steps, prompts_per_step=prompts_per_step,
+                  evaluation=evaluation, checkpoint_every=checkpoint_every, seed=seed, rewards=_rewards(task))
+    resume = run_checkpoint.latest_step(run / "checkpoints") is not None
+    if not resume:
+        shutil.rmtree(run, ignore_errors=True)
+    summary = run_rl(spec, resume=resume, quiet=True)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [{k: r[k] for k in CURVE_KEYS if k in r} for r in rows if "reward" in r]
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)
+    groups = sum(r.get("groups", 0) for r in rows)
+    return {"by_h": {int(k): float(v) for k, v in summary["eval"]["by_horizon"].items()},
+            "rewards": [r["reward"] for r in rows], "curve": rows, "tokens": summary["training_tokens"],
+            "groups_with_signal": 1 - sum(r.get("groups_all_equal", 0) for r in rows) / max(groups, 1),
+            "wall_s": summary["wall_s"]}
 
 
 def _fresh(out: Path) -> Path:
@@ -160,23 +174,6 @@ def _write(out: Path, summary: dict, lines: list[str]) -> None:
                                                                   if line.strip()]
             for path in sorted(runs.rglob("metrics.jsonl"))}
     write_run(out, summary, lines, rows)
-
-
-def _long(by_h: dict, horizons) -> float:
-    return float(np.mean([by_h[str(h)] for h in horizons]))
-
-
-def judge_h1(L: dict, quick: bool = False) -> tuple[list, dict]:
-    """h1-smollm2: per seed, the curriculum's accuracy at the long horizons against the best other arm's (by mean)."""
-    setup = L["setup"]
-    longs = [h for h in setup["eval_horizons"] if h >= max(setup["train_horizons"])]
-    base = _long(L["base_by_horizon"], longs)
-    long = {a: [_long(r[a]["by_horizon"], longs) for r in L["results"]] for a in L["results"][0]}
-    sig = {a: C.arm_signal(a, eval_start=base, eval_end=long[a], what="long-chain accuracy") for a in long}
-    best = max((a for a in long if a != "curriculum"), key=lambda a: np.mean(long[a]))
-    claims = [C.judge("h1: a composition curriculum (h = 1 -> 3) beats fixed-horizon training on long chained problems",
-                      C.difference(long["curriculum"], long[best]), [sig["curriculum"], sig[best]], quick=quick)]
-    return claims, {a: C.arm(setup["steps"], setup["seeds"], sig[a]) for a in long}
 
 
 def judge_sgpo(L: dict, quick: bool = False) -> tuple[list, dict]:
@@ -215,17 +212,6 @@ def _step_times(runs: Path) -> str:
             f"after the first, which took {max(first):.0f} s at most (compilation included)." if rest else "")
 
 
-def _signal(run: Path) -> str:
-    """The share of a run's groups whose rewards differed (the only ones GRPO learns from), from its metrics."""
-    import json
-
-    if not (run / "metrics.jsonl").exists():
-        return "-"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    groups = sum(r["groups"] for r in rows)
-    return f"{1 - sum(r['groups_all_equal'] for r in rows) / max(groups, 1):.2f}"
-
-
 def _scale(setup: RealSetup, quick: bool) -> str:
     budget = setup.steps * setup.prompts_per_step * setup.num_generations
     return (f"{'QUICK smoke test on a random tiny model (numbers mean nothing). ' if quick else ''}Model {setup.model} "
@@ -234,11 +220,7 @@ def _scale(setup: RealSetup, quick: bool) -> str:
             f"scale_rewards={setup.scale_rewards}; {setup.eval_per_horizon} held-out problems per horizon, greedy.")
 
 
-def _by_h(d: dict) -> dict:
-    return {int(k): float(v) for k, v in d.items()}
-
-
-# ----------------------------------------------------------------------------- h1
+# ----------------------------------------------------------------------------- h1 arms
 
 
 def _arm_sampler(arm: str, source, setup: RealSetup):
@@ -248,89 +230,6 @@ def _arm_sampler(arm: str, source, setup: RealSetup):
     if arm == "curriculum":
         return samplers.Curriculum(source, hs, max(1, setup.steps // len(hs)), samplers.Gate("steps"))
     return samplers.FixedMix(source, {"only-short": (min(hs),), "only-long": (max(hs),), "uniform": hs}[arm])
-
-
-def run_h1(out_dir: str, quick: bool = False, setup: RealSetup | None = None) -> dict:
-    from longhorizon.lm import samplers
-
-    setup = setup or (QUICK if quick else RealSetup())
-    out, t0 = Path(out_dir), time.perf_counter()
-    runs = _fresh(out)
-    policy = _policy(setup)
-    held = _pools(policy.tokenizer, "chain", setup.eval_horizons, setup.eval_per_horizon, HELD_SEED)
-    train = _pools(policy.tokenizer, "chain", setup.train_horizons, setup.pool_per_horizon, TRAIN_SEED)
-    plen = _prompt_length(policy.tokenizer, held, train)
-    grpo = _grpo(setup, plen, setup.max_completion_length)
-    base = _by_h(_evaluate(policy, policy.params, _flat(held), "chain", plen, setup.max_completion_length)["by_horizon"])
-    results = []
-    for seed in range(setup.seeds):
-        source = samplers.PoolSource(train, seed=seed)
-        row = {}
-        for arm in ARMS:
-            summary = _train(runs / f"seed{seed}" / arm, policy, grpo, _arm_sampler(arm, source, setup), setup,
-                             _flat(held), "chain", seed)
-            row[arm] = {"by_horizon": _by_h(summary["eval"]["by_horizon"]), "tokens": summary["training_tokens"],
-                        "wall_s": summary["wall_s"]}
-            print(f"h1-smollm2 seed {seed} {arm}: {row[arm]['by_horizon']}", flush=True)
-        results.append(row)
-    summary = _summary("h1-smollm2", "h1", judge_h1, {"base_by_horizon": base, "results": results}, setup, quick, t0)
-    _plot_h1(out, base, results, setup)
-    _write(out, summary, _report_h1(out, summary, base, results, setup, quick))
-    return summary
-
-
-def _plot_h1(out: Path, base: dict, results: list[dict], setup: RealSetup) -> None:
-    hs = list(setup.eval_horizons)
-
-    def draw(ax):
-        ax.plot(hs, [base[h] for h in hs], "k--", marker="x", label="base")
-        for i, arm in enumerate(ARMS):
-            acc = np.array([[r[arm]["by_horizon"][h] for h in hs] for r in results])
-            ax.plot(hs, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=arm)
-            if len(results) > 1:
-                ax.fill_between(hs, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
-
-    _figure(out / "accuracy_by_horizon.png", "horizon (chained operations)",
-            f"h1 on {setup.model}: arms at equal rollout budget", draw)
-
-
-def _report_h1(out: Path, summary: dict, base: dict, results: list[dict], setup: RealSetup, quick: bool) -> list[str]:
-    hs = list(setup.eval_horizons)
-    lines = ["# h1 on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{summary['command']}` (wall {summary['wall_seconds']:.0f} s).", "",
-             _scale(setup, quick), _step_times(out / "runs"), "", "![accuracy by horizon](accuracy_by_horizon.png)", "",
-             "| seed | arm | " + " | ".join(f"h={h}" for h in hs) + " | training tokens | groups with signal |",
-             "|---|---|" + "---|" * len(hs) + "---|---|",
-             "| - | base | " + " | ".join(f"{base[h]:.3f}" for h in hs) + " | 0 | - |"]
-    for seed, row in enumerate(results):
-        for arm in ARMS:
-            lines.append(f"| {seed} | {arm} | " + " | ".join(f"{row[arm]['by_horizon'][h]:.3f}" for h in hs)
-                         + f" | {row[arm]['tokens']:,} | {_signal(out / 'runs' / f'seed{seed}' / arm)} |")
-    lines += ["", "*Groups with signal*: the share of training groups whose completions got different rewards; "
-              "a group whose rewards are all equal has zero advantage and teaches GRPO nothing."]
-    lines += ["", "## Verdict", "", *verdict_lines(summary), "", *_h1_protocol_notes(setup)]
-    return lines
-
-
-def _h1_protocol_notes(setup: RealSetup) -> list[str]:
-    return [
-        "## Protocol and deviations from the paper", "",
-        "- Tasks: natural-language chains (`lm.nl_tasks`, word style: each operation acts on the previous result), "
-        "final answer only (`chain_reward`), prompts through the model's ChatML template.",
-        f"- Arms at equal rollout budget; the curriculum spends {max(1, setup.steps // len(setup.train_horizons))} "
-        f"steps per stage on h = {list(setup.train_horizons)}; training draws come from a fixed pool of "
-        f"{setup.pool_per_horizon} problems per horizon (with replacement), held-out problems from another seed.",
-        "- The paper trains for hundreds of steps with large batches; this budget is what 2 shared CPU cores allow "
-        "in a session (see the step times above).",
-        f"- Learning rate {setup.learning_rate:g} (TRL's default is 1e-6), chosen before running, so that a few "
-        "steps can move the model at all; no protocol setting was tuned on these results.",
-        "", "Full protocol on one GPU (not run here; no GPU was lent to this session):", "",
-        "```", "longhorizon repro h1-smollm2 --out runs/h1-smollm2-gpu  # after editing RealSetup to the values below",
-        "# RealSetup(seeds=3, steps=300, prompts_per_step=16, num_generations=8, eval_per_horizon=128,",
-        "#           train_horizons=(1, 2, 3, 4), eval_horizons=tuple(range(1, 9)))", "```", "",
-        "Expected time: an estimate, not a measurement: a 135M model's GRPO step of 128 completions should take a "
-        "few seconds on one H200, so about 4 arms x 3 seeds x 300 steps x ~3 s = 3 h.",
-    ]
 
 
 # ----------------------------------------------------------------------------- sGPO
@@ -410,13 +309,5 @@ def _plot_points(path: Path, base: float, points, xlabel: str, title: str) -> No
         ax.axhline(base, color="k", ls="--", label="base")
         for label, x, y, method in points:
             ax.plot([x], [y], "o" if method == "grpo" else "s", color="C0" if method == "grpo" else "C1", label=label)
-
-    _figure(path, xlabel, title, draw)
-
-
-def _plot_lines(path: Path, xs, curves: dict, xlabel: str, title: str) -> None:
-    def draw(ax):
-        for label, by_x in curves.items():
-            ax.plot(xs, [by_x[x] for x in xs], "k--" if label == "base" else "-", marker="o", ms=4, label=label)
 
     _figure(path, xlabel, title, draw)

@@ -21,8 +21,6 @@ moved (training reward rising, or held-out accuracy above the base)."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
 import time
 from pathlib import Path
 
@@ -34,7 +32,6 @@ from longhorizon.repro.report import resumable, verdict_lines
 
 ARMS = {"composed": (2,), "single": (1,)}  # arm -> the n of the queries it trains on
 PARTIAL = "partial"
-CURVE_KEYS = ("step", "reward", "reward_std", "groups_all_equal", "groups", "completion_length", "step_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,28 +95,14 @@ def _base(policy, held: dict, plen: int, setup: Setup) -> dict:
     return {"by_n": by_n, "outcomes": outcomes}
 
 
-def _train_arm(run: Path, policy, arm: str, seed: int, held: dict, train: dict, plen: int, setup: Setup) -> dict:
-    """One arm, one seed: RL through the one LM loop (continuing from the folder's checkpoint if an earlier sitting
-    was interrupted), then its accuracy by n and training curve; the weights are not kept."""
-    from longhorizon.lm import run_checkpoint, samplers
-    from longhorizon.lm.run import EvalSpec, RLSpec, run_rl
+def _train_arm(out: Path, policy, arm: str, seed: int, held: dict, train: dict, plen: int, setup: Setup) -> dict:
+    from longhorizon.lm import samplers
 
-    grpo = R._grpo(setup, plen, setup.train_completion_length)
-    evaluation = EvalSpec(R._flat(held), plen, setup.eval_new_tokens, every=0, rewards=R._rewards("composed"),
-                          at_start=False)  # the base is evaluated once, before the arms
-    spec = RLSpec(out=str(run), init=policy, grpo=grpo, steps=setup.steps, prompts_per_step=setup.prompts_per_step,
-                  sampler=samplers.FixedMix(samplers.PoolSource(train, seed=seed), ARMS[arm]), evaluation=evaluation,
-                  checkpoint_every=setup.checkpoint_every, seed=seed, rewards=R._rewards("composed"))
-    resume = run_checkpoint.latest_step(run / "checkpoints") is not None
-    if not resume:
-        shutil.rmtree(run, ignore_errors=True)
-    summary = run_rl(spec, resume=resume, quiet=True)
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [{k: r[k] for k in CURVE_KEYS if k in r} for r in rows if "reward" in r]
-    shutil.rmtree(run / "checkpoints", ignore_errors=True)  # ~1.6 GB of weights and optimiser state per arm
-    return {"by_n": {int(k): float(v) for k, v in summary["eval"]["by_horizon"].items()},
-            "rewards": [r["reward"] for r in rows], "curve": rows, "tokens": summary["training_tokens"],
-            "wall_s": summary["wall_s"]}
+    result = R.train_arm(out / "runs" / f"{arm}-seed{seed}", policy, R._grpo(setup, plen, setup.train_completion_length),
+                         samplers.FixedMix(samplers.PoolSource(train, seed=seed), ARMS[arm]), steps=setup.steps,
+                         prompts_per_step=setup.prompts_per_step, held=R._flat(held), eval_new_tokens=setup.eval_new_tokens,
+                         task="composed", seed=seed, checkpoint_every=setup.checkpoint_every)
+    return {"by_n": result.pop("by_h"), **result}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
@@ -137,8 +120,8 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     for seed in range(setup.seeds):
         for arm in ARMS:
             result, _ = resumable(out / PARTIAL / f"{arm}-seed{seed}.json", setup,
-                                  lambda arm=arm, seed=seed: _train_arm(out / "runs" / f"{arm}-seed{seed}", policy, arm,
-                                                                        seed, held, train, plen, setup), print)
+                                  lambda arm=arm, seed=seed: _train_arm(out, policy, arm, seed, held, train, plen, setup),
+                                  print)
             arms[arm].append(result)
             print(f"rhorizon-smollm2 {arm} seed {seed}: {result['by_n']}", flush=True)
     recorded = C.as_recorded({"base": base, "results": arms, "setup": dataclasses.asdict(setup)})
