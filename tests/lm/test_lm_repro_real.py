@@ -88,7 +88,8 @@ def test_h1_verdict_rule_by_hand():
 
 
 @pytest.mark.parametrize("name, plot", [("h1-smollm2", "accuracy_by_horizon.png"), ("sgpo-smollm2", "accuracy_vs_tokens.png"),
-                                        ("rhorizon-smollm2", "accuracy_vs_composed.png")])
+                                        ("rhorizon-smollm2", "accuracy_vs_composed.png"),
+                                        ("scaler-smollm2", "accuracy_by_horizon.png")])
 def test_quick_runs_write_table_plot_and_verdict(name, plot, tmp_path, capsys):
     out = tmp_path / name
     assert main(["repro", name, "--quick", "--out", str(out)]) == 0
@@ -144,3 +145,20 @@ def test_rhorizon_reads_finished_arms_back(tmp_path, capsys):
     again = RH.run(str(tmp_path), quick=True)  # every arm read back: no training, the same numbers
     assert capsys.readouterr().out.count("read back from") == 3
     assert again["results"] == first["results"] and again["base"] == first["base"]
+
+
+def test_scaler_verdict_rule_by_hand():
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.scaler_smollm2 import judge
+
+    def L(scaler, fixed, rise=0.2):
+        curve = list(np.linspace(0.3, 0.3 + rise, 10))
+        row = lambda acc: {"by_h": {"1": acc + 0.2, "2": acc - 0.2}, "rewards": curve}  # noqa: E731  (mean over h: acc)
+        return {"setup": {"horizons": [1, 2], "target": 0.5, "steps": 10}, "start": {"by_h": {"1": 0.5, "2": 0.2}},
+                "results": {"scaler": [row(a) for a in scaler], "fixed-mix": [row(a) for a in fixed]}}
+
+    verdict = lambda *a, **k: judge(L(*a, **k))[0][0].verdict  # noqa: E731
+    assert verdict([0.5, 0.52, 0.55], [0.4, 0.41, 0.42]) == C.HOLDS  # start mean 0.35; both arms rose
+    assert verdict([0.4, 0.41, 0.42], [0.5, 0.52, 0.55]) == C.CONTRADICTED
+    assert verdict([0.5, 0.4, 0.45], [0.45, 0.5, 0.4]) == C.INCONCLUSIVE
+    assert verdict([0.35] * 3, [0.35] * 3, rise=0.0) == C.NO_SIGNAL  # nothing moved from the start

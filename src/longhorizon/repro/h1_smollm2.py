@@ -100,16 +100,17 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     return claims, {a: C.arm(setup["steps"], len(res[a]), sig[a]) for a in res}
 
 
-def _format_rows(setup: Setup) -> list[dict]:
+def _format_rows(setup) -> list[dict]:
     from longhorizon.lm import nl_tasks
 
     return [{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]}
             for r in nl_tasks.make_rows("chain", [1], setup.format_rows, FORMAT_SEED)]
 
 
-def _format_policy(out: Path, setup: Setup):
-    """The format phase's policy: SFT on worked h = 1 chains, or its kept weights when a finished phase of this
-    setup is on disk."""
+def format_policy(out: Path, setup):
+    """The format phase's policy (a :class:`longhorizon.lm.run.Policy`): SFT on worked h = 1 chains, or its kept
+    weights under ``out/runs/format`` when a finished phase of this ``setup`` is there. ``setup``: any setup
+    with the ``format_*`` fields, ``model`` and ``dtype`` (SCALER's reproduction starts from the same phase)."""
     import json
 
     from longhorizon.lm import nl_tasks
@@ -118,7 +119,8 @@ def _format_policy(out: Path, setup: Setup):
 
     run = out / "runs" / "format"
     stamp = run / "setup.json"
-    wanted = json.dumps(C.as_recorded(dataclasses.asdict(setup)), sort_keys=True)
+    wanted = json.dumps({k: getattr(setup, k) for k in ("model", "dtype", "format_rows", "format_steps",
+                                                        "format_learning_rate")}, sort_keys=True)
     if not (stamp.exists() and stamp.read_text() == wanted and (run / "summary.json").exists()):
         shutil.rmtree(run, ignore_errors=True)
         run.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,8 @@ def _format_policy(out: Path, setup: Setup):
     return load_policy(run)
 
 
-def _evaluate(policy, held: dict, plen: int, setup: Setup) -> dict:
+def evaluate(policy, held: dict, plen: int, setup) -> dict:
+    """Greedy accuracy by horizon of ``policy`` on the chains ``held`` (``{h: examples}``)."""
     r = R._evaluate(policy, policy.params, R._flat(held), "chain", plen, setup.eval_new_tokens)
     return {"by_h": {int(k): float(v) for k, v in r["by_horizon"].items()}}
 
@@ -144,9 +147,9 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     held = R._pools(base.tokenizer, "chain", setup.eval_horizons, setup.eval_per_horizon, R.HELD_SEED)
     train = R._pools(base.tokenizer, "chain", setup.train_horizons, setup.pool_per_horizon, R.TRAIN_SEED)
     plen = R._prompt_length(base.tokenizer, held, train)
-    base_acc, _ = resumable(out / PARTIAL / "base.json", setup, lambda: _evaluate(base, held, plen, setup), print)
-    policy = _format_policy(out, setup)  # its config names the pretrained model, so it reloads
-    start, _ = resumable(out / PARTIAL / "format.json", setup, lambda: _evaluate(policy, held, plen, setup), print)
+    base_acc, _ = resumable(out / PARTIAL / "base.json", setup, lambda: evaluate(base, held, plen, setup), print)
+    policy = format_policy(out, setup)  # its config names the pretrained model, so it reloads
+    start, _ = resumable(out / PARTIAL / "format.json", setup, lambda: evaluate(policy, held, plen, setup), print)
     print(f"h1-smollm2 base {base_acc['by_h']}; after the format phase {start['by_h']}", flush=True)
     grpo = R._grpo(setup, plen, setup.max_completion_length)
     results = {a: [] for a in ARMS}
