@@ -112,9 +112,11 @@ def _rhorizon(composed_n2, single_n2, rise=0.2, base_n1=0.6, base_n2=0.1):
     outcomes = {"1": [1.0] * int(base_n1 * 100) + [0.0] * (100 - int(base_n1 * 100)),
                 "2": [1.0] * int(base_n2 * 100) + [0.0] * (100 - int(base_n2 * 100))}
     base = {"by_n": {"1": base_n1, "2": base_n2}, "outcomes": outcomes}
+    start = {"by_n": {"1": base_n1, "2": base_n2}}  # the format phase's policy, here equal to the base
     curve = list(np.linspace(0.3, 0.3 + rise, 10))
     arm = lambda accs: [{"by_n": {"1": base_n1, "2": a}, "rewards": curve} for a in accs]  # noqa: E731
-    return {"setup": setup, "base": base, "results": {"composed": arm(composed_n2), "single": arm(single_n2)}}
+    return {"setup": setup, "base": base, "start": start,
+            "results": {"composed": arm(composed_n2), "single": arm(single_n2)}}
 
 
 def test_rhorizon_verdict_rules_by_hand():
@@ -140,10 +142,10 @@ def test_rhorizon_reads_finished_arms_back(tmp_path, capsys):
 
     first = RH.run(str(tmp_path), quick=True)
     assert sorted(p.name for p in (tmp_path / RH.PARTIAL).iterdir()) == ["base.json", "composed-seed0.json",
-                                                                          "single-seed0.json"]
+                                                                          "format.json", "single-seed0.json"]
     capsys.readouterr()
     again = RH.run(str(tmp_path), quick=True)  # every arm read back: no training, the same numbers
-    assert capsys.readouterr().out.count("read back from") == 3
+    assert capsys.readouterr().out.count("read back from") == 4
     assert again["results"] == first["results"] and again["base"] == first["base"]
 
 

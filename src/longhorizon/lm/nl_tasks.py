@@ -8,7 +8,7 @@ returns plain dicts, one per problem, in TRL's conversational *prompt-only* layo
      "answers": ["12", "24"],       # every sub-problem's answer, in order (the last one is "answer")
      "horizon": 2,                  # number of chained sub-problems (chain) or composed problems
      "task":    "chain",            # or "composed"
-     "solution": "7 + 5 = 12\n12 * 2 = 24\nAnswer: 24"}  # chain rows: the worked steps (for demonstrations)
+     "solution": "7 + 5 = 12\n12 * 2 = 24\nAnswer: 24"}  # the worked steps and answers (for demonstrations)
 
 Two tasks, both with the dependency structure of the library's symbolic tasks
 (:mod:`longhorizon.lm.tasks`), written out in words:
@@ -205,7 +205,7 @@ def composed_row(rng: np.random.Generator, horizon: int, style: str = DEFAULT_CO
     """
     _check("composed", horizon, style)
     h = int(horizon)
-    parts, answers = [], []
+    parts, answers, work = [], [], []
     prev = None
     for i in range(h):
         name, pron = _NAMES[int(rng.integers(len(_NAMES)))]
@@ -215,17 +215,21 @@ def composed_row(rng: np.random.Generator, horizon: int, style: str = DEFAULT_CO
         ans = _apply(op, n, c)
         if prev is None:
             text = _atomic_text(style, str(n), op, c, item, name, pron)
+            work.append(f"Problem 1: {n} {op} {c} = {ans}")
         else:
             k = n - prev
             link = f"the answer to Problem {i}" + ("" if k == 0 else f" plus {k}" if k > 0 else f" minus {-k}")
             text = f"Let N be {link}. " + _atomic_text(style, "N", op, c, item, name, pron)
+            given = f"N = {prev}" if k == 0 else f"N = {prev} {'+' if k > 0 else '-'} {abs(k)} = {n}"
+            work.append(f"Problem {i + 1}: {given}. {n} {op} {c} = {ans}")
         parts.append(f"Problem {i + 1}: {text}")
         answers.append(ans)
         prev = ans
     labels = ", ".join(f"'Answer {i + 1}: N'" for i in range(h))
     head = "Solve the problem." if h == 1 else f"Solve these {h} problems in order."
     content = head + "\n" + "\n".join(parts) + f"\nGive the answer{'s' if h > 1 else ''} as {labels}."
-    return _row("composed", content, answers, h)
+    solution = "\n".join(work + [f"Answer {i + 1}: {a}" for i, a in enumerate(answers)])
+    return _row("composed", content, answers, h, solution=solution)
 
 
 _ROW = {"chain": chain_row, "composed": composed_row}

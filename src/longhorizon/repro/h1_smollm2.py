@@ -7,9 +7,11 @@ curriculum beats fixed-horizon training on long chains at equal budget.
 
 Ours (:class:`Setup`):
 
-1. *Format phase*: SFT (``lm sft``'s loop, :class:`longhorizon.lm.sft.SFTSpec`) on ``format_rows`` h = 1
-   chains with their worked solution (``"7 - 4 = 3\\nAnswer: 3"``), so that the atomic step is reliable
-   (aim: >= 80% at h = 1). Only h = 1 is shown: composing is left to RL.
+1. *Format phase*: SFT (``lm sft``'s loop, :class:`longhorizon.lm.sft.SFTSpec`) on ``format_rows`` chains of
+   h = 1 and 2 with their worked solution (``"7 - 4 = 3\\n3 * 2 = 6\\nAnswer: 6"``), so that the atomic step
+   is reliable (aim: >= 80% at h = 1). A labelled deviation: SFT on h = 1 alone (measured: greedy accuracy
+   1.00 / 0.00 / 0.03 / 0.00 at h = 1..4 after 32 steps) taught the model to stop after one line, leaving
+   no chain of h >= 2 solved and so no signal for RL beyond h = 1; h >= 3 is never shown.
 2. Four RL arms from the format-phase policy at equal rollout budget (steps x prompts x generations, Dr. GRPO
    through the one LM loop): ``curriculum`` (h = 1, 2, 3 in equal stages), ``only-short`` (h = 1),
    ``only-long`` (h = 3), ``uniform`` (h ~ U{1, 2, 3}); greedy accuracy by h = 1..6 on held-out chains.
@@ -27,7 +29,6 @@ for ``only-long``, and the second claim measures it (its share of groups with an
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from pathlib import Path
 
@@ -59,7 +60,8 @@ class Setup:
     max_completion_length: int = 96  # a worked h = 3 chain takes about 30 tokens
     eval_new_tokens: int = 128
     pool_per_horizon: int = 256
-    format_rows: int = 256
+    format_rows: int = 256  # split equally over format_horizons
+    format_horizons: tuple[int, ...] = (1, 2)
     format_steps: int = 32
     format_learning_rate: float = 2e-5  # TRL's SFT default
     checkpoint_every: int = 10
@@ -69,7 +71,7 @@ class Setup:
         return tuple(h for h in self.eval_horizons if h >= max(self.train_horizons))
 
 
-QUICK = Setup(model="tiny-random", seeds=1, steps=3, prompts_per_step=2, num_generations=2, eval_horizons=(1, 3),
+QUICK = Setup(model="tiny-random", seeds=1, format_horizons=(1,), steps=3, prompts_per_step=2, num_generations=2, eval_horizons=(1, 3),
               eval_per_horizon=2, max_completion_length=8, eval_new_tokens=8, pool_per_horizon=4, format_rows=4,
               format_steps=1, checkpoint_every=1)
 FORMAT_SEED = 4_000_037  # the format phase's rows, apart from the training and held-out pools
@@ -100,37 +102,6 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     return claims, {a: C.arm(setup["steps"], len(res[a]), sig[a]) for a in res}
 
 
-def _format_rows(setup) -> list[dict]:
-    from longhorizon.lm import nl_tasks
-
-    return [{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]}
-            for r in nl_tasks.make_rows("chain", [1], setup.format_rows, FORMAT_SEED)]
-
-
-def format_policy(out: Path, setup):
-    """The format phase's policy (a :class:`longhorizon.lm.run.Policy`): SFT on worked h = 1 chains, or its kept
-    weights under ``out/runs/format`` when a finished phase of this ``setup`` is there. ``setup``: any setup
-    with the ``format_*`` fields, ``model`` and ``dtype`` (SCALER's reproduction starts from the same phase)."""
-    import json
-
-    from longhorizon.lm import nl_tasks
-    from longhorizon.lm.run import Pretrained, load_policy, run_rl
-    from longhorizon.lm.sft import SFTSpec, SFTTrainingConfig
-
-    run = out / "runs" / "format"
-    stamp = run / "setup.json"
-    wanted = json.dumps({k: getattr(setup, k) for k in ("model", "dtype", "format_rows", "format_steps",
-                                                        "format_learning_rate")}, sort_keys=True)
-    if not (stamp.exists() and stamp.read_text() == wanted and (run / "summary.json").exists()):
-        shutil.rmtree(run, ignore_errors=True)
-        run.parent.mkdir(parents=True, exist_ok=True)
-        data = nl_tasks.write_jsonl(_format_rows(setup), run.parent / "format.jsonl")
-        run_rl(SFTSpec(out=str(run), init=Pretrained(setup.model, setup.dtype), dataset=str(data), steps=setup.format_steps, checkpoint_every=setup.format_steps,
-                       train=SFTTrainingConfig(learning_rate=setup.format_learning_rate)), quiet=True)
-        stamp.write_text(wanted)
-    return load_policy(run)
-
-
 def evaluate(policy, held: dict, plen: int, setup) -> dict:
     """Greedy accuracy by horizon of ``policy`` on the chains ``held`` (``{h: examples}``)."""
     r = R._evaluate(policy, policy.params, R._flat(held), "chain", plen, setup.eval_new_tokens)
@@ -148,7 +119,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     train = R._pools(base.tokenizer, "chain", setup.train_horizons, setup.pool_per_horizon, R.TRAIN_SEED)
     plen = R._prompt_length(base.tokenizer, held, train)
     base_acc, _ = resumable(out / PARTIAL / "base.json", setup, lambda: evaluate(base, held, plen, setup), print)
-    policy = format_policy(out, setup)  # its config names the pretrained model, so it reloads
+    policy = R.format_policy(out, setup, "chain", FORMAT_SEED)
     start, _ = resumable(out / PARTIAL / "format.json", setup, lambda: evaluate(policy, held, plen, setup), print)
     print(f"h1-smollm2 base {base_acc['by_h']}; after the format phase {start['by_h']}", flush=True)
     grpo = R._grpo(setup, plen, setup.max_completion_length)
@@ -179,7 +150,8 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
 def _scale(setup: Setup, quick: bool) -> str:
     budget = setup.steps * setup.prompts_per_step * setup.num_generations
     return (f"{'QUICK smoke test on a random tiny model (numbers mean nothing). ' if quick else ''}Model {setup.model} "
-            f"({setup.dtype}); format phase: SFT on {setup.format_rows} worked h = 1 chains, {setup.format_steps} steps; "
+            f"({setup.dtype}); format phase: SFT on {setup.format_rows} worked chains of h = {list(setup.format_horizons)}, "
+            f"{setup.format_steps} steps; "
             f"then {setup.seeds} seeds x {len(ARMS)} arms x {setup.steps} RL steps x {setup.prompts_per_step} prompts x "
             f"{setup.num_generations} generations = {budget} sampled completions per run; lr {setup.learning_rate:g} "
             f"decaying linearly, {setup.loss_type}; {setup.eval_per_horizon} held-out chains per h = "
@@ -226,7 +198,9 @@ def _readme(summary: dict, L: dict, setup: Setup, quick: bool) -> list[str]:
               "- The paper composes GSM8K-style problems and trains 3B+ models for hundreds of steps with large batches; "
               "here small-number word problems (`lm.nl_tasks`, `chain`), a 135M model and the budget above.",
               f"- The format phase aims at >= {FORMAT_FLOOR:.0%} at h = 1 (the paper starts from a model that solves "
-              "atomic problems); below it the claims are `no signal`.",
+              "atomic problems); below it the claims are `no signal`. It shows worked chains of h = "
+              f"{list(setup.format_horizons)}: SFT on h = 1 alone left greedy accuracy 1.00 / 0.00 / 0.03 / 0.00 at "
+              "h = 1..4 (the model stopped after one line), so RL would have had no signal beyond h = 1.",
               "- Learning rates are the measured recipes' (docs/lm.md: RL 1e-5, SFT TRL's 2e-5), set before this run.",
               "", "Full protocol on one GPU (not run: no GPU was lent):", "", "```",
               "longhorizon repro h1-smollm2 --out runs/h1-gpu  # with Setup(seeds=5, steps=300, prompts_per_step=16, "

@@ -158,6 +158,33 @@ def train_arm(run: Path, policy, grpo, sampler, *, steps: int, prompts_per_step:
             "wall_s": summary["wall_s"]}
 
 
+def format_policy(out: Path, setup, task: str, seed: int):
+    """A format phase's policy (a :class:`longhorizon.lm.run.Policy`): SFT (``lm sft``'s loop) of the pretrained
+    model on ``setup.format_rows`` rows of ``task`` with their worked solutions, split equally over
+    ``setup.format_horizons``; or its kept weights under ``out/runs/format`` when a finished phase of the same
+    settings is there (every arm starts from them). ``setup``: any setup with ``model``, ``dtype`` and the
+    ``format_*`` fields."""
+    from longhorizon.lm import nl_tasks
+    from longhorizon.lm.run import Pretrained, load_policy, run_rl
+    from longhorizon.lm.sft import SFTSpec, SFTTrainingConfig
+
+    run = out / "runs" / "format"
+    stamp = run / "setup.json"
+    wanted = json.dumps({"task": task, "seed": seed, **{k: getattr(setup, k) for k in (
+        "model", "dtype", "format_rows", "format_horizons", "format_steps", "format_learning_rate")}}, sort_keys=True)
+    if not (stamp.exists() and stamp.read_text() == wanted and (run / "summary.json").exists()):
+        shutil.rmtree(run, ignore_errors=True)
+        run.parent.mkdir(parents=True, exist_ok=True)
+        rows = nl_tasks.make_rows(task, setup.format_horizons, setup.format_rows // len(setup.format_horizons), seed)
+        data = nl_tasks.write_jsonl([{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]}
+                                     for r in rows], run.parent / "format.jsonl")
+        run_rl(SFTSpec(out=str(run), init=Pretrained(setup.model, setup.dtype), dataset=str(data),
+                       steps=setup.format_steps, checkpoint_every=setup.format_steps,
+                       train=SFTTrainingConfig(learning_rate=setup.format_learning_rate)), quiet=True)
+        stamp.write_text(wanted)
+    return load_policy(run)  # its config names the pretrained model, so the tokenizer and template come back
+
+
 def _fresh(out: Path) -> Path:
     runs = out / "runs"
     shutil.rmtree(runs, ignore_errors=True)  # this reproduction's own run folders, rewritten each time

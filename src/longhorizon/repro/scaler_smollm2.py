@@ -6,8 +6,8 @@ mixes successes and failures and so carries a learning signal. Claim: adaptive d
 than a fixed difficulty distribution at equal budget.
 
 Ours (:class:`Setup`): difficulty is the chain length h of ``lm.nl_tasks``' ``chain`` task (h = 1..6). Both
-arms start from h1's format-phase policy (:func:`longhorizon.repro.h1_smollm2.format_policy`: SFT on worked
-h = 1 chains) and run the same steps x prompts x generations of Dr. GRPO through the one LM loop: ``scaler``
+arms start from h1's format-phase policy (:func:`longhorizon.repro.real_model.format_policy`: SFT on worked
+h = 1, 2 chains) and run the same steps x prompts x generations of Dr. GRPO through the one LM loop: ``scaler``
 draws h around a level moved toward ``target`` training success after every step
 (:class:`longhorizon.lm.samplers.Scaler`, ``level += rate * (success - target)``); ``fixed-mix`` draws h
 uniformly from 1..6 throughout. Held-out greedy accuracy at h = 1..6; each finished arm saved under
@@ -54,12 +54,13 @@ class Setup:
     eval_new_tokens: int = 128
     pool_per_horizon: int = 256
     format_rows: int = H1.Setup.format_rows  # h1's format phase, so both reproductions start from one policy
+    format_horizons: tuple[int, ...] = H1.Setup.format_horizons
     format_steps: int = H1.Setup.format_steps
     format_learning_rate: float = H1.Setup.format_learning_rate
     checkpoint_every: int = 10
 
 
-QUICK = Setup(model="tiny-random", seeds=1, steps=3, prompts_per_step=2, num_generations=2, horizons=(1, 2),
+QUICK = Setup(model="tiny-random", seeds=1, format_horizons=(1,), steps=3, prompts_per_step=2, num_generations=2, horizons=(1, 2),
               eval_per_horizon=2, max_completion_length=8, eval_new_tokens=8, pool_per_horizon=4, format_rows=4,
               format_steps=1, checkpoint_every=1)
 
@@ -92,7 +93,7 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     setup = setup or (QUICK if quick else Setup())
     out, t0 = Path(out_dir), time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    policy = H1.format_policy(out, setup)
+    policy = R.format_policy(out, setup, "chain", H1.FORMAT_SEED)
     held = R._pools(policy.tokenizer, "chain", setup.horizons, setup.eval_per_horizon, R.HELD_SEED)
     train = R._pools(policy.tokenizer, "chain", setup.horizons, setup.pool_per_horizon, R.TRAIN_SEED)
     plen = R._prompt_length(policy.tokenizer, held, train)
