@@ -69,14 +69,51 @@ def _reference(source, requests, params_by_batch, k):
 
 
 @dataclasses.dataclass(frozen=True)
-class MarkedSource(SyntheticSource):
-    """Writes a marker file when a request starts sleeping (so a test can kill the actor mid-trajectory)."""
+class GatedSource(SyntheticSource):
+    """A request whose seed is in ``gated_seeds`` writes ``started-{seed}`` (holding its process id) and then waits
+    until the file ``open`` exists in ``marker_dir``: a test kills its actor while it provably is mid-trajectory,
+    then opens the gate, with no sleep deciding who wins (the 120 s bound only keeps a broken test from hanging)."""
 
     marker_dir: str = ""
+    gated_seeds: tuple[int, ...] = ()
 
     def rollout(self, params, tasks, seed, version):
-        Path(self.marker_dir, f"{seed}-{os.getpid()}-{time.monotonic_ns()}").write_text(str(os.getpid()))
+        if seed in self.gated_seeds:
+            Path(self.marker_dir, f"started-{seed}").write_text(str(os.getpid()))
+            _wait_for(Path(self.marker_dir, "open").exists, what="the test to open the gate")
         return super().rollout(params, tasks, seed, version)
+
+
+def _wait_for(condition, what: str, limit_s: float = 120.0) -> None:
+    """Poll ``condition`` until it holds: an event to wait for, not a guess of how long something takes."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {limit_s:g} s for {what}"
+        time.sleep(0.01)
+
+
+def _started_pid(marker_dir: Path, seed: int) -> int:
+    """The process id of the actor that started the gated request ``seed`` (waits until one has)."""
+    marker = marker_dir / f"started-{seed}"
+    _wait_for(lambda: marker.exists() and marker.read_text() != "", what=f"request with seed {seed} to start")
+    return int(marker.read_text())
+
+
+def _wait_until_done(rollouts: Rollouts, request_ids) -> None:
+    """Block until the actors have finished these dispatched requests (results waiting in Ray's object store)."""
+    import ray
+
+    if not request_ids:
+        return
+    refs = [r.ref for r in rollouts._pending if r.id in request_ids and r.ref is not None]
+    assert len(refs) == len(request_ids), "those requests are not in flight"
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=120)
+    assert len(ready) == len(refs), f"requests {request_ids} did not finish within 120 s"
+
+
+def _wait_until_idle(rollouts: Rollouts) -> None:
+    """Block until every request in flight has finished: the actors ran as far ahead as admission lets them."""
+    _wait_until_done(rollouts, [r.id for r in rollouts._pending if r.ref is not None])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +254,7 @@ def test_async_lags_by_hand_with_one_actor(ray_local):
             assert [t.version for t in trajectories] == info["versions"] and info["dropped_stale"] == 0
         assert versions == [0, 0, 1, 2, 3] and lags == [0, 1, 1, 1, 1] and ids == [0, 1, 2, 3, 4]
         rollouts.publish(_params(5), 5)
-        time.sleep(0.2)  # request 5 (version 4) is done by now
+        _wait_until_done(rollouts, [5])  # request 5 (version 4) is finished before version 6 exists
         rollouts.publish(_params(6), 6)
         trajectories, info = rollouts.next()
         assert info["request_ids"] == [5] and info["versions"] == [6] and info["dropped_stale"] == 1
@@ -228,7 +265,10 @@ def test_async_lags_by_hand_with_one_actor(ray_local):
 
 
 def test_async_actors_run_ahead_within_max_staleness(ray_local):
-    """Two actors run ahead (s = 2) while the learner trains: lags above 0 occur, none above s, every uid once."""
+    """Two actors run ahead (s = 2) while the learner trains: lags above 0 occur, none above s, every uid once.
+    The learner's "training" waits until the actors have finished all they hold, so they run ahead as far as
+    admission allows whatever the machine's load; lags above 0 need no timing: publish(0) dispatches requests
+    0-3 (two per actor) with version 0, and batch 1 (requests 2 and 3) is learned at version 1."""
     config = Config(actors=2, mode="async", max_staleness=2, requests_per_batch=2)
     seen, lags = [], []
     with Rollouts(SyntheticSource(turns=2, latency_s=0.03), group_requests(TASKS, 2), config) as rollouts:
@@ -238,31 +278,27 @@ def test_async_actors_run_ahead_within_max_staleness(ray_local):
             assert all(0 <= lag <= 2 for lag in info["lags"]) and info["dropped_stale"] == 0
             seen += [t.uid for t in trajectories]
             lags += info["lags"]
-            time.sleep(0.05)  # training
+            _wait_until_idle(rollouts)  # training
     assert len(seen) == len(set(seen)) == 6 * 2 * 2
     assert max(lags) > 0  # acting really ran ahead: requests 2 and 3 were dispatched with version 0
 
 
 def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_local, tmp_path):
-    """Sync, 2 actors: actor 1's process is killed by its pid while it sleeps inside the source; it is
-    replaced, its request generated again under the same ids, and the batch still equals the in-process
-    loop bit for bit (no trajectory lost or counted twice)."""
-    source, k = MarkedSource(turns=2, latency_s=0.2, marker_dir=str(tmp_path)), 2
+    """Sync, 2 actors: actor 1's process is killed by its pid while it waits inside the source (the second
+    batch's requests are gated until the kill); it is replaced, its request generated again under the same
+    ids, and the batch still equals the in-process loop bit for bit (no trajectory lost or counted twice)."""
+    source, k = GatedSource(turns=2, latency_s=0.01, marker_dir=str(tmp_path), gated_seeds=(2, 3)), 2
     with Rollouts(source, group_requests(TASKS, 2), Config(actors=2, requests_per_batch=k)) as rollouts:
         rollouts.publish(_params(0), 0)
         first, info = rollouts.next()
         assert info["retries"] == 0
         victim = rollouts.actor_pids()[1]
-        for marker in tmp_path.iterdir():
-            marker.unlink()
 
-        def kill_when_busy():
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                if any(m.read_text() == str(victim) for m in tmp_path.iterdir()):
-                    os.kill(victim, signal.SIGKILL)
-                    return
-                time.sleep(0.01)
+        def kill_when_busy():  # next() dispatches batch 2 and waits: kill the victim inside its request
+            _wait_for(lambda: any(m.read_text() == str(victim) for m in tmp_path.glob("started-*")),
+                      what="the victim to start a request")
+            os.kill(victim, signal.SIGKILL)
+            (tmp_path / "open").touch()
 
         killer = threading.Thread(target=kill_when_busy)
         killer.start()
@@ -276,15 +312,19 @@ def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_
     assert len(uids) == len(set(uids)) == 2 * k * 2
 
 
-def test_async_ray_kill_mid_run_counts_every_request_once(ray_local):
+def test_async_ray_kill_mid_run_counts_every_request_once(ray_local, tmp_path):
+    """Async, s = 1: after publish(1) the actor holding request 4 is killed (ray.kill) while request 4 waits at
+    a gate inside it; it is replaced once, and every request's trajectories arrive exactly once."""
     config = Config(actors=2, mode="async", max_staleness=1, requests_per_batch=2)
+    source = GatedSource(turns=2, latency_s=0.01, marker_dir=str(tmp_path), gated_seeds=(4,))
     uids = []
-    with Rollouts(SyntheticSource(turns=2, latency_s=0.1), group_requests(TASKS, 3), config) as rollouts:
-        restarts = 0
+    with Rollouts(source, group_requests(TASKS, 3), config) as rollouts:
+        pids, restarts = rollouts.actor_pids(), 0
         for version in range(4):
             rollouts.publish(_params(version), version)
-            if version == 1:
-                threading.Timer(0.05, ray_local.kill, (rollouts._workers[0],)).start()
+            if version == 1:  # publish(1) dispatched request 4 (seed 4); kill its actor inside it
+                ray_local.kill(rollouts._workers[pids.index(_started_pid(tmp_path, 4))])
+                (tmp_path / "open").touch()
             trajectories, info = rollouts.next()
             restarts += info["actor_restarts"]
             assert max(info["lags"]) <= 1
@@ -312,15 +352,15 @@ def test_a_source_that_raises_every_time_is_retried_then_named(ray_local):
 
 def test_a_hung_actor_is_killed_after_request_timeout_s(ray_local):
     """The source sleeps 60 s per turn; with request_timeout_s=1 the actor is killed and replaced, then the run
-    ends (max_restarts=0: no retry) with one sentence naming the timeout, instead of waiting."""
+    ends (max_restarts=0: no retry) with one sentence naming the timeout, instead of waiting. No clock is
+    checked: had next() waited for the source, it would have returned the trajectories and raised nothing."""
     config = Config(actors=1, max_restarts=0, request_timeout_s=1.0)
     rollouts = Rollouts(SyntheticSource(turns=1, latency_s=60.0), group_requests(TASKS, 1), config)
     rollouts.publish(_params(0), 0)
-    start = time.monotonic()
     with pytest.raises(RolloutFailed, match=r"failed 1 time \(last: TimeoutError: no result within "
                                             r"request_timeout_s=1 s\)") as error:
         rollouts.next()
-    assert time.monotonic() - start < 10 and rollouts.actor_restarts == 1 and str(error.value).count(". ") == 0
+    assert rollouts.actor_restarts == 1 and str(error.value).count(". ") == 0
 
 
 def test_a_build_that_fails_is_one_sentence(ray_local):
