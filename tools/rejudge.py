@@ -151,13 +151,11 @@ def _smollm2_scale(setup: dict) -> str:
 
 
 def sgpo_smollm2(L: dict, path: Path) -> dict:
-    from longhorizon.repro import real_model as M
-
-    claims, arms = M.judge_sgpo(L)
+    claims, arms = judge_sgpo(L)
     return dict(paper="sGPO", claims=claims, arms=arms, scale=_smollm2_scale(L["setup"]), command="longhorizon repro sgpo-smollm2")
 
 # ------------------------------------------------------------ legacy rules of re-run reproductions
-# h1-smollm2 and rhorizon-smollm2 have new protocols and rules (repro/h1_smollm2.py, repro/rhorizon_smollm2.py);
+# h1-smollm2, rhorizon-smollm2 and sgpo-smollm2 have new protocols and rules (repro/h1_smollm2.py, rhorizon_smollm2.py, sgpo_smollm2.py);
 # their folders keep the re-judged verdicts of the old 4-step runs until re-run, judged by the old rules below.
 
 
@@ -193,6 +191,19 @@ def judge_rhorizon(L: dict, quick: bool = False) -> tuple[list, dict]:
                 [sig], quick=quick),
     ]
     return claims, {"RL on composed problems": C.arm(setup["steps"], setup["seeds"], sig)}
+
+
+def judge_sgpo(L: dict, quick: bool = False) -> tuple[list, dict]:
+    """sgpo-smollm2: per seed, sGPO's accuracy non-inferior to GRPO's (within 0.05) and its training tokens fewer."""
+    setup, res = L["setup"], L["results"]
+    sig = {a: C.arm_signal(a, eval_start=L["base_accuracy"], eval_end=[r[a]["accuracy"] for r in res], what="held-out accuracy")
+           for a in ("grpo", "sgpo")}
+    per = lambda a, k: [r[a][k] for r in res]  # noqa: E731
+    ruling = C.combine({"accuracy": C.difference(per("sgpo", "accuracy"), per("grpo", "accuracy"), margin=-0.05),
+                        "tokens": C.difference(per("sgpo", "tokens"), per("grpo", "tokens"), higher_is_better=False)}, "part")
+    claims = [C.judge("sGPO reaches GRPO's accuracy (within 0.05) with fewer training tokens", ruling, list(sig.values()),
+                      quick=quick)]
+    return claims, {a: C.arm(setup["steps"], setup["seeds"], sig[a]) for a in sig}
 
 
 def h1_smollm2(L: dict, path: Path) -> dict:
