@@ -33,7 +33,10 @@ class Trainer:
 class Sampler:
     """What the spine trains on next (:mod:`longhorizon.lm.samplers` describes the protocol and its
     implementations): ``sample``, ``observe``, ``state``/``restore`` and ``describe`` are required;
-    :meth:`prepare` is optional."""
+    :meth:`prepare` is optional (its pass, when it takes time, is named by ``preparation`` for the progress
+    display)."""
+
+    preparation: str | None = None
 
     def sample(self, n: int) -> tuple[list, list[int] | None]:
         raise NotImplementedError

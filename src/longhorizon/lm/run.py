@@ -412,8 +412,9 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
 
         last_eval = None
         with _progress(quiet) as bar:
-            if not resume and hasattr(sampler, "prepare"):
-                bar.console.print(f"{parts.name}: preparing (one pass before the first step)")
+            if not resume:
+                if sampler.preparation:
+                    bar.console.print(f"{parts.name}: {sampler.preparation} (one pass before the first step)")
                 sampler_record = sampler.prepare(trainer)
                 if sampler_record is not None:
                     write_json_atomic(results.root / "sampler.json", sampler_record)

@@ -18,9 +18,12 @@ stateful sampler it drives. The sampler protocol is small on purpose:
     one would have.
 ``describe() -> dict``
     The settings, for ``config.json``.
-``prepare(trainer) -> dict | None`` (optional)
+``prepare(trainer) -> dict | None`` (default: None)
     A one-off pass before the first step of a fresh run (sGPO's profile); its record goes to
-    ``RUN/sampler.json`` and ``summary.json``. What it decides must be in ``state()``.
+    ``RUN/sampler.json`` and ``summary.json``. What it decides must be in ``state()``. A sampler whose
+    pass takes time names it in ``preparation`` (the progress display prints it).
+
+Every sampler derives from :class:`longhorizon.lm.protocols.Sampler`, which holds those defaults.
 
 Implementations: :class:`FixedMix` (uniform over horizons), :class:`Curriculum` (h1 stages with an
 explicit :class:`Gate`), :class:`Scaler` (SCALER's adaptive difficulty), :class:`SGPO` (profile
@@ -38,21 +41,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from longhorizon.errors import UsageError
+from longhorizon.lm.protocols import Sampler
 from longhorizon.lm.curricula import AdaptiveDifficulty, HorizonCurriculum, SGPOConfig, batches_by_samples, sgpo_plan
 from longhorizon.lm.resume import rng_state, set_rng_state
 from longhorizon.lm.tasks import ProblemStream, TaskConfig
-
-
-class Sampler(Protocol):
-    def sample(self, n: int) -> tuple[list, list[int] | None]: ...
-
-    def observe(self, metrics: dict, evaluation: dict | None) -> dict: ...
-
-    def state(self) -> dict: ...
-
-    def restore(self, state: dict) -> None: ...
-
-    def describe(self) -> dict: ...
 
 
 class SamplerSpec(Protocol):
@@ -136,7 +128,7 @@ class PoolStream:
         return out
 
 
-class _StreamSampler:
+class _StreamSampler(Sampler):
     """Shared by the samplers that draw fresh problems from a :class:`TaskSource` (or a :class:`PoolSource`)."""
 
     def __init__(self, spec):
@@ -357,7 +349,7 @@ class ShuffledPool:
         return _ShuffledPoolSampler(self)
 
 
-class _ShuffledPoolSampler:
+class _ShuffledPoolSampler(Sampler):
     def __init__(self, spec: ShuffledPool):
         self.spec = spec
         self.rng = np.random.default_rng(spec.seed)
@@ -434,7 +426,8 @@ class SGPO:
         return _SGPOSampler(self)
 
 
-class _SGPOSampler:
+class _SGPOSampler(Sampler):
+    preparation = "profiling every pool query once"
     def __init__(self, spec: SGPO):
         self.spec = spec
         self.rates: list[float] | None = None
