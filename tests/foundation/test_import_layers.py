@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     **{family: set(LIBRARY) for family in FAMILIES},
     "cli": LIBRARY | FAMILIES,
     # reproductions build specs for the runner and the families' loops; they never drive an engine
-    "repro": (LIBRARY - {"engine"}) | FAMILIES | {"cli"},
+    "repro": (LIBRARY - {"engine"}) | FAMILIES,
 }
 ALLOWED["control"] |= {"offline"}  # flow-matching policies (offline.flows) act in control tasks
 ALLOWED["evolution"] |= {"lm"}  # ES fine-tuning of language-model policies

@@ -137,7 +137,7 @@ def register(app: typer.Typer) -> None:
             print(json.dumps({"repro": name, "claim": claim, "module": module_name, "out": str(folder), "quick": quick},
                              indent=2))
             return
-        from longhorizon.cli import setup_compilation_cache
+        from longhorizon.runner.command_line import setup_compilation_cache
 
         setup_compilation_cache()  # reruns (the quick mode, a second seed set) skip recompiling
         result = module.run(str(folder), quick=quick)

@@ -674,7 +674,7 @@ def main(argv=None) -> None:
     arms.add_argument("--algo", choices=ALGOS, required=True)
     arms.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    from longhorizon.cli import setup_compilation_cache
+    from longhorizon.runner.command_line import setup_compilation_cache
 
     setup_compilation_cache()
     if args.command == "gpu":
