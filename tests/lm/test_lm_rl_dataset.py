@@ -58,7 +58,7 @@ def rows(out):
 
 
 def comparable(row):
-    return {k: v for k, v in row.items() if not k.endswith("_s") and k not in ("tokens_per_s", "wall_s", "time")}
+    return {k: v for k, v in row.items() if not k.endswith("_s") and k not in ("tokens_per_s", "wall_seconds", "time")}
 
 
 def test_dataset_run_resume_and_init(files, tmp_path, monkeypatch, capsys):

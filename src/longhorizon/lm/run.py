@@ -384,7 +384,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                 setattr(trainer, name, value)
             trainer.counters = {k: int(v) for k, v in meta["counters"].items()}
             sampler.restore(meta["sampler"])
-            first, prior_wall = int(meta["step"]), float(meta.get("wall_s", 0.0))
+            first, prior_wall = int(meta["step"]), float(meta.get("wall_seconds", meta.get("wall_s", 0.0)))  # older: wall_s
             eval_start = meta.get("eval_start")
             results.truncate_metrics(first, key="step")
             if (results.root / "sampler.json").exists():
@@ -403,7 +403,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
         def save(step: int) -> None:
             nonlocal last_saved
             store.save(step, trainer.params, trainer_arrays(),
-                       {"step": step, "counters": trainer.counters, "sampler": sampler.state(), "wall_s": wall(),
+                       {"step": step, "counters": trainer.counters, "sampler": sampler.state(), "wall_seconds": wall(),
                         **({"eval_start": eval_start} if eval_start is not None else {})})
             last_saved = step
 
@@ -467,7 +467,7 @@ def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
                    "counters": counters,
                    "training_tokens": sum(counters.get(k, 0) for k in ("rollout_tokens", "update_tokens")),
                    "mean_tokens_per_s": sum(r["tokens_per_s"] for r in steps_rows) / max(len(steps_rows), 1),
-                   "wall_s": wall()}
+                   "wall_seconds": wall()}
         if sampler_record is not None:
             summary["sampler"] = sampler_record.get("stats", sampler_record)
         results.write_summary(summary)

@@ -105,7 +105,7 @@ def train_arm(run: Path, policy, grpo, sampler, *, steps: int, prompts_per_step:
     return {"by_h": {int(k): float(v) for k, v in summary["eval"]["by_horizon"].items()},
             "rewards": [r["reward"] for r in rows], "curve": rows, "tokens": summary["training_tokens"],
             "groups_with_signal": 1 - sum(r.get("groups_all_equal", 0) for r in rows) / max(groups, 1),
-            "wall_s": summary["wall_s"]}
+            "wall_seconds": summary["wall_seconds"]}
 
 
 def format_policy(out: Path, setup, task: str, seed: int):
