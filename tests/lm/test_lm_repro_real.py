@@ -133,6 +133,11 @@ def test_rhorizon_verdict_rules_by_hand():
     # nothing moved: flat training reward and held-out accuracy at the base's -> no signal, never contradicted
     flat = _rhorizon([0.1, 0.1, 0.1], [0.1, 0.1, 0.1], rise=0.0)
     assert verdicts(flat)[1:] == [C.NO_SIGNAL, C.NO_SIGNAL]
+    # a single arm that stays flat (its n = 1 problems already solved) is no reason for no signal when the
+    # composed arm learned
+    L = _rhorizon([0.3, 0.32, 0.35], [0.1, 0.1, 0.1])
+    L["results"]["single"] = [{**r, "rewards": [1.0] * 10} for r in L["results"]["single"]]
+    assert verdicts(L)[2] == C.HOLDS
     # a base that cannot do single problems (below the task floor): its decay says nothing
     assert verdicts(_rhorizon([0.3, 0.3, 0.3], [0.1, 0.1, 0.1], base_n1=0.05, base_n2=0.0))[0] == C.NO_SIGNAL
 

@@ -17,8 +17,12 @@ Each finished arm (its accuracies and training curve) is saved under ``partial/`
 the same setup, so the protocol can span sittings; an interrupted arm continues from its last checkpoint.
 
 Verdicts (:mod:`longhorizon.repro.claims`): the decay is a Welch interval over held-out queries (the unit that
-varies for one model); the RL claims are Student-t intervals over seeds and need the arms they compare to have
-moved (training reward rising, or held-out accuracy above the format-phase policy's)."""
+varies for one model); the RL claims are Student-t intervals over seeds and need the composed arm to have moved
+(training reward rising, or held-out accuracy above the format-phase policy's). The single arm may stay flat:
+after the format phase it solves n = 1 problems (measured: 1.00 greedy), so its groups can be all-correct,
+which is the paper's premise (single problems no longer teach anything) rather than a broken baseline; its
+curve and share of groups with signal are reported. (Rule set after the format phase was measured and before
+any arm finished.)"""
 
 from __future__ import annotations
 
@@ -99,8 +103,7 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
         C.judge("RL on composed (n = 2) queries raises accuracy on composed queries (n >= 2) above its start",
                 C.difference(at_composed["composed"], start), [sig["composed"]], quick=quick),
         C.judge("at equal budget, RL on composed queries beats RL on single problems on composed queries (n >= 2)",
-                C.difference(at_composed["composed"], at_composed["single"]), [sig["composed"], sig["single"]],
-                quick=quick),
+                C.difference(at_composed["composed"], at_composed["single"]), [sig["composed"], floor], quick=quick),
     ]
     return claims, {a: C.arm(setup["steps"], len(arms[a]), sig[a]) for a in arms}
 
