@@ -36,10 +36,10 @@ import numpy as np
 
 from longhorizon.repro import claims as C
 from longhorizon.repro import real_model as R
-from longhorizon.repro.report import resumable, verdict_lines, write_run
+from longhorizon.repro.report import resumable, verdict_lines
 
 ARMS = R.ARMS  # curriculum, only-short, only-long, uniform
-PARTIAL = "partial"
+PARTIAL = R.PARTIAL
 FORMAT_FLOOR = 0.8  # the aim for h = 1 after the format phase, stated before the run
 
 
@@ -123,28 +123,22 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     start, _ = resumable(out / PARTIAL / "format.json", setup, lambda: evaluate(policy, held, plen, setup), print)
     print(f"h1-smollm2 base {base_acc['by_h']}; after the format phase {start['by_h']}", flush=True)
     grpo = R._grpo(setup, plen, setup.max_completion_length)
-    results = {a: [] for a in ARMS}
-    for seed in range(setup.seeds):
-        for arm in ARMS:
-            def compute(arm=arm, seed=seed):
-                sampler = R._arm_sampler(arm, samplers.PoolSource(train, seed=seed), setup)
-                return R.train_arm(out / "runs" / f"{arm}-seed{seed}", policy, grpo, sampler, steps=setup.steps,
-                                   prompts_per_step=setup.prompts_per_step, held=R._flat(held),
-                                   eval_new_tokens=setup.eval_new_tokens, task="chain", seed=seed,
-                                   checkpoint_every=setup.checkpoint_every)
 
-            result, _ = resumable(out / PARTIAL / f"{arm}-seed{seed}.json", setup, compute, print)
-            results[arm].append(result)
-            print(f"h1-smollm2 {arm} seed {seed}: {result['by_h']}", flush=True)
-    recorded = C.as_recorded({"base": base_acc, "start": start, "results": results, "setup": dataclasses.asdict(setup)})
-    claims, arms = judge(recorded, quick)
-    summary = C.summary(paper="h1", claims=claims, arms=arms, scale=_scale(setup, quick), quick=quick,
-                        command="longhorizon repro h1-smollm2" + (" --quick" if quick else ""),
-                        wall_seconds=time.perf_counter() - t0, **recorded)
-    _plot(out, recorded, setup)
-    write_run(out, summary, _readme(summary, recorded, setup, quick),
-              {f"{a}-seed{s}": r["curve"] for a in results for s, r in enumerate(results[a])})
-    return summary
+    def train_arm(arm: str, seed: int) -> dict:
+        sampler = R._arm_sampler(arm, samplers.PoolSource(train, seed=seed), setup)
+        return R.train_arm(out / "runs" / f"{arm}-seed{seed}", policy, grpo, sampler, steps=setup.steps,
+                           prompts_per_step=setup.prompts_per_step, held=R._flat(held),
+                           eval_new_tokens=setup.eval_new_tokens, task="chain", seed=seed,
+                           checkpoint_every=setup.checkpoint_every)
+
+    results = R.run_arms(out, setup, ARMS, train_arm, "h1-smollm2", "by_h")
+    references = lambda L: {"base model": L["base"]["by_h"], "after the format phase": L["start"]["by_h"]}  # noqa: E731
+    return R.finish(out, name="h1-smollm2", paper="h1", setup=setup, quick=quick, t0=t0, judge=judge,
+                    recorded={"base": base_acc, "start": start, "results": results}, scale=_scale(setup, quick),
+                    plot=lambda L: R.plot_accuracy(out / "accuracy_by_horizon.png", setup.eval_horizons, references(L),
+                                                   L["results"], "by_h", "horizon h (chained operations)",
+                                                   f"h1 on {setup.model}: arms at equal rollout budget"),
+                    readme=lambda summary, L: _readme(summary, L, setup, quick, references(L)))
 
 
 def _scale(setup: Setup, quick: bool) -> str:
@@ -158,43 +152,11 @@ def _scale(setup: Setup, quick: bool) -> str:
             f"{list(setup.eval_horizons)}, greedy.")
 
 
-def _plot(out: Path, L: dict, setup: Setup) -> None:
-    hs = [int(h) for h in setup.eval_horizons]
-
-    def draw(ax):
-        ax.plot(hs, [L["base"]["by_h"][str(h)] for h in hs], ":", color="grey", marker="x", label="base model")
-        ax.plot(hs, [L["start"]["by_h"][str(h)] for h in hs], "k--", marker="x", label="after the format phase")
-        for i, (arm, rows) in enumerate(L["results"].items()):
-            acc = np.array([[r["by_h"][str(h)] for h in hs] for r in rows])
-            ax.plot(hs, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=arm)
-            if len(rows) > 1:
-                ax.fill_between(hs, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
-
-    R._figure(out / "accuracy_by_horizon.png", "horizon h (chained operations)",
-              f"h1 on {setup.model}: arms at equal rollout budget", draw)
-
-
-def _readme(summary: dict, L: dict, setup: Setup, quick: bool) -> list[str]:
-    hs = [str(h) for h in setup.eval_horizons]
-    steps = [row["step_s"] for seeds in L["results"].values() for result in seeds for row in result["curve"][1:]
-             if "step_s" in row]  # the first step of each run includes compilation
-    lines = ["# h1 on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{summary['command']}` (this sitting's wall time {summary['wall_seconds']:.0f} s; finished "
-             f"arms are read back from `{PARTIAL}/`).", "", _scale(setup, quick),
-             (f"Measured here: an RL step took {np.median(steps):.0f} s (median; range {min(steps):.0f}-{max(steps):.0f} s)."
-              if steps else ""), "", "![accuracy by horizon](accuracy_by_horizon.png)", "",
-             "| policy | seed | " + " | ".join(f"h={h}" for h in hs) + " | training reward, first -> last 5 steps | groups with signal |",
-             "|---|---|" + "---|" * len(hs) + "---|---|",
-             "| base model | - | " + " | ".join(f"{L['base']['by_h'][h]:.2f}" for h in hs) + " | - | - |",
-             "| after the format phase | - | " + " | ".join(f"{L['start']['by_h'][h]:.2f}" for h in hs) + " | - | - |"]
-    for arm, rows in L["results"].items():
-        for seed, r in enumerate(rows):
-            lines.append(f"| {arm} | {seed} | " + " | ".join(f"{r['by_h'][h]:.2f}" for h in hs)
-                         + f" | {np.mean(r['rewards'][:5]):.2f} -> {np.mean(r['rewards'][-5:]):.2f} | "
-                         f"{r['groups_with_signal']:.2f} |")
-    lines += ["", "*Groups with signal*: the share of training groups whose completions got different rewards; a group "
-              "whose rewards are all equal has zero advantage and teaches GRPO nothing.", "",
-              "## Verdict", "", *verdict_lines(summary), "", "## Differences from the paper", "",
+def _readme(summary: dict, L: dict, setup: Setup, quick: bool, references: dict) -> list[str]:
+    lines = R.header("h1 on a real pretrained model (SmolLM2-135M-Instruct)", summary, _scale(setup, quick), L["results"],
+                     "accuracy_by_horizon.png")
+    lines += R.accuracy_table(setup.eval_horizons, references, L["results"], "by_h", "h")
+    lines += ["## Verdict", "", *verdict_lines(summary), "", "## Differences from the paper", "",
               "- The paper composes GSM8K-style problems and trains 3B+ models for hundreds of steps with large batches; "
               "here small-number word problems (`lm.nl_tasks`, `chain`), a 135M model and the budget above.",
               f"- The format phase aims at >= {FORMAT_FLOOR:.0%} at h = 1 (the paper starts from a model that solves "

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from longhorizon.repro import claims as C
-from longhorizon.repro.report import verdict_lines
 
 ARMS = ("curriculum", "only-short", "only-long", "uniform")
 TRAIN_SEED, HELD_SEED, POOL_SEED = 1_000, 2_000_003, 3_000_017  # apart from each other and from nl_tasks' own
@@ -133,6 +132,89 @@ def format_policy(out: Path, setup, task: str, seed: int):
                        train=SFTTrainingConfig(learning_rate=setup.format_learning_rate)), quiet=True)
         stamp.write_text(wanted)
     return load_policy(run)  # its config names the pretrained model, so the tokenizer and template come back
+
+
+# ----------------------------------------------------------------------------- a protocol's skeleton
+
+PARTIAL = "partial"  # each finished arm: partial/ARM-seedK.json, read back by a rerun of the same setup
+
+
+def run_arms(out: Path, setup, arms, train, name: str, shown: str) -> dict:
+    """Every seed of every arm through ``train(arm, seed) -> result``, each saved under ``out/partial`` as it
+    finishes and read back by a rerun of the same ``setup`` (:func:`longhorizon.repro.report.resumable`), so a
+    protocol spans sittings. ``shown``: the result's key printed as each arm finishes. Returns
+    ``{arm: [result per seed]}``."""
+    from longhorizon.repro.report import resumable
+
+    results = {arm: [] for arm in arms}
+    for seed in range(setup.seeds):
+        for arm in arms:
+            result, _ = resumable(out / PARTIAL / f"{arm}-seed{seed}.json", setup,
+                                  lambda arm=arm, seed=seed: train(arm, seed), print)
+            results[arm].append(result)
+            print(f"{name} {arm} seed {seed}: {result[shown]}", flush=True)
+    return results
+
+
+def finish(out: Path, *, name: str, paper: str, setup, quick: bool, t0: float, recorded: dict, judge, scale: str,
+           plot, readme) -> dict:
+    """Judge ``recorded`` (made plain JSON first, as a later re-judging sees it), write ``summary.json``, the plot,
+    README.md (``readme(summary, recorded)`` lines) and each arm's training curve; return the summary."""
+    from longhorizon.repro.report import write_run
+
+    recorded = C.as_recorded({**recorded, "setup": dataclasses.asdict(setup)})
+    claims, arms = judge(recorded, quick)
+    summary = C.summary(paper=paper, claims=claims, arms=arms, scale=scale, quick=quick,
+                        command=f"longhorizon repro {name}" + (" --quick" if quick else ""),
+                        wall_seconds=time.perf_counter() - t0, **recorded)
+    plot(recorded)
+    curves = {f"{arm}-seed{seed}": r["curve"] for arm, rows in recorded["results"].items() for seed, r in enumerate(rows)}
+    write_run(out, summary, readme(summary, recorded), curves)
+    return summary
+
+
+def header(title: str, summary: dict, scale: str, results: dict, plot: str) -> list[str]:
+    """A README's opening: title, command, scale, the measured step time and the plot."""
+    steps = [row["step_s"] for rows in results.values() for r in rows for row in r["curve"][1:]
+             if "step_s" in row]  # the first step of each run includes compilation
+    return [f"# {title}", "", f"Command: `{summary['command']}` (this sitting's wall time {summary['wall_seconds']:.0f} s; "
+            f"finished arms are read back from `{PARTIAL}/`).", "", scale,
+            (f"Measured here: an RL step took {np.median(steps):.0f} s (median; range {min(steps):.0f}-{max(steps):.0f} s)."
+             if steps else ""), "", f"![{plot}]({plot})", ""]
+
+
+def accuracy_table(xs, references: dict, results: dict, key: str, label: str) -> list[str]:
+    """Held-out accuracy by ``x`` (``label`` = x's name): one row per reference policy (``{name: by_x}``) and per
+    arm and seed (``results[arm][seed][key]``), with the training reward's first and last 5 steps and the share of
+    groups with a GRPO signal."""
+    xs = [str(x) for x in xs]
+    lines = ["| policy | seed | " + " | ".join(f"{label}={x}" for x in xs)
+             + " | training reward, first -> last 5 steps | groups with signal |", "|---|---|" + "---|" * len(xs) + "---|---|"]
+    lines += [f"| {name} | - | " + " | ".join(f"{by_x[x]:.2f}" for x in xs) + " | - | - |" for name, by_x in references.items()]
+    for arm, rows in results.items():
+        for seed, r in enumerate(rows):
+            lines.append(f"| {arm} | {seed} | " + " | ".join(f"{r[key][x]:.2f}" for x in xs)
+                         + f" | {np.mean(r['rewards'][:5]):.2f} -> {np.mean(r['rewards'][-5:]):.2f} | "
+                         f"{r['groups_with_signal']:.2f} |")
+    return lines + ["", "*Groups with signal*: the share of training groups whose completions got different rewards; "
+                    "a group whose rewards are all equal has zero advantage and teaches GRPO nothing.", ""]
+
+
+def plot_accuracy(path: Path, xs, references: dict, results: dict, key: str, xlabel: str, title: str) -> None:
+    """Held-out accuracy against ``x``: each reference policy dashed, each arm's mean over seeds with its range."""
+    xs = [int(x) for x in xs]
+
+    def draw(ax):
+        for i, (name, by_x) in enumerate(references.items()):
+            ax.plot(xs, [by_x[str(x)] for x in xs], "--" if i == len(references) - 1 else ":",
+                    color="k" if i == len(references) - 1 else "grey", marker="x", label=name)
+        for i, (arm, rows) in enumerate(results.items()):
+            acc = np.array([[r[key][str(x)] for x in xs] for r in rows])
+            ax.plot(xs, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=arm)
+            if len(rows) > 1:
+                ax.fill_between(xs, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
+
+    _figure(path, xlabel, title, draw)
 
 
 # ----------------------------------------------------------------------------- h1 arms

@@ -37,7 +37,7 @@ from longhorizon.repro import real_model as R
 from longhorizon.repro.report import resumable, verdict_lines
 
 ARMS = {"composed": (2,), "single": (1,)}  # arm -> the n of the queries it trains on
-PARTIAL = "partial"
+PARTIAL = R.PARTIAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,25 +144,16 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     start, _ = resumable(out / PARTIAL / "format.json", setup,
                          lambda: {"by_n": _base(policy, held, plen, setup)["by_n"]}, print)
     print(f"rhorizon-smollm2 base: {base['by_n']}; after the format phase: {start['by_n']}", flush=True)
-    arms = {a: [] for a in ARMS}
-    for seed in range(setup.seeds):
-        for arm in ARMS:
-            result, _ = resumable(out / PARTIAL / f"{arm}-seed{seed}.json", setup,
-                                  lambda arm=arm, seed=seed: _train_arm(out, policy, arm, seed, held, train, plen, setup),
-                                  print)
-            arms[arm].append(result)
-            print(f"rhorizon-smollm2 {arm} seed {seed}: {result['by_n']}", flush=True)
-    recorded = C.as_recorded({"base": base, "start": start, "results": arms, "setup": dataclasses.asdict(setup)})
-    claims, arm_rows = judge(recorded, quick)
-    summary = C.summary(paper="R-HORIZON", claims=claims, arms=arm_rows, scale=_scale(setup, quick), quick=quick,
-                        command="longhorizon repro rhorizon-smollm2" + (" --quick" if quick else ""),
-                        wall_seconds=time.perf_counter() - t0, **recorded)
-    _plot(out, recorded, setup)
-    from longhorizon.repro.report import write_run
-
-    write_run(out, summary, _readme(summary, recorded, setup, quick),
-              {f"{a}-seed{s}": r["curve"] for a in arms for s, r in enumerate(arms[a])})
-    return summary
+    results = R.run_arms(out, setup, ARMS, lambda arm, seed: _train_arm(out, policy, arm, seed, held, train, plen, setup),
+                         "rhorizon-smollm2", "by_n")
+    references = lambda L: {"base model": L["base"]["by_n"], "after the format phase": L["start"]["by_n"]}  # noqa: E731
+    return R.finish(out, name="rhorizon-smollm2", paper="R-HORIZON", setup=setup, quick=quick, t0=t0, judge=judge,
+                    recorded={"base": base, "start": start, "results": results}, scale=_scale(setup, quick),
+                    plot=lambda L: R.plot_accuracy(out / "accuracy_vs_composed.png", setup.eval_n, references(L),
+                                                   {f"RL on n = {ARMS[a][0]} ({a})": rows for a, rows in L["results"].items()},
+                                                   "by_n", "composed problems n",
+                                                   f"R-HORIZON on {setup.model} (all-or-nothing)"),
+                    readme=lambda summary, L: _readme(summary, L, setup, quick, references(L)))
 
 
 def _scale(setup: Setup, quick: bool) -> str:
@@ -174,41 +165,12 @@ def _scale(setup: Setup, quick: bool) -> str:
             f"queries per n = {list(setup.eval_n)}, greedy, all-or-nothing.")
 
 
-def _plot(out: Path, L: dict, setup: Setup) -> None:
-    ns = [int(n) for n in setup.eval_n]
-
-    def draw(ax):
-        ax.plot(ns, [L["base"]["by_n"][str(n)] for n in ns], ":", color="grey", marker="x", label="base model")
-        ax.plot(ns, [L["start"]["by_n"][str(n)] for n in ns], "k--", marker="x", label="after the format phase")
-        for i, (arm, rows) in enumerate(L["results"].items()):
-            acc = np.array([[r["by_n"][str(n)] for n in ns] for r in rows])
-            ax.plot(ns, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=f"RL on n = {ARMS[arm][0]} ({arm})")
-            if len(rows) > 1:
-                ax.fill_between(ns, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
-
-    R._figure(out / "accuracy_vs_composed.png", "composed problems n", f"R-HORIZON on {setup.model} (all-or-nothing)",
-              draw)
-
-
-def _readme(summary: dict, L: dict, setup: Setup, quick: bool) -> list[str]:
-    ns = [str(n) for n in setup.eval_n]
-    steps = [row["step_s"] for seeds in L["results"].values() for result in seeds for row in result["curve"][1:]
-             if "step_s" in row]  # the first step of each run includes compilation
-    lines = ["# R-HORIZON on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{summary['command']}` (this sitting's wall time {summary['wall_seconds']:.0f} s; finished "
-             f"arms are read back from `{PARTIAL}/`).", "", _scale(setup, quick),
-             (f"Measured here: an RL step took {np.median(steps):.0f} s (median; range {min(steps):.0f}-{max(steps):.0f} s)."
-              if steps else ""), "", "![accuracy vs composed problems](accuracy_vs_composed.png)", "",
-             "| model | seed | " + " | ".join(f"n={n}" for n in ns) + " | training reward, first -> last 5 steps |",
-             "|---|---|" + "---|" * len(ns) + "---|",
-             "| base model | - | " + " | ".join(f"{L['base']['by_n'][n]:.2f}" for n in ns) + " | - |",
-             "| after the format phase | - | " + " | ".join(f"{L['start']['by_n'][n]:.2f}" for n in ns) + " | - |"]
-    for arm, rows in L["results"].items():
-        for seed, r in enumerate(rows):
-            first, last = np.mean(r["rewards"][:5]), np.mean(r["rewards"][-5:])
-            lines.append(f"| RL on n = {ARMS[arm][0]} ({arm}) | {seed} | " + " | ".join(f"{r['by_n'][n]:.2f}" for n in ns)
-                         + f" | {first:.2f} -> {last:.2f} |")
-    lines += ["", "## Verdict", "", *verdict_lines(summary), "", "## Differences from the paper", "",
+def _readme(summary: dict, L: dict, setup: Setup, quick: bool, references: dict) -> list[str]:
+    lines = R.header("R-HORIZON on a real pretrained model (SmolLM2-135M-Instruct)", summary, _scale(setup, quick),
+                     L["results"], "accuracy_vs_composed.png")
+    lines += R.accuracy_table(setup.eval_n, references,
+                              {f"RL on n = {ARMS[a][0]} ({a})": rows for a, rows in L["results"].items()}, "by_n", "n")
+    lines += ["## Verdict", "", *verdict_lines(summary), "", "## Differences from the paper", "",
               "- The paper composes competition math problems and trains 1.5-7B models for hundreds of steps; here "
               "small-number arithmetic word problems, a 135M model and the budget above (what 2 CPU cores allow).",
               "- The learning rate is the measured recipe's (docs/lm.md), set before this run; nothing was tuned on it.",

@@ -29,10 +29,10 @@ import numpy as np
 from longhorizon.repro import claims as C
 from longhorizon.repro import h1_smollm2 as H1
 from longhorizon.repro import real_model as R
-from longhorizon.repro.report import resumable, verdict_lines, write_run
+from longhorizon.repro.report import resumable, verdict_lines
 
 ARMS = ("scaler", "fixed-mix")
-PARTIAL = "partial"
+PARTIAL = R.PARTIAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,28 +100,22 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     start, _ = resumable(out / PARTIAL / "format.json", setup, lambda: H1.evaluate(policy, held, plen, setup), print)
     print(f"scaler-smollm2 start (after the format phase): {start['by_h']}", flush=True)
     grpo = R._grpo(setup, plen, setup.max_completion_length)
-    results = {a: [] for a in ARMS}
-    for seed in range(setup.seeds):
-        for arm in ARMS:
-            def compute(arm=arm, seed=seed):
-                return R.train_arm(out / "runs" / f"{arm}-seed{seed}", policy, grpo,
-                                   _sampler(arm, samplers.PoolSource(train, seed=seed), setup), steps=setup.steps,
-                                   prompts_per_step=setup.prompts_per_step, held=R._flat(held),
-                                   eval_new_tokens=setup.eval_new_tokens, task="chain", seed=seed,
-                                   checkpoint_every=setup.checkpoint_every)
 
-            result, _ = resumable(out / PARTIAL / f"{arm}-seed{seed}.json", setup, compute, print)
-            results[arm].append(result)
-            print(f"scaler-smollm2 {arm} seed {seed}: {result['by_h']}", flush=True)
-    recorded = C.as_recorded({"start": start, "results": results, "setup": dataclasses.asdict(setup)})
-    claims, arms = judge(recorded, quick)
-    summary = C.summary(paper="SCALER", claims=claims, arms=arms, scale=_scale(setup, quick), quick=quick,
-                        command="longhorizon repro scaler-smollm2" + (" --quick" if quick else ""),
-                        wall_seconds=time.perf_counter() - t0, **recorded)
-    _plot(out, recorded, setup)
-    write_run(out, summary, _readme(summary, recorded, setup, quick),
-              {f"{a}-seed{s}": r["curve"] for a in results for s, r in enumerate(results[a])})
-    return summary
+    def train_arm(arm: str, seed: int) -> dict:
+        return R.train_arm(out / "runs" / f"{arm}-seed{seed}", policy, grpo,
+                           _sampler(arm, samplers.PoolSource(train, seed=seed), setup), steps=setup.steps,
+                           prompts_per_step=setup.prompts_per_step, held=R._flat(held),
+                           eval_new_tokens=setup.eval_new_tokens, task="chain", seed=seed,
+                           checkpoint_every=setup.checkpoint_every)
+
+    results = R.run_arms(out, setup, ARMS, train_arm, "scaler-smollm2", "by_h")
+    return R.finish(out, name="scaler-smollm2", paper="SCALER", setup=setup, quick=quick, t0=t0, judge=judge,
+                    recorded={"start": start, "results": results}, scale=_scale(setup, quick),
+                    plot=lambda L: R.plot_accuracy(out / "accuracy_by_horizon.png", setup.horizons,
+                                                   {"start (format phase)": L["start"]["by_h"]}, L["results"], "by_h",
+                                                   "horizon h (chained operations)",
+                                                   f"SCALER on {setup.model}: adaptive vs fixed difficulty"),
+                    readme=lambda summary, L: _readme(summary, L, setup, quick))
 
 
 def _scale(setup: Setup, quick: bool) -> str:
@@ -133,36 +127,11 @@ def _scale(setup: Setup, quick: bool) -> str:
             f"chains per h = {list(setup.horizons)}, greedy.")
 
 
-def _plot(out: Path, L: dict, setup: Setup) -> None:
-    hs = [int(h) for h in setup.horizons]
-
-    def draw(ax):
-        ax.plot(hs, [L["start"]["by_h"][str(h)] for h in hs], "k--", marker="x", label="start (format phase)")
-        for i, (arm, rows) in enumerate(L["results"].items()):
-            acc = np.array([[r["by_h"][str(h)] for h in hs] for r in rows])
-            ax.plot(hs, acc.mean(0), marker="o", ms=4, color=f"C{i}", label=arm)
-            if len(rows) > 1:
-                ax.fill_between(hs, acc.min(0), acc.max(0), color=f"C{i}", alpha=0.15)
-
-    R._figure(out / "accuracy_by_horizon.png", "horizon h (chained operations)",
-              f"SCALER on {setup.model}: adaptive vs fixed difficulty", draw)
-
-
 def _readme(summary: dict, L: dict, setup: Setup, quick: bool) -> list[str]:
-    hs = [str(h) for h in setup.horizons]
-    lines = ["# SCALER on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{summary['command']}` (this sitting's wall time {summary['wall_seconds']:.0f} s; finished "
-             f"arms are read back from `{PARTIAL}/`).", "", _scale(setup, quick), "",
-             "![accuracy by horizon](accuracy_by_horizon.png)", "",
-             "| policy | seed | " + " | ".join(f"h={h}" for h in hs) + " | training reward, first -> last 5 steps | groups with signal |",
-             "|---|---|" + "---|" * len(hs) + "---|---|",
-             "| start | - | " + " | ".join(f"{L['start']['by_h'][h]:.2f}" for h in hs) + " | - | - |"]
-    for arm, rows in L["results"].items():
-        for seed, r in enumerate(rows):
-            lines.append(f"| {arm} | {seed} | " + " | ".join(f"{r['by_h'][h]:.2f}" for h in hs)
-                         + f" | {np.mean(r['rewards'][:5]):.2f} -> {np.mean(r['rewards'][-5:]):.2f} | "
-                         f"{r['groups_with_signal']:.2f} |")
-    lines += ["", "## Verdict", "", *verdict_lines(summary), "", "## Differences from the paper", "",
+    lines = R.header("SCALER on a real pretrained model (SmolLM2-135M-Instruct)", summary, _scale(setup, quick),
+                     L["results"], "accuracy_by_horizon.png")
+    lines += R.accuracy_table(setup.horizons, {"start": L["start"]["by_h"]}, L["results"], "by_h", "h")
+    lines += ["## Verdict", "", *verdict_lines(summary), "", "## Differences from the paper", "",
               "- The paper synthesises many environments from programming problems and trains 1.5B+ models; here one "
               "environment (chains of small-number word problems) whose difficulty is the chain length, a 135M model "
               "and the budget above.",

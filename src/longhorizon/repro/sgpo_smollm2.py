@@ -31,10 +31,10 @@ import numpy as np
 from longhorizon.repro import claims as C
 from longhorizon.repro import real_model as R
 from longhorizon.repro.h1_smollm2 import FORMAT_SEED, evaluate
-from longhorizon.repro.report import resumable, verdict_lines, write_run
+from longhorizon.repro.report import resumable, verdict_lines
 
 ARMS = ("grpo", "sgpo")
-PARTIAL = "partial"
+PARTIAL = R.PARTIAL
 ACCURACY_MARGIN = 0.05
 
 
@@ -135,23 +135,11 @@ def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     start, _ = resumable(out / PARTIAL / "format.json", setup, lambda: evaluate(policy, held, plen, setup), print)
     print(f"sgpo-smollm2 start (after the format phase): {start['by_h']}", flush=True)
     grpo = R._grpo(setup, plen, setup.max_completion_length)
-    results = {a: [] for a in ARMS}
-    for seed in range(setup.seeds):
-        for arm in ARMS:
-            result, _ = resumable(out / PARTIAL / f"{arm}-seed{seed}.json", setup,
-                                  lambda arm=arm, seed=seed: _train(out, policy, grpo, arm, R._flat(pool), R._flat(held),
-                                                                    setup, seed), print)
-            results[arm].append(result)
-            print(f"sgpo-smollm2 {arm} seed {seed}: {result['eval_curve'][-1]}", flush=True)
-    recorded = C.as_recorded({"start": start, "results": results, "setup": dataclasses.asdict(setup)})
-    claims, arms = judge(recorded, quick)
-    summary = C.summary(paper="sGPO", claims=claims, arms=arms, scale=_scale(setup, quick), quick=quick,
-                        command="longhorizon repro sgpo-smollm2" + (" --quick" if quick else ""),
-                        wall_seconds=time.perf_counter() - t0, **recorded)
-    _plot(out, recorded, setup)
-    write_run(out, summary, _readme(summary, recorded, setup, quick),
-              {f"{a}-seed{s}": r["curve"] for a in results for s, r in enumerate(results[a])})
-    return summary
+    results = R.run_arms(out, setup, ARMS, lambda arm, seed: _train(out, policy, grpo, arm, R._flat(pool), R._flat(held),
+                                                                    setup, seed), "sgpo-smollm2", "eval_curve")
+    return R.finish(out, name="sgpo-smollm2", paper="sGPO", setup=setup, quick=quick, t0=t0, judge=judge,
+                    recorded={"start": start, "results": results}, scale=_scale(setup, quick),
+                    plot=lambda L: _plot(out, L, setup), readme=lambda summary, L: _readme(summary, L, setup, quick))
 
 
 def _scale(setup: Setup, quick: bool) -> str:
@@ -177,13 +165,11 @@ def _plot(out: Path, L: dict, setup: Setup) -> None:
 
 
 def _readme(summary: dict, L: dict, setup: Setup, quick: bool) -> list[str]:
-    lines = ["# sGPO vs GRPO on a real pretrained model (SmolLM2-135M-Instruct)", "",
-             f"Command: `{summary['command']}` (this sitting's wall time {summary['wall_seconds']:.0f} s; finished "
-             f"arms are read back from `{PARTIAL}/`).", "", _scale(setup, quick), "",
-             "![accuracy vs tokens](accuracy_vs_tokens.png)", "",
-             "| arm | seed | final accuracy | rollout tokens | training reward, first -> last 5 steps | groups with signal |",
-             "|---|---|---|---|---|---|",
-             "| start | - | " + f"{np.mean([L['start']['by_h'][str(h)] for h in setup.horizons]):.2f} | 0 | - | - |"]
+    lines = R.header("sGPO vs GRPO on a real pretrained model (SmolLM2-135M-Instruct)", summary, _scale(setup, quick),
+                     L["results"], "accuracy_vs_tokens.png")
+    lines += ["| arm | seed | final accuracy | rollout tokens | training reward, first -> last 5 steps | groups with signal |",
+              "|---|---|---|---|---|---|",
+              "| start | - | " + f"{np.mean([L['start']['by_h'][str(h)] for h in setup.horizons]):.2f} | 0 | - | - |"]
     for arm, rows in L["results"].items():
         for seed, r in enumerate(rows):
             lines.append(f"| {arm} | {seed} | {r['eval_curve'][-1]['accuracy']:.2f} | {r['eval_curve'][-1]['tokens']:,} | "
