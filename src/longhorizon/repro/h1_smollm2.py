@@ -44,27 +44,13 @@ FORMAT_FLOOR = 0.8  # the issue's aim for h = 1 after the format phase, stated b
 
 
 @dataclasses.dataclass(frozen=True)
-class Setup:
-    model: str = "smollm2"
-    dtype: str = "float32"
-    seeds: int = 3
-    steps: int = 60
-    prompts_per_step: int = 4
-    num_generations: int = 8
-    learning_rate: float = 1e-5  # the recipe's (docs/lm.md)
-    loss_type: str = "dr_grpo"
-    scale_rewards: str = "none"
+class Setup(R.Common):
     train_horizons: tuple[int, ...] = (1, 2, 3)
     eval_horizons: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
     eval_per_horizon: int = 48
     max_completion_length: int = 96  # a worked h = 3 chain takes about 30 tokens
     eval_new_tokens: int = 128
     pool_per_horizon: int = 256
-    format_rows: int = 256  # split equally over format_horizons
-    format_horizons: tuple[int, ...] = (1, 2)
-    format_steps: int = 32
-    format_learning_rate: float = 2e-5  # TRL's SFT default
-    checkpoint_every: int = 10
 
     @property
     def long_horizons(self) -> tuple[int, ...]:

@@ -41,26 +41,13 @@ PARTIAL = R.PARTIAL
 
 
 @dataclasses.dataclass(frozen=True)
-class Setup:
-    model: str = "smollm2"
-    dtype: str = "float32"
-    seeds: int = 3
+class Setup(R.Common):
     steps: int = 30
-    prompts_per_step: int = 4
-    num_generations: int = 8
-    learning_rate: float = 1e-5  # the recipe's (docs/lm.md): moves SmolLM2 within 10 steps of 32 completions
-    loss_type: str = "dr_grpo"
-    scale_rewards: str = "none"
     train_completion_length: int = 96  # a 2-query answer takes 30-45 tokens
     eval_n: tuple[int, ...] = (1, 2, 3, 4)
     eval_per_n: int = 100
     eval_new_tokens: int = 160  # room for 4 answers with their working
     pool_per_n: int = 256  # training draws come from these (with replacement)
-    format_rows: int = 256  # split equally over format_horizons
-    format_horizons: tuple[int, ...] = (1, 2)
-    format_steps: int = 32
-    format_learning_rate: float = 2e-5  # TRL's SFT default
-    checkpoint_every: int = 10
 
 
 @dataclasses.dataclass(frozen=True)

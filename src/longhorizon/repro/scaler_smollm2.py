@@ -36,16 +36,7 @@ PARTIAL = R.PARTIAL
 
 
 @dataclasses.dataclass(frozen=True)
-class Setup:
-    model: str = "smollm2"
-    dtype: str = "float32"
-    seeds: int = 3
-    steps: int = 60
-    prompts_per_step: int = 4
-    num_generations: int = 8
-    learning_rate: float = 1e-5
-    loss_type: str = "dr_grpo"
-    scale_rewards: str = "none"
+class Setup(R.Common):
     horizons: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
     target: float = 0.5  # the paper's: about half the samples succeed
     rate: float = 2.0  # level change per unit of (success - target), per step
@@ -53,11 +44,6 @@ class Setup:
     max_completion_length: int = 128  # a worked h = 6 chain takes about 60 tokens
     eval_new_tokens: int = 128
     pool_per_horizon: int = 256
-    format_rows: int = H1.Setup.format_rows  # h1's format phase, so both reproductions start from one policy
-    format_horizons: tuple[int, ...] = H1.Setup.format_horizons
-    format_steps: int = H1.Setup.format_steps
-    format_learning_rate: float = H1.Setup.format_learning_rate
-    checkpoint_every: int = 10
 
 
 QUICK = Setup(model="tiny-random", seeds=1, format_horizons=(1,), steps=3, prompts_per_step=2, num_generations=2, horizons=(1, 2),

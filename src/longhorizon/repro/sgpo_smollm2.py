@@ -39,16 +39,8 @@ ACCURACY_MARGIN = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
-class Setup:
-    model: str = "smollm2"
-    dtype: str = "float32"
-    seeds: int = 3
+class Setup(R.Common):
     steps: int = 40
-    prompts_per_step: int = 4
-    num_generations: int = 8  # GRPO's group; sGPO's steps hold at most prompts x generations samples
-    learning_rate: float = 1e-5
-    loss_type: str = "dr_grpo"
-    scale_rewards: str = "none"
     horizons: tuple[int, ...] = (1, 2, 3, 4)
     pool_per_horizon: int = 64
     profile_samples: int = 4
@@ -58,11 +50,6 @@ class Setup:
     eval_every: int = 10
     max_completion_length: int = 96
     eval_new_tokens: int = 128
-    format_rows: int = 256  # h1's format phase (the same settings give the same policy)
-    format_horizons: tuple[int, ...] = (1, 2)
-    format_steps: int = 32
-    format_learning_rate: float = 2e-5
-    checkpoint_every: int = 10
 
 
 QUICK = Setup(model="tiny-random", seeds=1, steps=2, prompts_per_step=2, num_generations=2, horizons=(1, 2),
