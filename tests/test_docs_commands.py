@@ -27,6 +27,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT
 AS_IS = (("envs",), ("lm", "--help"))
 # Folders the docs use as stand-ins for "some runs of yours": laid out like this documented run.
 STAND_INS = {"runs/a": "runs/quickstart", "runs/b": "runs/quickstart"}
+# one worker runs every documented command once (the module fixture `outcomes`), not one run per xdist worker
+pytestmark = pytest.mark.xdist_group("docs-commands")
 
 
 def doc_commands(path: Path) -> list[tuple[int, list[str], str | None]]:

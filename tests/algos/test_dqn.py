@@ -36,6 +36,7 @@ def test_replay_wraps_around_and_keeps_the_newest_rows():
         replay.add(buffer, _rows(0, 6))
 
 
+@pytest.mark.slow
 def test_replay_windows_are_consecutive_and_never_cross_the_head():
     buffer = replay.create({"x": jnp.zeros(2, jnp.int32)}, rows=5)
     buffer = replay.add(replay.add(buffer, _rows(0, 4)), _rows(4, 7))  # steps 2..6 stored, wrapped
@@ -73,6 +74,7 @@ def test_n_step_and_double_dqn_targets_by_hand():
     assert float(dqn.td_targets(_window([2], [0], [0]), q_target[:, :1], None, one)[0]) == 3.5
 
 
+@pytest.mark.slow
 def test_collect_stores_true_next_state_at_time_limits_and_learning_waits():
     env = make("CartPole-v1", max_steps_in_episode=5)
     config = dqn.Config(num_envs=2, num_steps=8, gradient_steps=2, batch_size=4, buffer_size=64, learning_starts=32,
@@ -107,6 +109,7 @@ def test_config_errors_are_usage_errors():
         dqn.check_env(make("MountainCarContinuous-v0"), dqn.default_config("MountainCarContinuous-v0"))
 
 
+@pytest.mark.slow
 def test_train_resume_and_eval_end_to_end(tmp_path):
     overrides = {"num_envs": "2", "num_steps": "8", "gradient_steps": "2", "batch_size": "8", "buffer_size": "64",
                  "learning_starts": "32", "hidden": "16,16", "total_steps": "64", "n_step": "2", "double_dqn": "true",

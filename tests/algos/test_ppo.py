@@ -65,6 +65,7 @@ def _loss(rows=None, drift=None, progress=0.0, **config):
     return float(total), {k: float(v) for k, v in metrics.items()}
 
 
+@pytest.mark.slow
 def test_loss_by_hand():
     # policy: -mean(min(2 * 1, 1.2 * 1), min(1 * -2, 1 * -2)) = -mean(1.2, -2) = 0.4
     # value:  0.5 * mean((0 - 0.1)^2, (0 - 3)^2) = 0.5 * 9.01 / 2 = 2.2525
@@ -169,6 +170,7 @@ def _pendulum_state(bias):
     return state.replace(agent=state.agent.replace(weights={"params": params}))
 
 
+@pytest.mark.slow
 def test_continuous_actions_are_clipped_to_the_bounds_only_for_the_environment():
     obs, key = jnp.zeros((5, 3)), jax.random.PRNGKey(1)
     for bias, expected in ((10.0, 2.0), (-10.0, -2.0), (0.5, 0.5)):  # Pendulum's torque lies in [-2, 2]
@@ -181,6 +183,7 @@ def test_continuous_actions_are_clipped_to_the_bounds_only_for_the_environment()
     assert np.all(ppo.act(_pendulum_state(10.0).agent, obs, key) == 2.0)
 
 
+@pytest.mark.slow
 def test_observation_statistics_move_once_per_rollout_after_acting():
     config = ppo.Config(num_envs=2, num_steps=4, num_minibatches=1, hidden=(4,), normalize_observations=True,
                         total_steps=64)
@@ -200,6 +203,7 @@ def test_observation_statistics_move_once_per_rollout_after_acting():
     np.testing.assert_allclose(raw.obs[..., 0], [[0, 0], [1, 1], [2, 2], [3, 3]])
 
 
+@pytest.mark.slow
 def test_learn_reports_the_importance_weight_only_under_a_correction():
     config = ppo.Config(num_envs=2, num_steps=4, num_minibatches=2, update_epochs=1, hidden=(4,), total_steps=64)
     state = ppo.init(jax.random.PRNGKey(0), Ramp(), config)
@@ -212,6 +216,7 @@ def test_learn_reports_the_importance_weight_only_under_a_correction():
     assert float(metrics["importance_weight"]) == pytest.approx(0.25, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_learn_reports_cleanrls_learning_rate_and_explained_variance():
     from longhorizon.core.losses import explained_variance
 
@@ -235,6 +240,7 @@ def test_learn_reports_cleanrls_learning_rate_and_explained_variance():
     assert float(metrics["learning_rate"]) == pytest.approx(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id, overrides", [("CartPole-v1", {"max_steps_in_episode": 3}), ("Ramp", {})])
 def test_bootstrap_values_equal_the_critic_on_every_next_observation(env_id, overrides):
     # V(s'_t) = values[t + 1] where the episode goes on, the critic on the final observation where it was

@@ -69,6 +69,7 @@ def test_epsilon_schedule():
     np.testing.assert_allclose(eps, [1.0, 0.6, 0.2, 0.2], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_collect_caches_q_of_the_true_next_state():
     """At a time limit the bootstrap is max Q(final obs), not max Q(reset obs); elsewhere max Q(s_{t+1})."""
     config = pqn.Config(num_envs=2, num_steps=7, num_minibatches=1, hidden=(8,), total_steps=100)
@@ -98,6 +99,7 @@ def test_config_errors_are_usage_errors():
         pqn.check_env(make("Pendulum-v1"), pqn.default_config("Pendulum-v1"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id, kernels, eps_end, decay_steps", [
     # purejaxql CartPole: MLP 256-256, epsilon 1 -> 0.2 over 20% of 5e5 steps
     ("CartPole-v1", [(4, 256), (256, 256), (256, 2)], 0.2, 100_000),
@@ -132,6 +134,7 @@ def _weights(run_dir):
     return serialization.msgpack_restore((run_dir / "checkpoints" / meta["file"]).read_bytes())["agent"]["weights"]
 
 
+@pytest.mark.slow
 def test_train_resume_and_eval_end_to_end(tmp_path):
     summary = train(_spec(tmp_path / "straight"))
     assert summary["status"] == "completed" and summary["total_env_steps"] == 128
@@ -146,6 +149,7 @@ def test_train_resume_and_eval_end_to_end(tmp_path):
     assert len(returns) == 2 and all(0 < r <= 10 for r in returns)
 
 
+@pytest.mark.slow
 def test_batch_norm_option_learns_with_batch_statistics_and_acts_with_running_ones():
     with pytest.raises(UsageError, match="exclude each other"):
         pqn.Config(batch_norm=True)

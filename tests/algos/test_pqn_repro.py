@@ -81,6 +81,7 @@ def measured():
     return pqn.baird_measure(SMALL)
 
 
+@pytest.mark.slow
 def test_plain_td_diverges_and_the_layernorm_l2_critic_stays_bounded(measured):
     t = measured["traces"]
     plain = t["baird linear TD(0)"]["w_norm"][0]
@@ -150,6 +151,7 @@ def test_gpu_arms_are_judged_against_50x(tmp_path):
     assert claim.verdict == C.HOLDS and claim.evidence["speedup"] > 50  # 200 s (censored) vs 0.2-0.3 s
 
 
+@pytest.mark.slow
 def test_quick_report_writes_a_schema_valid_summary_that_judges_nothing(measured, tmp_path):
     records = {("Breakout-MinAtar", "pqn"): PQN_FAST, ("Breakout-MinAtar", "dqn"): DQN_SLOW}
     summary = pqn.report(tmp_path, SMALL, True, measured, records, 12.0)

@@ -51,6 +51,7 @@ def _tiny(**changes):
     return sqirl.resolve_config(TabularEnv(lock_mdp()), sqirl.Config(**{**config.__dict__, **changes}))
 
 
+@pytest.mark.slow
 def test_prefix_follows_the_frozen_policy_then_acts_at_random():
     # The lock with every action of state 0 moving on: all episodes reach time step 1 whatever block 0 learned.
     mdp = lock_mdp()
@@ -78,6 +79,7 @@ def test_prefix_follows_the_frozen_policy_then_acts_at_random():
     np.testing.assert_array_equal(batch.alive[2], np.asarray(batch.action[1]) == 1)
 
 
+@pytest.mark.slow
 def test_sqirl_opens_a_combination_lock():
     """Each time step of the lock is 1-QVI-solvable (the right action has the larger random-policy Q),
     so SQIRL with k = 1 must find the optimal open-loop policy in one sweep of 3 blocks."""
@@ -113,6 +115,7 @@ def test_config_errors_are_usage_errors():
         sqirl.check_env(make("Pendulum-v1"), sqirl.Config())
 
 
+@pytest.mark.slow
 def test_train_sqirl_on_an_npz_through_the_runner(tmp_path):
     path = tmp_path / "lock.npz"
     save_npz(lock_mdp().with_horizon(None), path)

@@ -83,6 +83,7 @@ def demos():
     return push_place.demonstrations(jax.random.PRNGKey(0), ENV, repro.QUICK.demos, TINY.chunk)
 
 
+@pytest.mark.slow
 def test_demonstrator_succeeds_and_chunks_are_the_next_executed_actions(demos):
     assert float(demos["success"].mean()) >= 0.9  # the scripted expert solves the nudged task
     obs, acts = np.asarray(demos["observations"]), np.asarray(demos["actions"])
@@ -101,6 +102,7 @@ def trained(demos):
     return jax.tree.map(lambda x: x[0], params), np.asarray(losses[0])
 
 
+@pytest.mark.slow
 def test_flow_bc_loss_decreases_on_a_tiny_dataset(trained):
     _, losses = trained
     assert losses[-30:].mean() < 0.8 * losses[:10].mean()
@@ -119,6 +121,7 @@ def test_sample_trace_matches_the_plain_euler_sampler(trained):
 
 
 # ----------------------------------------------------------------------------- selector
+@pytest.mark.slow
 def test_spectral_instability_by_hand():
     # N = 2, v = (1, 0.5): V_0 = 1.5, V_1 = 0.5, w = (0, 1) -> u = 0.25 / (2.25 + 0.25) = 0.1
     v = jnp.array([[[1.0, 0.0]], [[0.5, 0.0]]])  # [N=2, K=1, d=2]
@@ -188,6 +191,7 @@ def test_choose_takes_the_longest_trusted_horizon():
 
 
 # ----------------------------------------------------------------------------- execution
+@pytest.mark.slow
 def test_fixed_horizons_replan_every_h_steps_and_the_selector_picks_candidates(trained):
     params, _ = trained
     run = chunktrust.make_rollout(TINY, ENV, TRUST)
@@ -206,6 +210,7 @@ def test_fixed_horizons_replan_every_h_steps_and_the_selector_picks_candidates(t
 
 
 # ----------------------------------------------------------------------------- reproduction
+@pytest.mark.slow
 def test_quick_repro_writes_its_files_and_is_not_judged(tmp_path):
     from longhorizon.repro import claims as C
 

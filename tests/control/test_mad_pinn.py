@@ -165,6 +165,7 @@ def test_neighbour_selection_keeps_reachable_neighbours_and_picks_the_most_criti
     assert int(neighbour[0]) == 1
 
 
+@pytest.mark.slow
 def test_cbf_qp_satisfies_its_constraints_and_matches_scipy():
     rng = np.random.default_rng(1)
     positions = jnp.asarray(rng.uniform(-0.6, 0.6, (5, 2)))
@@ -218,6 +219,7 @@ def test_claim_rules_decide_from_the_measured_values():
     assert verdicts(good, (0.05, 0.05), (0.3, 0.4), 5.0, 8.0, ppo_arrival=0.0)[4] == C.NO_SIGNAL  # PPO never arrives
 
 
+@pytest.mark.slow
 def test_quick_reproduction_writes_its_files(tmp_path):
     from longhorizon.repro import mad_pinn as repro
 
@@ -275,6 +277,7 @@ def test_pair_navigation_step_by_hand():
     assert bool(truncated) and not bool(terminated)
 
 
+@pytest.mark.slow
 def test_pair_navigation_observation_is_the_pinns_pair_feature_and_reset_is_a_circle_swap():
     from longhorizon.control.pair_navigation import PairNavigation, make_pair_navigation
 

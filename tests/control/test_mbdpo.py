@@ -73,6 +73,7 @@ def test_world_model_loss_gradients_skip_the_target():
     np.testing.assert_allclose(wm.ema(target, online, 0.25)["w"], [1.5, 3.0], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_imagined_return_equals_a_manual_rollout_of_the_latent_model():
     model = wm.WorldModel(4, (8,))
     params = model.init(jax.random.PRNGKey(1), jnp.zeros((1, 3)), jnp.zeros((1, 2)))
@@ -95,6 +96,7 @@ def test_imagined_return_equals_a_manual_rollout_of_the_latent_model():
                                [2.0 + 2.0 + 0.5 * 3.0], rtol=1e-6)  # R(1,1)=4, z1 = 0.5 + 1 -> V = 3
 
 
+@pytest.mark.slow
 def test_flow_sampler_one_step_is_a_hand_euler_step():
     cfg = mbdpo.Config(horizon=3, flow_steps=1, policy_hidden=(8,))
     network = mbdpo.policy_network(cfg, action_dim=2)
@@ -132,6 +134,7 @@ def test_mppi_update_by_hand():
     np.testing.assert_allclose(std, np.clip(np.sqrt(np.einsum("e,eha->ha", w, (s - m) ** 2)), 0.05, 2.0), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_policy_loss_is_flow_matching_on_targets_plus_beta_times_behaviour():
     cfg = mbdpo.Config(horizon=2, policy_hidden=(8,))
     network = mbdpo.policy_network(cfg, 1)
@@ -175,6 +178,7 @@ TINY = dict(num_envs=2, total_steps=400, learning_starts=42, updates_per_step=4,
             flow_steps=2, policy_batch=8, num_candidates=4, latent_dim=8, wm_hidden=(16,), unroll=2, policy_hidden=(16,))
 
 
+@pytest.mark.slow
 def test_engine_chunks_prefill_then_reduce_the_world_model_loss():
     """Chunk 1 is the random prefill (parameters untouched), chunk 2 learns: on a fixed replay sample the world-model
     loss of chunk 2's parameters is below chunk 1's, and the policy has moved."""

@@ -55,6 +55,7 @@ def test_epsilon_greedy_explores_at_the_given_rate(epsilon, greedy_share):
         np.testing.assert_allclose(np.bincount(actions, minlength=4) / 20_000, 0.25, atol=0.015)
 
 
+@pytest.mark.slow
 def test_inverse_cdf_sampler_follows_the_distribution_across_blocks_and_never_draws_zero_mass():
     """Three blocks of 4 (the last one partial), zeros in the middle of a block and a whole empty block."""
     probs = np.array([0.1, 0.0, 0.2, 0.05, 0.0, 0.0, 0.0, 0.0, 0.3, 0.0, 0.35])

@@ -71,6 +71,7 @@ def test_permutation_of_three_rows_is_uniform_over_all_six_orders():
     assert chi2 < 20.5  # the 0.999 quantile of chi-square with 5 degrees of freedom
 
 
+@pytest.mark.slow
 def test_permutation_of_many_rows_is_unbiased_where_random_bits_tie():
     # 4096 rows leave 20 random bits per key: about 8 tied pairs per round. Ties keep the earlier row
     # first, so a biased shuffle would put row 0 before row 1 (and row 0 early) more often than chance.

@@ -113,6 +113,7 @@ def sharded(tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "pqn"])
 def test_two_devices_train_what_one_trains(sharded, algo):
     """4 seeds: one device vmaps 4, two devices vmap 2 each. The batched matrix products of the two
@@ -125,6 +126,7 @@ def test_two_devices_train_what_one_trains(sharded, algo):
     assert_close(one["chunks"], two["chunks"])
 
 
+@pytest.mark.slow
 def test_a_sharded_run_checkpoints_evaluates_and_resumes_exactly(sharded):
     resumed, straight = sharded["resumed"], sharded["ppo2"]
     assert resumed["config"]["seed_devices"] == 2 and resumed["status"] == "completed"

@@ -79,6 +79,7 @@ def _assert_same_run(out: Path, summary: dict, reference) -> None:
     assert summary["final_eval_return"] == ref_summary["final_eval_return"]
 
 
+@pytest.mark.slow
 def test_ray_sync_equals_fused_bit_for_bit(ray_session, fused_reference, engines, tmp_path):
     out = tmp_path / "run"
     summary = train(_spec(out, "ray", actors=2))
@@ -86,6 +87,7 @@ def test_ray_sync_equals_fused_bit_for_bit(ray_session, fused_reference, engines
     _assert_same_run(out, summary, fused_reference)
 
 
+@pytest.mark.slow
 def test_ray_sync_equals_fused_with_one_seed(ray_session, engines, tmp_path):
     """One seed runs unbatched in the fused engine; the actor and the learner must batch it the same way."""
     fused_out, ray_out = tmp_path / "fused", tmp_path / "ray"
@@ -94,6 +96,7 @@ def test_ray_sync_equals_fused_with_one_seed(ray_session, engines, tmp_path):
     _assert_same_run(ray_out, summary, (reference, _curve(fused_out), _final_checkpoint(fused_out)))
 
 
+@pytest.mark.slow
 def test_ray_actor_kill_and_learner_crash_leave_the_run_exact(ray_session, fused_reference, engines, tmp_path,
                                                               monkeypatch):
     """Chunk 2: actor 1's process is killed by its pid (replaced, its collect replayed); chunk 3: the
@@ -176,6 +179,7 @@ def test_ray_pqn_staleness_above_one_is_refused(tmp_path, monkeypatch):
         Run(spec)
 
 
+@pytest.mark.slow
 def test_ray_async_pqn_runs_with_lag_at_most_one(ray_session, engines, tmp_path):
     out = tmp_path / "run"
     spec = RunSpec(algo="pqn", env="CartPole-v1", out=str(out), quiet=True, engine="ray", mode="async", actors=2,
@@ -188,6 +192,7 @@ def test_ray_async_pqn_runs_with_lag_at_most_one(ray_session, engines, tmp_path)
     assert all(row["staleness_max"] <= 1 for row in rows) and sum(row["staleness_mean"] for row in rows) > 0
 
 
+@pytest.mark.slow
 def test_ray_valid_async_setting_is_accepted(ray_session, engines, tmp_path):
     """Decoupled PPO at the largest staleness it accepts runs on Ray, and its correction acts: where a
     batch came from an older policy the weights min(1, pi_prox / mu) average below 1."""
@@ -246,6 +251,7 @@ def test_sync_flow_sends_parameters_and_returns_environments(algo_name, learn_on
     assert {paths[i] for i in from_actor} == {p for p in paths if p.startswith(".env_state")} | {".obs", ".key"}
 
 
+@pytest.mark.slow
 def test_ray_actors_the_cluster_cannot_hold_are_refused_not_awaited(ray_session):
     """Ray would queue an actor asking for a GPU on this CPU-only instance forever; the engine gives up
     after its placement timeout with one sentence naming the resources, and leaves nothing running."""

@@ -49,6 +49,7 @@ def _same_metric(key, a, b) -> bool:
     return np.array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_ray_engine_across_nodes_survives_a_node_removal(tmp_path):
     pytest.importorskip("ray")
     import jax

@@ -119,6 +119,7 @@ def test_bad_import_paths_and_objects_fail_with_one_sentence(user_module):
         make(gymnasium.make("CartPole-v1"))
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_bad_import_path_with_exit_code_2(user_module, tmp_path):
     import subprocess
     import sys

@@ -98,6 +98,7 @@ def test_bad_settings_are_refused():
         driving.make_driving(colour="red")
 
 
+@pytest.mark.slow
 def test_episode_scores_of_a_braking_and_a_swerving_policy():
     env = DrivingEnv(DrivingParams(max_steps_in_episode=20), route=STRAIGHT)
     brake = lambda params, obs, key: jnp.tile(jnp.array([0.0, -1.0]), (obs.shape[0], 1))  # noqa: E731

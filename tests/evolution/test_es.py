@@ -132,6 +132,7 @@ def test_es_lm_config_refuses_bad_options():
         Setup(pairs=3)  # 2 * 3 * 8 completions != 8 * 8
 
 
+@pytest.mark.slow
 def test_es_finetune_quick_writes_its_files(tmp_path):
     import json
 

@@ -15,6 +15,7 @@ RATIOS = jnp.concatenate([jnp.linspace(0.01, 5.0, 41), jnp.array([1.0, 20.0, 1e-
 ADVS = jnp.linspace(-4.0, 4.0, 17)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temporal", [False, True])
 def test_drift_is_nonnegative_and_zero_with_zero_slope_at_ratio_one(temporal):
     config = lpo.DriftConfig(temporal=temporal)
@@ -59,6 +60,7 @@ def test_zero_drift_objective_is_ppo_unclipped_surrogate():
                                float(jnp.mean(adv)), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_evosax_open_es_step_is_the_antithetic_gradient_on_a_quadratic():
     # F(x) = -1/2 (x-c)^T H (x-c). Told -F with identity shaping and SGD at rate 1, evosax's OpenES moves its mean
     # by exactly g_hat = 1/(2 sigma P') sum (F+ - F-) eps = mean(eps eps^T) grad F at theta = 0: the analytic H c
@@ -84,6 +86,7 @@ def test_evosax_open_es_step_is_the_antithetic_gradient_on_a_quadratic():
     assert errors[65536] < errors[64] and errors[65536] < 0.03
 
 
+@pytest.mark.slow
 def test_bandit_advantages_and_score_by_hand():
     adv = meta.bandit_advantages(jnp.array([1.0, 3.0]))
     np.testing.assert_allclose(np.asarray(adv), [-1.0, 1.0], rtol=1e-5)
@@ -152,6 +155,7 @@ def test_claim_rules_by_hand():
     assert {c.verdict for c in ta_lpo.judge(_recorded(), quick=True)[0]} == {C.QUICK}
 
 
+@pytest.mark.slow
 def test_quick_repro_writes_files_and_is_not_judged(tmp_path):
     from longhorizon.repro import claims as C
     from longhorizon.repro import ta_lpo

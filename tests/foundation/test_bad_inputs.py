@@ -18,6 +18,9 @@ TINY = {"num_envs": "4", "num_steps": "16", "num_minibatches": "2", "update_epoc
 TINY_FLAGS = [arg for k, v in TINY.items() for arg in (f"--{k.replace('_', '-')}", v)]
 
 
+pytestmark = pytest.mark.xdist_group("bad-inputs")  # the finished run (module fixture) is trained once, on one xdist worker
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bad-inputs") / "run"

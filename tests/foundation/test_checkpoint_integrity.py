@@ -102,6 +102,7 @@ def _weights(run_dir):
     return serialization.msgpack_restore((run_dir / "checkpoints" / meta["file"]).read_bytes())["agent"]["weights"]
 
 
+@pytest.mark.slow
 def test_resume_past_a_damaged_checkpoint_ends_as_an_uninterrupted_run(tmp_path, capsys):
     straight = train(_spec(tmp_path / "straight"))
     train(_spec(tmp_path / "split"), max_chunks=2)

@@ -118,6 +118,7 @@ def capture_final_state(monkeypatch) -> dict:
     return captured
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(num_updates=st.integers(1, 90), extra_steps=st.integers(0, STEPS_PER_UPDATE - 1), chunks=st.integers(1, 30))
 def test_the_runner_runs_every_update_once(counting, monkeypatch, num_updates, extra_steps, chunks):
@@ -137,6 +138,7 @@ def test_the_runner_runs_every_update_once(counting, monkeypatch, num_updates, e
     assert float(schedule(count[0])) == 0.0  # the schedule reached its end
 
 
+@pytest.mark.slow
 def test_ppo_learning_rate_reaches_zero_with_a_partial_last_chunk(tmp_path, monkeypatch):
     """The reported case on the real PPO: 43 updates in 4 chunks, linear annealing to 0."""
     captured = capture_final_state(monkeypatch)

@@ -44,6 +44,7 @@ def test_an_import_path_whose_factory_fails_is_one_sentence(path, needles, capsy
         assert needle in err
 
 
+@pytest.mark.slow
 def test_console_script_exit_code_and_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "longhorizon.cli", "train", "ppo", "--env", "Breakout"],
                           capture_output=True, text=True, timeout=120)
@@ -59,6 +60,7 @@ def test_envs_lists_every_gymnax_environment(capsys):
     assert "Discrete(2)" in out
 
 
+@pytest.mark.slow
 def test_train_eval_plot_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "512", "--num-envs", "4", "--num-steps",

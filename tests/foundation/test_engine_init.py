@@ -31,6 +31,7 @@ def _qr_operand_ranks(jaxpr) -> list[int]:
     return ranks
 
 
+@pytest.mark.slow
 def test_multi_seed_init_runs_each_seed_qr_unbatched_and_matches_single_seed_inits():
     env, config = make("CartPole-v1"), ppo.Config(num_envs=4, num_steps=8)
     engine = FusedEngine(ppo, env, config, 3, 1)
@@ -44,6 +45,7 @@ def test_multi_seed_init_runs_each_seed_qr_unbatched_and_matches_single_seed_ini
             np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
 
 
+@pytest.mark.slow
 def test_repeated_multi_seed_init_finishes():
     """The hang itself: a 4-seed PPO init called repeatedly, in a fresh process, with a deadline."""
     code = textwrap.dedent("""
@@ -60,6 +62,7 @@ def test_repeated_multi_seed_init_finishes():
     assert result.returncode == 0 and "done" in result.stdout, result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", [ppo, pqn, dqn, sqirl], ids=lambda a: a.__name__.rsplit(".", 1)[-1])
 def test_initial_state_compiled_at_level_one_equals_the_default_compile_bit_for_bit(algo):
     """``INITIALISE`` (LLVM at level 1) is only a compile-time saving: the initial state of each algorithm's

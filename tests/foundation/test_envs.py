@@ -118,6 +118,7 @@ def test_running_moments_equal_full_batch_moments(rows, split):
     np.testing.assert_allclose(rms.var, var, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 8))
 def test_normalize_observation_uses_statistics_of_all_copies(num_envs, steps):

@@ -49,6 +49,7 @@ def test_a_second_writer_is_refused_naming_the_first(holder, capsys):
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # nothing written beside the other run
 
 
+@pytest.mark.slow
 def test_resume_in_a_second_terminal_is_refused(tmp_path):
     folder = tmp_path / "run"
     train(RunSpec(algo="ppo", env="CartPole-v1", config_overrides=dict(TINY), out=str(folder), num_chunks=2, quiet=True))
@@ -63,6 +64,7 @@ def test_resume_in_a_second_terminal_is_refused(tmp_path):
         process.wait()
 
 
+@pytest.mark.slow
 def test_a_stale_lock_of_a_killed_process_is_taken_over(holder):
     folder, process = holder
     os.kill(process.pid, signal.SIGKILL)

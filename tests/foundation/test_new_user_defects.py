@@ -65,6 +65,7 @@ def test_ctrl_c_while_compiling_saves_nothing_says_so_and_exits_130(tmp_path, ca
     assert main(args) == 0  # "run the same command again" works, as the message says
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_later_chunk_names_the_chunk_saved_and_resume_finishes(tmp_path, capsys, monkeypatch):
     real = FusedEngine.run_chunk
     calls = {"n": 0}
@@ -86,6 +87,7 @@ def test_ctrl_c_in_a_later_chunk_names_the_chunk_saved_and_resume_finishes(tmp_p
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_aborts_at_once_keeping_what_was_saved(tmp_path):
     real = FusedEngine.run_chunk
     calls = {"n": 0}
@@ -106,6 +108,7 @@ def test_a_second_ctrl_c_aborts_at_once_keeping_what_was_saved(tmp_path):
     assert checkpoint.latest_meta(tmp_path / "run" / "checkpoints")["chunk"] == 2
 
 
+@pytest.mark.slow
 def test_evolve_drift_ctrl_c_keeps_the_finished_generation_and_exits_130(tmp_path, capsys, monkeypatch):
     from longhorizon.evolution import meta_ppo
 
@@ -135,6 +138,7 @@ def _hold_lock(folder: Path) -> subprocess.Popen:
     return holder
 
 
+@pytest.mark.slow
 def test_a_folder_in_use_names_its_holder_whichever_command_is_used(tmp_path, capsys):
     out = tmp_path / "run"
     train(spec(out), max_chunks=1)  # a run with a saved chunk, as a live run would have after its first chunk

@@ -12,6 +12,7 @@ from jax.flatten_util import ravel_pytree
 from longhorizon.core.optim import flat_step, init_flat, learning_rate_at, make_optimizer, radam
 
 
+@pytest.mark.slow
 def test_radam_matches_optax_across_the_rectification_threshold():
     # rho_t >= 5 first holds at t = 6 for b2 = 0.999: 30 steps cover both branches.
     schedule = optax.linear_schedule(1e-2, 1e-3, 30)

@@ -61,6 +61,7 @@ def test_results_folder_and_summary(tmp_path):
         train(spec(run))
 
 
+@pytest.mark.slow
 def test_resume_ends_with_the_same_parameters(tmp_path):
     train(spec(tmp_path / "straight"))
     train(spec(tmp_path / "split"), max_chunks=2)
@@ -74,6 +75,7 @@ def test_resume_ends_with_the_same_parameters(tmp_path):
     assert len(rows) == 4  # no duplicated rows after resuming
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_the_last_finished_chunk(tmp_path, monkeypatch):
     real = FusedEngine.run_chunk
     calls = {"n": 0}
@@ -111,6 +113,7 @@ def test_nan_stops_with_the_chunk_named_and_keeps_last_good_checkpoint(tmp_path,
     assert checkpoint.latest_meta(tmp_path / "run" / "checkpoints")["chunk"] == 2
 
 
+@pytest.mark.slow
 def test_engine_flags_real_nan_in_parameters(tmp_path):
     from longhorizon.runner.run import Run
 

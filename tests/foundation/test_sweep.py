@@ -101,6 +101,7 @@ def test_plain_config_is_static_and_stacked_config_is_traced():
 
 
 # ----------------------------------------------------------------------------- the key property
+@pytest.mark.slow
 def test_one_program_sweep_rows_equal_plain_runs(tmp_path):
     """2 learning rates x 2 seeds in one program; every row's final parameters match a plain `train`
     of that learning rate with --seeds 2 (same seed keys)."""
@@ -121,6 +122,7 @@ def test_one_program_sweep_rows_equal_plain_runs(tmp_path):
     assert not np.allclose(np.asarray(first)[0], np.asarray(first)[2])
 
 
+@pytest.mark.slow
 def test_cli_sweep_with_a_structural_field_writes_table_and_plot(tmp_path):
     out = tmp_path / "sweep"
     args = ["sweep", "ppo", "--env", "CartPole-v1", "--grid", "learning_rate=2.5e-4,1e-2", "--grid", "hidden=16x16,8",
@@ -153,6 +155,7 @@ def test_cli_sweep_with_a_structural_field_writes_table_and_plot(tmp_path):
     assert main([*args[:-1], str(tmp_path / "other"), "--chunks", "9"]) == 2  # 8 updates cannot fill 9 chunks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, overrides, grid", [
     ("pqn", {"num_envs": "4", "num_steps": "8", "total_steps": "256", "num_minibatches": "2", "hidden": "8,8"},
      [{"learning_rate": "1e-3", "epsilon_fraction": "0.5", "q_lambda": "0.9"},

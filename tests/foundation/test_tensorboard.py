@@ -86,6 +86,7 @@ def assert_same_points(expected, got):
         np.testing.assert_allclose([v for _, v, *_ in got[tag]], [v for _, v in points], rtol=1e-6, err_msg=tag)
 
 
+@pytest.mark.slow
 def test_events_hold_every_metrics_row_at_env_steps(tmp_path):
     run = tmp_path / "run"
     train(spec(run))
@@ -107,6 +108,7 @@ def test_events_hold_every_metrics_row_at_env_steps(tmp_path):
     assert hparams["num_envs"] == 4 and hparams["learning_rate"] == pytest.approx(2.5e-4) and hparams["algo"] == "ppo"
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_shows_each_step_once(tmp_path, monkeypatch):
     real_save = checkpoint.save
 
@@ -171,6 +173,7 @@ def read_wandb_history(path):
     return history
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_logs_the_same_rows(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -203,6 +206,7 @@ CLEANRL_RUNS = {  # tiny CartPole runs (episodes of at most 10 steps, so every c
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_runs_write_cleanrls_tags(algo, tmp_path):
     run = tmp_path / algo

@@ -83,6 +83,7 @@ def test_cfr_plus_matches_the_lp_value_of_a_one_stage_game():
     assert result.value == pytest.approx(exact, abs=1e-3) and 0 <= result.exploitability < 1e-3
 
 
+@pytest.mark.slow
 def test_cfr_plus_agrees_with_the_structured_solver_when_the_actions_contain_its_controls():
     # a restricted game keeps any equilibrium of the full game whose controls it contains, so on the
     # structured equilibrium's own controls CFR+ must find the structured value (up to its grid error)
@@ -149,6 +150,7 @@ def test_usage_errors():
         cfr.solve(np.zeros((2, 4)), np.array([0.5, 0.5]), cfr.TreeShape(2, 2, 2, 1), 150)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_files_and_is_not_judged(tmp_path):
     result = repro.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "cams.png"):

@@ -156,6 +156,7 @@ def quick_run(tmp_path_factory):
     return out, summary
 
 
+@pytest.mark.slow
 def test_one_pairwise_step_raises_the_winners_margin(quick_run):
     """One INPO optimiser step on a fixed batch from the quick run's reference: the pair loss falls."""
     from longhorizon.repro import inpo as repro
@@ -185,6 +186,7 @@ def test_one_pairwise_step_raises_the_winners_margin(quick_run):
     assert loss(np.asarray(sequence_logprobs(params, batch, model_cfg))) < setup.eta**2 / 4
 
 
+@pytest.mark.slow
 def test_quick_repro_writes_its_folder(quick_run):
     from longhorizon.repro import inpo as repro
 

@@ -30,6 +30,7 @@ def test_random_skew_game_is_a_preference_matrix():
     np.testing.assert_array_equal(pref.random_skew_game(7, jax.random.key(3)), P)  # a key or its int seed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n, beta", [(3, 0.1), (10, 1.0), (100, 0.05)])
 def test_reference_solver_residual_and_duality_gap(n, beta):
     P = pref.intransitive_3x3() if n == 3 else pref.random_skew_game(n, n)
@@ -92,6 +93,7 @@ def test_each_update_is_the_argmax_of_its_variational_definition():
     assert not np.allclose(full, omd, atol=1e-3)  # the methods differ on this case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [3, 10, 40])
 @pytest.mark.parametrize("beta", [0.1, 1.0])
 def test_nash_mp_bound_holds_at_every_query(n, beta):
@@ -179,6 +181,7 @@ def test_bad_input_raises_usage_errors():
         nash_mp.Setup(queries=7)
 
 
+@pytest.mark.slow
 def test_quick_repro_writes_files_and_claims_from_the_data(tmp_path):
     result = nash_mp.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "nash_mp.png"):

@@ -171,6 +171,7 @@ def test_learner_config_errors_and_temperature_features():
         assert h[0] == 1.0 and h[1:].sum() == pytest.approx(1.0) and np.all(h >= 0)
 
 
+@pytest.mark.slow
 def test_a_tiny_training_run_records_exact_worst_cases():
     # the quick reproduction's game and chunk: the compiled chunk is shared with the test below
     config = dataclasses.replace(repro_qarl.QUICK.learner, curriculum="qarl", steps=2 * repro_qarl.QUICK.learner.chunk,
@@ -205,6 +206,7 @@ def test_the_claim_rule_by_hand():
     assert repro_qarl.judge(bad)[0][0].verdict == C.CONTRADICTED
 
 
+@pytest.mark.slow
 def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
     result = repro_qarl.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "qarl.png"):

@@ -220,6 +220,7 @@ def test_misuse_is_refused():
 
 
 # ----------------------------------------------------------------------------- on Ray
+@pytest.mark.slow
 def test_sync_equals_in_process_bit_for_bit(ray_local):
     source, k = SyntheticSource(turns=2, tokens_per_turn=4, latency_s=0.01), 3
     params = [_params(v) for v in range(3)]
@@ -235,6 +236,7 @@ def test_sync_equals_in_process_bit_for_bit(ray_local):
     assert _same(got, _reference(source, group_requests(TASKS, 2, seed=11), params, k))
 
 
+@pytest.mark.slow
 def test_async_lags_by_hand_with_one_actor(ray_local):
     """s = 1, k = 1, one actor holding 2 requests: publish(0) admits requests 0 and 1 (both with version 0);
     every later publish(V) admits one more, dispatched with V. So batch t (learned at version t) holds request
@@ -264,6 +266,7 @@ def test_async_lags_by_hand_with_one_actor(ray_local):
     assert _same(trajectories, [expected])
 
 
+@pytest.mark.slow
 def test_async_actors_run_ahead_within_max_staleness(ray_local):
     """Two actors run ahead (s = 2) while the learner trains: lags above 0 occur, none above s, every uid once.
     The learner's "training" waits until the actors have finished all they hold, so they run ahead as far as
@@ -283,6 +286,7 @@ def test_async_actors_run_ahead_within_max_staleness(ray_local):
     assert max(lags) > 0  # acting really ran ahead: requests 2 and 3 were dispatched with version 0
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_local, tmp_path):
     """Sync, 2 actors: actor 1's process is killed by its pid while it waits inside the source (the second
     batch's requests are gated until the kill); it is replaced, its request generated again under the same
@@ -312,6 +316,7 @@ def test_a_worker_killed_mid_trajectory_is_replaced_and_its_request_retried(ray_
     assert len(uids) == len(set(uids)) == 2 * k * 2
 
 
+@pytest.mark.slow
 def test_async_ray_kill_mid_run_counts_every_request_once(ray_local, tmp_path):
     """Async, s = 1: after publish(1) the actor holding request 4 is killed (ray.kill) while request 4 waits at
     a gate inside it; it is replaced once, and every request's trajectories arrive exactly once."""
@@ -334,6 +339,7 @@ def test_async_ray_kill_mid_run_counts_every_request_once(ray_local, tmp_path):
     assert sorted({int(u.split("-")[0]) for u in uids}) == list(range(8))
 
 
+@pytest.mark.slow
 def test_an_actor_that_dies_on_every_attempt_ends_the_run_in_one_sentence(ray_local):
     rollouts = Rollouts(DyingSource(), group_requests(TASKS, 1), Config(actors=1, max_restarts=1))
     rollouts.publish(_params(0), 0)
@@ -342,6 +348,7 @@ def test_an_actor_that_dies_on_every_attempt_ends_the_run_in_one_sentence(ray_lo
     assert str(error.value).count(". ") == 0 and rollouts._workers == [] and ray_local.is_initialized()
 
 
+@pytest.mark.slow
 def test_a_source_that_raises_every_time_is_retried_then_named(ray_local):
     rollouts = Rollouts(RaisingSource(), group_requests(TASKS, 1), Config(actors=1, max_restarts=2))
     rollouts.publish(_params(0), 0)
@@ -350,6 +357,7 @@ def test_a_source_that_raises_every_time_is_retried_then_named(ray_local):
     assert rollouts.retries == 3 and rollouts.actor_restarts == 0
 
 
+@pytest.mark.slow
 def test_a_hung_actor_is_killed_after_request_timeout_s(ray_local):
     """The source sleeps 60 s per turn; with request_timeout_s=1 the actor is killed and replaced, then the run
     ends (max_restarts=0: no retry) with one sentence naming the timeout, instead of waiting. No clock is
@@ -363,6 +371,7 @@ def test_a_hung_actor_is_killed_after_request_timeout_s(ray_local):
     assert rollouts.actor_restarts == 1 and str(error.value).count(". ") == 0
 
 
+@pytest.mark.slow
 def test_a_build_that_fails_is_one_sentence(ray_local):
     with pytest.raises(RolloutFailed, match=r"build\(\) failed on a Ray actor \(RuntimeError: no model here\)") as error:
         Rollouts(BrokenBuild(), group_requests(TASKS, 1), Config(actors=1))

@@ -14,6 +14,9 @@ from longhorizon.lm.policy import tiny_random
 AGENT = AgentConfig(tool_format="tags", describe_tools=False, max_turns=3, max_action_tokens=40, max_context_tokens=1024)
 
 
+pytestmark = pytest.mark.xdist_group("agent-branching")  # the tiny policy (module fixture) is built once, on one xdist worker
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return tiny_random()
@@ -45,6 +48,7 @@ def _rollout(tiny, script, cls=envs.search.SearchEnv, cfg=BranchConfig(branch_tu
     return BranchingRollout(base, cfg)
 
 
+@pytest.mark.slow
 def test_roots_branch_from_replayed_prefixes_with_records_and_masked_copies(tiny):
     rows = envs.search.make_tasks(2, seed=3, hops=1)
     script = Script(tiny.tokenizer)
@@ -68,6 +72,7 @@ def test_roots_branch_from_replayed_prefixes_with_records_and_masked_copies(tiny
                                                         "mean_children": 2.0}
 
 
+@pytest.mark.slow
 def test_tree_credit_from_the_records_by_hand(tiny):
     rows = envs.search.make_tasks(1, seed=4, hops=1)
     rollout = _rollout(tiny, Script(tiny.tokenizer))

@@ -50,6 +50,7 @@ def test_reverse_kl_sampled_and_its_advantage_by_hand():
                                [[0.40546510810816444, 0.0]], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_advantage_form_has_the_gradient_of_the_reverse_kl():
     # one position, V = 3: grad_theta KL(softmax(theta) || q) = E_{x ~ p}[grad log p(x) * (-A(x))]
     theta = jnp.array([0.3, -0.2, 1.1])
@@ -123,6 +124,7 @@ def tiny_teacher():
     return cfg, init_params(jax.random.PRNGKey(0), cfg), init_params(jax.random.PRNGKey(1), cfg)
 
 
+@pytest.mark.slow
 def test_teacher_token_logprobs_align_with_the_tokens(tiny_teacher):
     cfg, params, _ = tiny_teacher
     tokens = jnp.array([[5, 6, 7, 8], [0, 0, 9, 10]])

@@ -78,6 +78,7 @@ def teachers():
     return t0.cfg, {"search": Teacher(t0.params, t0.cfg, vm), "research": Teacher(t1.params, t1.cfg, vm)}
 
 
+@pytest.mark.slow
 def test_routed_distillation_is_minus_student_minus_teacher_with_each_domains_teacher(teachers):
     cfg, ts = teachers
     tokens = [10, 11, 12, 13, 14, 15, 16]  # prompt, (2 action, 1 observation) x 2

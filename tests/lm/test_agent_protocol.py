@@ -231,6 +231,7 @@ def test_groups_reset_fresh_environments_with_the_row(tiny):
     assert [t.uid for t in trajs] == ["r3-0", "r3-1", "r3-2", "r3-3"] and {t.version for t in trajs} == {7}
 
 
+@pytest.mark.slow
 def test_behaviour_logprobs_equal_the_teacher_forced_pass_over_the_whole_episode(tiny):
     """With a real (random) model: what the sampler recorded is what the learner recomputes on the final sequence."""
     from longhorizon.lm.model import token_logprobs

@@ -28,6 +28,7 @@ def _check(out, png, claims):
     return summary
 
 
+@pytest.mark.slow
 def test_trpo_agent_quick(tmp_path):
     from longhorizon.repro import trpo_agent
 
@@ -36,6 +37,7 @@ def test_trpo_agent_quick(tmp_path):
     assert set(s["final_success"]) == set(trpo_agent.ARMS) and summary["claims"] == s["claims"]
 
 
+@pytest.mark.slow
 def test_iterresearch_quick(tmp_path):
     from longhorizon.repro import iterresearch
 
@@ -48,6 +50,7 @@ def test_iterresearch_quick(tmp_path):
     assert all(v == 1.0 for v in s["expert_success"].values())
 
 
+@pytest.mark.slow
 def test_asearcher_quick(tmp_path):
     from longhorizon.repro import asearcher
 

@@ -8,6 +8,7 @@ from test_agent_repros import _check, _private_cache  # noqa: F401  (the same fo
 # persistent compilation cache (tests/conftest.py), and spreading them keeps the suite's critical path short
 
 
+@pytest.mark.slow
 def test_router_r1_quick(tmp_path):
     from longhorizon.repro import router_r1
 
@@ -55,6 +56,7 @@ def test_an_arm_whose_groups_carry_no_gradient_gives_no_signal():
     assert claim.verdict == C.NO_SIGNAL and "groups had unequal rewards" in claim.evidence["did_not_move"][0]
 
 
+@pytest.mark.slow
 def test_fees_quick(tmp_path):
     from longhorizon.repro import fees
 
@@ -78,6 +80,7 @@ def test_fees_curve_and_interpolation_by_hand():
     assert np.interp(310, xs, ys) == pytest.approx(0.625)  # halfway between 220 and 400
 
 
+@pytest.mark.slow
 def test_canopy_quick(tmp_path):
     from longhorizon.repro import canopy
 

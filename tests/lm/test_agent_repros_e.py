@@ -14,6 +14,7 @@ def _check(out, png, claims):
     return summary
 
 
+@pytest.mark.slow
 def test_treeopsd_quick(tmp_path):
     import numpy as np
 
@@ -31,6 +32,7 @@ def test_treeopsd_quick(tmp_path):
     assert s["final_tokens"][treeopsd.TREE] <= s["final_tokens"][treeopsd.GRPO]
 
 
+@pytest.mark.slow
 def test_agents_a1_quick(tmp_path):
     import numpy as np
 

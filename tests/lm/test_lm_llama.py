@@ -35,6 +35,7 @@ def test_configs_read_from_hf():
     assert qwen3_params["blocks"]["q"]["kernel"].shape == (qwen3_cfg.n_layers, 64, 4, 32)  # stacked layers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama-rope-llama3"])
 def test_logits_and_greedy_tokens_match_transformers(name):
     cfg, params, ref = load(name)
@@ -82,6 +83,7 @@ def test_generation_past_the_context_is_refused():
         llama.greedy_generate(params, cfg, jnp.asarray(ref["input_ids"]), jnp.asarray(ref["valid"]), 250)
 
 
+@pytest.mark.slow
 def test_kv_cache_decoding_equals_the_full_forward():
     """Prefill then one token per call: every step's logits equal the no-cache forward at that column."""
     cfg, params, ref = load("tiny-qwen2")

@@ -44,6 +44,7 @@ def test_model_config_validation():
         ModelConfig(positions="alibi")
 
 
+@pytest.mark.slow
 def test_left_padding_does_not_change_logits(model):
     cfg, params = model
     short, sv = TOK.encode_prompts(["q=99;r=q*7;"])
@@ -53,6 +54,7 @@ def test_left_padding_does_not_change_logits(model):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_kv_cache_greedy_equals_no_cache_greedy(model):
     cfg, params = model
     p, pv = TOK.encode_prompts(PROMPTS)
@@ -62,6 +64,7 @@ def test_kv_cache_greedy_equals_no_cache_greedy(model):
     np.testing.assert_array_equal(np.asarray(g.valid), np.asarray(ref_valid))
 
 
+@pytest.mark.slow
 def test_generation_logprobs_equal_teacher_forced(model):
     cfg, params = model
     p, pv = TOK.encode_prompts(PROMPTS * 4)
@@ -106,6 +109,7 @@ def test_top_p_filter_keeps_the_nucleus():
     assert np.isfinite(np.asarray(top_p_filter(logits, 1.0))).all()
 
 
+@pytest.mark.slow
 def test_top_p_sampling_never_draws_outside_nucleus(model):
     cfg, params = model
     if cfg.positions != "rope":
@@ -118,6 +122,7 @@ def test_top_p_sampling_never_draws_outside_nucleus(model):
     assert allowed[np.arange(16), first].all()
 
 
+@pytest.mark.slow
 def test_shared_prompt_logprobs_equal_per_row_logprobs_and_gradients(model):
     """Groups that share a prompt (run once) give the log-probs, entropies and gradients of the rows
     run separately with the prompt repeated; padded prompts and completions ending early included."""
@@ -147,6 +152,7 @@ def test_shared_prompt_logprobs_equal_per_row_logprobs_and_gradients(model):
         np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_grouped_generation_equals_repeated_prompts(model):
     """Prefilling each prompt once for a group of S rows samples what S copies of the prompt would."""
     cfg, params = model

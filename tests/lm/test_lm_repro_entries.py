@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from longhorizon.repro import h1
 
 
@@ -66,6 +68,7 @@ def test_sgpo_compare_and_rule_need_grpo_to_improve_and_sgpo_to_stay_matched():
     assert verdict([0.30, 0.35, 0.40, 0.45], [0.30, 0.44, 0.45, 0.46], seeds=2) == C.INCONCLUSIVE
 
 
+@pytest.mark.slow
 def test_h1_gated_curriculum_advances_when_the_stage_reward_passes_and_passes_beta_on(tmp_path):
     """advance_at=0 ends every stage after its 5-step minimum; beta reaches the trainer (KL reported)."""
     import dataclasses
@@ -115,6 +118,7 @@ def test_the_reproductions_refuse_an_empty_sgpo_plan_as_the_cli_does():
         spec.sampler.build().prepare(Solved())
 
 
+@pytest.mark.slow
 def test_h1_and_sgpo_run_end_to_end_through_the_spine(tmp_path, monkeypatch):
     """Smoke size (a tiny base, 2-3 RL steps per arm): one results folder per arm and seed, reports and verdicts."""
     import dataclasses

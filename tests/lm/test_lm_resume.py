@@ -86,6 +86,7 @@ def base(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_sft_interrupted_then_resumed_equals_uninterrupted(base, tmp_path, monkeypatch):
     run = tmp_path / "sft"
     with monkeypatch.context() as m:
@@ -101,6 +102,7 @@ def test_sft_interrupted_then_resumed_equals_uninterrupted(base, tmp_path, monke
     assert _rows(base, ("step", "loss")) == _rows(run, ("step", "loss"))
 
 
+@pytest.mark.slow
 def test_rl_interrupted_then_resumed_equals_uninterrupted(base, tmp_path, monkeypatch):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     _invoke(["lm", "rl", "--init", base, "--out", straight, *RL])
@@ -120,6 +122,7 @@ def test_rl_interrupted_then_resumed_equals_uninterrupted(base, tmp_path, monkey
     assert eval_a == eval_b
 
 
+@pytest.mark.slow
 def test_rl_sgpo_from_the_cli(base, tmp_path):
     run = tmp_path / "sgpo"
     _invoke(["lm", "rl", "--init", base, "--out", run, "--sgpo", "--pool-size", "6", "--profile-samples", "3",
@@ -148,6 +151,7 @@ def test_resume_rejects_changes_and_bad_folders(base, tmp_path):
     assert isinstance(r.exception, UsageError) and "--sgpo" in str(r.exception)
 
 
+@pytest.mark.slow
 def test_load_params_reads_run_state_and_params_only_checkpoints(tmp_path):
     from longhorizon.lm.model import ModelConfig, init_params
     from longhorizon.lm.resume import load_params

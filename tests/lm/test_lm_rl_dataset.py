@@ -61,6 +61,7 @@ def comparable(row):
     return {k: v for k, v in row.items() if not k.endswith("_s") and k not in ("tokens_per_s", "wall_seconds", "time")}
 
 
+@pytest.mark.slow
 def test_dataset_run_resume_and_init(files, tmp_path, monkeypatch, capsys):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main(argv(files, straight)) == 0

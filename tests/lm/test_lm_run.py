@@ -129,6 +129,7 @@ def _rows(run, keys=("step", "horizon", "reward", "loss", "kl", "difficulty", "e
     return [{k: r.get(k) for k in keys} for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
+@pytest.mark.slow
 def test_run_rl_interrupted_then_resumed_equals_uninterrupted(policy, tmp_path, monkeypatch):
     from longhorizon.lm.run import Interrupted, run_rl
 

@@ -78,6 +78,7 @@ def test_only_completion_tokens_are_trained(files):
     assert cut.truncated and cut.ids == plain.ids[:3] and cut.trained == plain.trained[:3]
 
 
+@pytest.mark.slow
 def test_loss_is_the_mean_over_completion_tokens_by_hand(files):
     """The trainer's loss at its first step is the mean -log p over the batch's completion tokens only,
     computed here from the model's logits with the completion positions written out by hand."""
@@ -118,6 +119,7 @@ def comparable(row):
     return {k: v for k, v in row.items() if not k.endswith("_s") and k not in ("tokens_per_s", "time")}
 
 
+@pytest.mark.slow
 def test_sft_run_resume_and_use_by_rl_and_eval(files, tmp_path, monkeypatch, capsys):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main(argv(files, straight)) == 0
@@ -189,6 +191,7 @@ def test_bad_rows_refused_in_one_sentence_nothing_written(files, tmp_path, capsy
         assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_bad_row_in_a_resumed_folder_keeps_the_saved_run(files, tmp_path, capsys):
     """A dataset edited after a run was saved: --resume refuses it (its digest changed), the run stays intact."""
     data = tmp_path / "d.jsonl"

@@ -24,6 +24,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2"
 SMOLLM2 = model_path("smollm2")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SMOLLM2.is_file(),
                     reason=f"SmolLM2 is not cached at {SMOLLM2} (`longhorizon lm fetch smollm2`)")
 def test_first_two_layers_match_transformers():

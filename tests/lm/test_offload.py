@@ -50,6 +50,7 @@ def _nbytes(tree) -> int:
     return sum(x.nbytes for x in jax.tree_util.tree_leaves(tree))
 
 
+@pytest.mark.slow
 def test_streamed_gradients_equal_the_plain_gradient_in_two_layers_of_device_memory():
     params = llama.init_params(jax.random.PRNGKey(0), TIED)
     batch = _batch("shared", groups=2, seed=1)
@@ -73,6 +74,7 @@ def test_streamed_gradients_equal_the_plain_gradient_in_two_layers_of_device_mem
     assert update.peak_device_bytes < 0.6 * _nbytes(host)
 
 
+@pytest.mark.slow
 def test_one_streamed_step_equals_grpo_update_untied_rows_micro_batches_clipping():
     cfg, accumulate = UNTIED, dataclasses.replace(GRPO, gradient_accumulation_steps=2)
     params = llama.init_params(jax.random.PRNGKey(0), cfg)
@@ -98,6 +100,7 @@ def test_one_streamed_step_equals_grpo_update_untied_rows_micro_batches_clipping
         assert np.isclose(float(got_metrics[key]), float(value), rtol=1e-5), key
 
 
+@pytest.mark.slow
 def test_the_trainer_runs_its_step_through_the_streamed_updater():
     from longhorizon.lm.policy import tiny_random
     from longhorizon.lm.tasks import TaskConfig, make_problems

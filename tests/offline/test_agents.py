@@ -141,6 +141,7 @@ def run(tmp_path, agent, overrides, updates=300, seeds=1, chunks=2, **kw):
     return spec, T.train(spec)
 
 
+@pytest.mark.slow
 def test_gcbc_matches_the_dataset_actions(tmp_path):
     _, summary = run(tmp_path, "gcbc", {})
     assert summary["status"] == "completed"
@@ -152,6 +153,7 @@ def test_gcbc_matches_the_dataset_actions(tmp_path):
     assert after < 0.1 < 0.9 < before, (before, after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agent, overrides", [("gcivl", {}), ("ota", {"subgoal_steps": "3", "option_length": "3"})])
 def test_value_agents_learn_the_goal_conditioned_value(tmp_path, agent, overrides):
     """GCIVL's V and OTA's two values: V (HIQL's, one step per unit; OTA trains it exactly as HIQL does,
@@ -170,6 +172,7 @@ def test_value_agents_learn_the_goal_conditioned_value(tmp_path, agent, override
     assert np.isfinite(summary["updates_per_second"])
 
 
+@pytest.mark.slow
 def test_hiql_learns_and_its_high_level_uses_v(tmp_path):
     """HIQL's own update on a tiny dataset: finite, every loss reported, and V learns (fewer updates)."""
     spec, summary = run(tmp_path, "hiql", {"subgoal_steps": "3", "tau": "0.05"}, updates=800)

@@ -182,6 +182,7 @@ def test_iql_without_rewards_is_a_usage_error():
         train(None, jax.random.PRNGKey(0), {"observations": jnp.zeros((3, 1)), "actions": jnp.zeros((3, 2))})
 
 
+@pytest.mark.slow
 def test_nan_in_the_data_is_a_usage_error_naming_the_update():
     init, train = flows.make_train(flows.FlowConfig(hidden=(8,), num_updates=3, batch_size=4), 1, 2)
     data = {"observations": jnp.zeros((4, 1)), "actions": jnp.full((4, 2), jnp.nan)}
@@ -207,6 +208,7 @@ def trained():
     return task, data, flow_config, critic_config, flow_params, flow_losses, critic_params, critic_metrics
 
 
+@pytest.mark.slow
 def test_a_short_training_fits_the_modes_and_guidance_moves_samples_to_the_best(trained):
     task, data, flow_config, critic_config, flow_params, flow_losses, critic_params, critic_metrics = trained
     assert np.asarray(flow_losses)[:, -50:].mean() < 0.8 * np.asarray(flow_losses)[:, :10].mean()

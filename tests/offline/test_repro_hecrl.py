@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from longhorizon.repro import hecrl
 
 
@@ -26,6 +28,7 @@ def test_claims_follow_the_numbers():
     assert verdicts(three) == [C.HOLDS, C.HOLDS]  # subgoals help; the flat agent's success falls with blocks moved
 
 
+@pytest.mark.slow
 def test_quick_run_writes_table_plot_and_verdict(tmp_path):
     from longhorizon.repro import claims as C
 

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from longhorizon.repro import ota
 
 
+@pytest.mark.slow
 def test_quick_run_writes_files_and_claims_from_the_data(tmp_path):
     result = ota.run(str(tmp_path), quick=True)
     for name in ("README.md", "summary.json", "ota.png"):

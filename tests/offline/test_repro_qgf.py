@@ -16,6 +16,7 @@ def quick(tmp_path_factory):
     return out, qgf.run(str(out), quick=True)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_report(quick):
     from longhorizon.repro import claims as C
 
@@ -35,6 +36,7 @@ def test_quick_run_writes_the_report(quick):
     assert {a["signal"]["moved"] for a in summary["arms"].values()} == {True}  # every trained network's loss fell
 
 
+@pytest.mark.slow
 def test_claims_are_judged_from_the_rows(quick):
     from longhorizon.repro import claims as C
 
@@ -50,6 +52,7 @@ def test_claims_are_judged_from_the_rows(quick):
     assert qgf.judge({**result, "rows": low})[0][0].verdict == C.CONTRADICTED
 
 
+@pytest.mark.slow
 def test_loss_blocks_and_unmoved_networks_are_no_signal(quick):
     from longhorizon.repro import claims as C
 

@@ -70,6 +70,7 @@ def test_batch_triples_are_subgoals_k_ahead_capped_at_the_goal():
     assert b.t.min() >= 1 and b.t.max() <= config.diffusion_steps and b.noise.shape == (512, 1, 2)
 
 
+@pytest.mark.slow
 def test_learning_lowers_the_noise_loss_from_its_start_value():
     data = goal_data(pushworld.make_dataset(1, trajectories=30, length=20, seed=0))
     config = sd.Config(d_model=32, heads=2, layers=1, batch_size=64, learning_rate=2e-3)

@@ -110,6 +110,7 @@ def test_blocks_of_agents_use_their_own_network_and_inputs_are_augmented():
         np.testing.assert_allclose(q[i], network.apply(own, x[i]), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_independent_networks_learn_only_from_their_own_agent():
     env = NetworkedDilemma(DilemmaConfig(), neighbours=RING4)
     config = shared_dqn.Config(sharing="independent", hidden=(8,), batch_size=4, buffer_steps=8, learning_starts=1,
@@ -157,6 +158,7 @@ def test_claim_rule_by_hand():
     assert verdicts({"independent": arm([0.0] * 5, [0.0] * 5)}) == [C.NO_SIGNAL]
 
 
+@pytest.mark.slow
 def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
     from longhorizon.repro import claims as C
 

@@ -240,6 +240,7 @@ def test_claim_rule_by_hand():
     np.testing.assert_allclose(gains, [0.2, -0.1])
 
 
+@pytest.mark.slow
 def test_quick_reproduction_writes_files_and_is_not_judged(tmp_path):
     from longhorizon.repro import claims as C
     from longhorizon.repro import sequoia as repro

@@ -33,6 +33,7 @@ def chain(depth: int, num_actions: int, name: str) -> TabularMDP:
     return TabularMDP.deterministic(transitions, rewards, horizon=depth, name=name)
 
 
+@pytest.mark.slow
 def test_driver_on_two_tiny_mdps(tmp_path):
     envs = []
     for depth in (2, 3):

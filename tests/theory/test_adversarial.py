@@ -19,6 +19,9 @@ CONFIG = amdp.LinearMDPConfig(layers=3, states=3, actions=3, dim=3, seed=4)
 SAMPLES = 20_000
 
 
+pytestmark = pytest.mark.xdist_group("adversarial-mdp")  # the sampled instance (module fixture) is built once, on one xdist worker
+
+
 @pytest.fixture(scope="module")
 def instance():
     """An MDP, a random full-support policy, losses and SAMPLES trajectories with their estimates (float64)."""

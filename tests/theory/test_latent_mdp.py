@@ -98,6 +98,7 @@ def test_doubling_trigger_by_hand():
     np.testing.assert_array_equal(np.asarray(ll.triggered(many, np.stack([planned, planned]))), [True, False])
 
 
+@pytest.mark.slow
 def test_regret_accounting_by_hand():
     np.testing.assert_allclose(ll.cumulative_regret(0.5, [0.2, 0.5, 0.4]), [0.3, 0.3, 0.4])
     # a one-step LMDP: context 0 pays action 0, context 1 action 1, w = (0.6, 0.4): V(a=0) = 0.6, V(a=1) = 0.4
@@ -187,6 +188,7 @@ def test_claim_rules_by_hand():
     assert fits["horizon"]["stochastic bernstein"]["slope"] == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_quick_repro_writes_its_files(tmp_path):
     from longhorizon.repro import claims as C
     from longhorizon.repro import latent_mdp as repro

@@ -155,6 +155,7 @@ def test_claim_rule_on_constructed_numbers():
     assert verdicts(flat, grows, censored="some") == verdicts(grows, flat, censored="some") == [C.INCONCLUSIVE] * 2
 
 
+@pytest.mark.slow
 def test_quick_repro_writes_its_files(tmp_path):
     from longhorizon.repro import claims as C
     from longhorizon.repro import horizon_free_rfe
