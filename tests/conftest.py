@@ -15,7 +15,7 @@ _cache = Path(os.environ.get("LONGHORIZON_TEST_CACHE", Path(tempfile.gettempdir(
 _cache.mkdir(parents=True, exist_ok=True)
 jax.config.update("jax_compilation_cache_dir", str(_cache))
 # every program, however small: the tests compile thousands of small ones (eager ops, tiny models) that a
-# warm cache loads faster than XLA compiles them (warm, the fast tier took 192 s -> 173 s on 2 cores, its tests/lm 50 -> 22 s)
+# warm cache loads faster than XLA compiles them (warm fast tier: 192 s -> 173 s on 2 cores; its tests/lm 50 -> 22 s)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 from ray_fixture import ray_session  # noqa: E402,F401  (one Ray instance per test session, loopback only)
