@@ -155,7 +155,29 @@ def test_update_loss_equals_hand_value_at_ratio_one(params, loss_type, n_micro):
     _, _, m = update(p, opt.init(p), batch, model_cfg=MCFG, cfg=cfg, optimizer=opt)
     assert float(m["loss"]) == pytest.approx(expected, rel=1e-5)
     assert float(m["ratio"]) == pytest.approx(1.0, abs=1e-6)
-    assert float(m["kl"]) == 0.0
+    assert "kl" not in m  # beta = 0 and no reference kept: no KL is reported (a 0 would claim one was measured)
+
+
+def test_reference_kl_at_beta_zero_is_logged_by_hand_and_leaves_the_loss(params):
+    """reference_kl at beta = 0: ``kl`` is the k3 mean to the reference's log-probs, the loss is unchanged.
+    With log pi_ref = log pi_theta - 0.5 on every token, k3 = e^-0.5 + 0.5 - 1 = 0.1065307 per token."""
+    prompt, pvalid = TOK.encode_prompts(["a=1;"] * 4, 6)
+    comp, cvalid = TOK.encode_completions(["", "b", "b=", "b"], 3)
+    tokens, valid = jnp.concatenate([prompt, comp], 1), jnp.concatenate([pvalid, cvalid], 1)
+    old = token_logprobs(params, MCFG, tokens, valid)[0][:, 5:]
+    batch = {"tokens": tokens, "valid": valid, "mask": MASK, "old_logp": old, "ref_logp": old - 0.5,
+             "advantages": -TOKEN_LOSS}
+    opt = rl_optimizer(1e-3, 0.0, 1.0)
+    got = {}
+    for logged in (False, True):
+        cfg = GRPOConfig(lr_scheduler_type="constant", loss_type="bnpo", max_completion_length=3, reference_kl=logged)
+        p = jax.tree_util.tree_map(jnp.array, params)
+        got[logged] = update(p, opt.init(p), batch, model_cfg=MCFG, cfg=cfg, optimizer=opt)[2]
+    assert float(got[True]["kl"]) == pytest.approx(np.exp(-0.5) - 0.5, rel=1e-5)
+    assert "kl" not in got[False]
+    assert float(got[True]["loss"]) == pytest.approx(float(got[False]["loss"]), rel=1e-6) == pytest.approx(HAND["bnpo"][0], rel=1e-5)
+    trainer = GRPOTrainer(MCFG, params, TOK, GRPOConfig(lr_scheduler_type="constant", reference_kl=True))
+    assert trainer.ref_params is not None  # kept (and saved by lm rl) only because the KL to it is logged
 
 
 @pytest.mark.slow

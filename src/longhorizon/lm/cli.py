@@ -367,6 +367,8 @@ def rl(
                                                   "prompts-per-step x num-generations samples)."),
     num_generations: int = typer.Option(8),
     beta: float = typer.Option(0.0, help="KL coefficient to the frozen reference (k3 estimator)."),
+    reference_kl: bool = typer.Option(False, help="Log the KL to the reference at beta 0 too (keeps a second copy "
+                                      "of the weights and scores each batch with it; the loss is unchanged)."),
     epsilon: float = typer.Option(0.2),
     epsilon_high: Optional[float] = typer.Option(None),
     loss_type: str = typer.Option("dapo", help="grpo, dr_grpo, dapo or bnpo."),
@@ -486,6 +488,7 @@ def _rl_spec(o: dict, out: str):
         importance_sampling_level=o["importance_sampling_level"], learning_rate=o["learning_rate"],
         lr_scheduler_type=o.get("lr_scheduler_type", "constant"),  # absent only from runs recorded before it existed
         temperature=o["temperature"], top_p=o["top_p"], dynamic_sampling=o["dynamic_sampling"],
+        reference_kl=o.get("reference_kl", False),  # absent only from runs recorded before it existed
     )
     record = {"command": "lm rl", "options": o}
     if o.get("dataset") is not None:

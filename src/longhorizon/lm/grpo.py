@@ -33,6 +33,8 @@ generation batch holds ``steps_per_generation`` per-device batches; default
 step, and replayed ``num_iterations`` times; ``pi_old`` is the sampler's own log-probabilities (exact for the
 parameters that generated the batch, see :mod:`longhorizon.lm.generate`). Dynamic sampling
 (DAPO) drops groups whose rewards are all equal before the update and reports how many.
+``kl`` (the k3 mean over completion tokens) is logged whenever the reference is kept: beta > 0, or
+``reference_kl`` at beta = 0 (the loss is then unchanged).
 ``reward_std`` is TRL's: the mean over groups of the within-group (unbiased) standard deviation.
 
 The trainer runs any model config with a ``module()`` (:class:`longhorizon.lm.model.ModelConfig`,
@@ -101,6 +103,14 @@ class GRPOConfig:
     # max_completion_length) instead of max_completion_length columns: the same loss on fewer padded
     # tokens, at a handful of compiled lengths.
     bucket_completions: bool = True
+    # Keep the reference at beta = 0 too, only to log ``kl`` (k3 to it, per token): a teacher-forced pass
+    # of each batch through a second copy of the weights (540 MB for SmolLM2); beta > 0 keeps it anyway.
+    reference_kl: bool = False
+
+    @property
+    def keeps_reference(self) -> bool:
+        """Whether the reference is kept and scored (the KL term needs it, or ``reference_kl`` asks for it)."""
+        return self.beta != 0.0 or self.reference_kl
 
     def __post_init__(self):
         if self.num_generations < 2:
@@ -325,9 +335,11 @@ def completion_loss(logp, entropy, batch, total_tokens, *, cfg: GRPOConfig, n_mi
     adv = batch["advantages"]
     low = ((ratio < 1 - cfg.epsilon) & (adv < 0)).astype(jnp.float32)
     high = ((ratio > 1 + cfg.eps_high) & (adv > 0)).astype(jnp.float32)
+    if cfg.beta == 0.0 and cfg.reference_kl:  # logged only: the loss has no KL term
+        kl = kl_k3(logp, batch["ref_logp"])
     sums = {
         "tokens": mask.sum(),
-        "kl": (kl * mask).sum(),
+        **({"kl": (kl * mask).sum()} if cfg.keeps_reference else {}),  # no reference, no KL to report
         "entropy": (entropy * mask).sum(),
         "clip_low": (low * mask).sum(),
         "clip_high": (high * mask).sum(),
@@ -443,7 +455,7 @@ class GRPOTrainer(Trainer):
         self.params = jax.tree_util.tree_map(store, params)
         # The KL term is the reference's only reader here: with beta = 0 no copy is kept unless one is
         # given (trainers that read it otherwise, e.g. preference games, pass ``ref_params``).
-        keep = cfg.beta != 0.0 or ref_params is not None
+        keep = cfg.keeps_reference or ref_params is not None
         self.ref_params = jax.tree_util.tree_map(store, self.params if ref_params is None else ref_params) if keep else None
         self.optimizer = optimizer_for(cfg)
         self.opt_state = (self.optimizer if updater is None else updater).init(self.params)
@@ -610,7 +622,7 @@ class GRPOTrainer(Trainer):
             batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], pad_id), take(completion_tokens, pad_id)], axis=1)
             batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(completion_valid, False)], axis=1)
             batch["valid"][len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
-        if cfg.beta != 0.0:
+        if cfg.keeps_reference:
             batch["ref_logp"] = np.asarray(completion_logprobs(self.ref_params, batch, model_cfg=self.model_cfg,
                                                                temperature=cfg.temperature))
             self.counters["ref_tokens"] += int(ro["valid"][idx].sum() + ro["prompt_valid"][idx].sum())

@@ -271,8 +271,8 @@ class RLSpec:
                 updater = LayerStreamedUpdate(policy.model_cfg, grpo)
             trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=self.seed,
                                   batch_rewards=rewards, updater=updater)
-        # the KL term is the only reader of the reference, so it is saved only when beta > 0
-        arrays = ("opt_state", "key", *(("ref_params",) if grpo.beta != 0.0 else ()))
+        # the reference is saved only when it is kept (beta > 0, or reference_kl to log the KL to it)
+        arrays = ("opt_state", "key", *(("ref_params",) if grpo.keeps_reference else ()))
         return Parts(trainer, sampler, ev_spec, arrays, self.prompts_per_step, _grpo_progress,
                      ("reward", "entropy", "kl"), "GRPO", "rl", type(self.sampler).__name__)
 

@@ -118,7 +118,7 @@ class AgentTrainer(Trainer):
         self.model_cfg, self.cfg, self.tokenizer, self.agent, self.credit = model_cfg, cfg, tokenizer, agent, credit
         self.params = jax.tree_util.tree_map(jnp.array, params)
         # a copy of its own (the update donates the policy's buffers), kept only for the KL term's reader
-        keep = cfg.beta != 0.0 or ref_params is not None
+        keep = cfg.keeps_reference or ref_params is not None
         self.ref_params = jax.tree_util.tree_map(jnp.array, params if ref_params is None else ref_params) if keep else None
         self.optimizer = grpo.optimizer_for(cfg)
         self.opt_state = self.optimizer.init(self.params)
@@ -225,7 +225,7 @@ class AgentTrainer(Trainer):
         valid[len(rows):, 0] = True  # filler rows: one valid token, nothing in the loss
         batch = {"tokens": tokens, "valid": valid, "mask": mask, "old_logp": old, "advantages": adv, "ref_logp": old}
         device = {k: jnp.asarray(v) for k, v in batch.items()}
-        if cfg.beta != 0.0:
+        if cfg.keeps_reference:
             batch["ref_logp"] = np.asarray(grpo.completion_logprobs(self.ref_params, device, model_cfg=self.model_cfg,
                                                                     temperature=cfg.temperature))
             self.counters["ref_tokens"] += int(valid.sum())
@@ -236,7 +236,7 @@ class AgentTrainer(Trainer):
             weight = np.minimum(self.credit.rho_clip, np.exp(np.clip(prox - old, -50.0, 50.0)))
             batch["advantages"] = np.where(stale, weight * adv, adv).astype(np.float32)
             batch["old_logp"] = np.where(stale, prox, old).astype(np.float32)
-            if cfg.beta == 0.0:
+            if not cfg.keeps_reference:
                 batch["ref_logp"] = batch["old_logp"]
         return {k: jnp.asarray(v) for k, v in batch.items()}, len(rows)
 
