@@ -108,13 +108,13 @@ def test_chunk_plan_of_the_reported_case():
 
 def capture_final_state(monkeypatch) -> dict:
     """A dict that receives the runner's final training state under "state" when the run finishes."""
-    captured, original = {}, run_module._finish
+    captured, original = {}, run_module.train_loop
 
-    def keep_state(run, state, *args, **kwargs):
-        captured["state"] = state
-        return original(run, state, *args, **kwargs)
+    def keep_state(*args, **kwargs):
+        summary, captured["state"] = original(*args, **kwargs)
+        return summary, captured["state"]
 
-    monkeypatch.setattr(run_module, "_finish", keep_state)
+    monkeypatch.setattr(run_module, "train_loop", keep_state)
     return captured
 
 

@@ -10,8 +10,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class ChunkProgress:
-    def __init__(self, total_steps: int, description: str, quiet: bool = False, completed: int = 0):
+    """``headline``: the label and metrics-row key of the figure shown first (the training return by default)."""
+
+    def __init__(self, total_steps: int, description: str, quiet: bool = False, completed: int = 0,
+                 headline: tuple[str, str] = ("return", "episode_return_mean")):
         self.total, self.description, self.quiet, self.completed = total_steps, description, quiet, completed
+        self.headline = headline
         self.console = Console(stderr=True)
         self.live = self.console.is_terminal and not quiet
         self._progress: Progress | None = None
@@ -31,8 +35,9 @@ class ChunkProgress:
             self._progress.__exit__(*exc)
 
     def update(self, completed: int, row: dict[str, Any]) -> None:
-        ret = row.get("episode_return_mean")
-        info = f"return {ret:8.2f}" if ret is not None else "return    n/a"
+        label, key = self.headline
+        value = row.get(key)
+        info = f"{label} {value:8.2f}" if value is not None else f"{label}    n/a"
         if row.get("eval_return_mean") is not None:
             info += f" · eval {row['eval_return_mean']:.2f}"
         info += f" · {row.get('steps_per_second', 0):,.0f} steps/s"

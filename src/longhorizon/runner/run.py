@@ -1,11 +1,12 @@
 """config -> run -> results folder.
 
 A run is described by a :class:`RunSpec`. :func:`train` builds the environment and the algorithm
-(failing on bad input before anything compiles), compiles one chunk, then loops over chunks:
-log a metrics row, evaluate now and then, checkpoint, stop early if asked. Ctrl-C saves the last
-finished chunk; NaN/Inf stops with a message naming the chunk and keeps the last good checkpoint.
-``--resume`` restores the newest checkpoint and continues with the same compiled program, so the
-parameters at the end equal those of an uninterrupted run with the same seed.
+(failing on bad input before anything compiles) and hands the run, as a :class:`ControlTrainable`
+whose engine runs each chunk for every seed, to the one training loop
+(:func:`longhorizon.runner.loop.train_loop`): metrics rows, evaluation now and then, a checkpoint
+per chunk, Ctrl-C, NaN/Inf and early stops. ``--resume`` restores the newest checkpoint and continues
+with the same compiled program, so the parameters at the end equal those of an uninterrupted run
+with the same seed.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import dataclasses
 import datetime as _dt
 import functools
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,10 @@ from longhorizon.config import apply_overrides
 from longhorizon.engine import Engine
 from longhorizon.envs import env_name, make, recorded_env_id
 from longhorizon.envs.gymnasium import is_host_env
-from longhorizon.errors import TrainingDiverged, UsageError
-from longhorizon.runner import checkpoint
+from longhorizon.errors import UsageError
 from longhorizon.runner.evaluate import evaluate
-from longhorizon.runner.interrupts import Interrupted, StopRequest
-from longhorizon.runner.lock import FolderLock, refuse_if_held
-from longhorizon.runner.loggers import MetricsLoggers, require_wandb
-from longhorizon.runner.plots import plot_runs
-from longhorizon.runner.progress import ChunkProgress
+from longhorizon.runner.loggers import require_wandb
+from longhorizon.runner.loop import Trainable, check_folder, completed_summary, train_loop  # noqa: F401 (re-exported)
 from longhorizon.runner.results import ResultsDir, read_json
 
 
@@ -100,7 +95,6 @@ class Run:
         if spec.wandb is not None:
             require_wandb()
         self.spec = spec
-        self.loggers: MetricsLoggers | None = None  # opened by _train once the folder is settled
         self.algo = algo_registry.get(spec.algo)
         self.env = make(spec.env, spec.env_params, **spec.env_overrides)  # unknown env fails here, before compiling
         base = self.algo.default_config(self.env)
@@ -200,22 +194,6 @@ def dry_run(spec: RunSpec, resume: bool = False) -> dict[str, Any]:
     return {"out": str(run.out), **run.resolved_config()}
 
 
-def check_folder(out: Path, resume: bool, saved: bool | None = None) -> None:
-    """``out`` as a run needs it: a new run may not reuse a folder that holds a run, a resumed one needs a checkpoint.
-
-    ``saved`` says whether ``out/checkpoints`` holds one, for runs whose checkpoints are not this
-    runner's msgpack files (the LM loop's orbax steps); by default the msgpack index is read.
-    """
-    refuse_if_held(out)  # a live writer is named first, whatever else the folder holds
-    if saved is None:
-        saved = checkpoint.latest_meta(out / "checkpoints") is not None
-    if resume and not saved:
-        raise UsageError(f"no checkpoint in {out / 'checkpoints'}; the run saved none before it stopped, "
-                         "so start it again without --resume.")
-    if not resume and ((out / "metrics.jsonl").exists() or saved):
-        raise UsageError(f"{out} already holds a run; pass --resume {out} to continue it or choose another --out.")
-
-
 def _as_cli(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
@@ -226,144 +204,81 @@ def train(spec: RunSpec, resume: bool = False, max_chunks: int | None = None, ru
     """Run training to completion (or ``max_chunks`` more chunks) and return the summary; ``run``, if
     given, is ``spec`` already resolved (a sweep passes one whose engine trains a config per seed row).
 
-    Ctrl-C (:class:`~longhorizon.runner.interrupts.StopRequest`) lets start-up and the chunk in flight
-    finish, saves, and raises :class:`~longhorizon.runner.interrupts.Interrupted` saying what was saved."""
-    with StopRequest("chunk") as stop:
-        run = Run(spec) if run is None else run
-        lock = FolderLock(run.out)  # one writer per results folder; released however this process ends
-        try:
-            lock.acquire()
-            return _train(run, resume, max_chunks, stop)
-        finally:
-            lock.release()
-            if run.loggers is not None:
-                run.loggers.close()
-            run.engine.close()  # distributed and host engines release their workers and environments
-
-
-def completed_summary(out: Path) -> dict[str, Any] | None:
-    """The summary of a run in ``out`` that has finished (completed or reached its target), else None."""
-    path = Path(out) / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        summary = read_json(path)
-    except ValueError:
-        return None
-    return summary if summary.get("status") in ("completed", "target_reached") else None
-
-
-def _train(run: Run, resume: bool, max_chunks: int | None, stop: StopRequest) -> dict[str, Any]:
-    spec, results, engine = run.spec, run.results, run.engine
-    start_wall = time.perf_counter()
-    check_folder(run.out, resume)
-    if resume and (done := completed_summary(run.out)) is not None:
-        print(f"{run.out} holds a finished run (status {done['status']}); nothing to resume, nothing changed.",
-              file=sys.stderr)
-        return done
-    resume_hint = f"continue with `longhorizon train --resume {run.out}`"
-    state = engine.init(spec.seed)
-    first_chunk, prior, resume_step = 0, {"wall_seconds": 0.0, "train_seconds": 0.0, "compile_seconds": 0.0}, None
-    if resume:
-        state, meta = checkpoint.restore(results.checkpoints, state)
-        first_chunk, resume_step = int(meta["chunk"]), int(meta["env_steps"])
-        prior = {k: float(meta.get(k, 0.0)) for k in prior}
-        results.truncate_metrics(run.env_steps_after(first_chunk))
-    else:
-        results.write_config(run.resolved_config())
-    run.loggers = MetricsLoggers(results.root, read_json(results.config_path), wandb_project=spec.wandb,
-                                 resume_step=resume_step)
-
-    compile_seconds = engine.compile(state) if first_chunk < run.num_chunks else 0.0
-    if stop.requested:  # Ctrl-C while starting: start-up was let finish, no chunk has run
-        raise Interrupted(f"interrupted before training resumed: {results.checkpoints} still holds chunk "
-                          f"{first_chunk}; {resume_hint}." if resume else
-                          f"interrupted before the first chunk finished: nothing was saved; run the same command "
-                          f"again to start {run.out} afresh.")
-    eval_key = jax.random.PRNGKey(spec.seed + 10_000)
-    status, train_seconds, chunk = "completed", prior["train_seconds"], first_chunk
-    last_eval: list[float] | None = None
-    last_returns = None
-    stop_at = run.num_chunks if max_chunks is None else min(run.num_chunks, first_chunk + max_chunks)
-
-    def wall() -> float:
-        return prior["wall_seconds"] + time.perf_counter() - start_wall
-
-    def save(chunk_index: int, good_state) -> None:
-        checkpoint.save(results.checkpoints, chunk_index, good_state, {
-            "env_steps": run.env_steps_after(chunk_index), "wall_seconds": wall(), "train_seconds": train_seconds,
-            "compile_seconds": prior["compile_seconds"] + compile_seconds})
-
-    progress = ChunkProgress(total_steps=run.env_steps_after(run.num_chunks), description=f"{spec.algo} · {spec.env}",
-                             quiet=spec.quiet, completed=run.env_steps_after(first_chunk))
-    saved = first_chunk if resume else None
-    try:
-        with progress:
-            while chunk < stop_at:
-                t0 = time.perf_counter()
-                new_state, metrics = engine.run_chunk(state, run.updates_in_chunk(chunk))
-                elapsed = time.perf_counter() - t0
-                if not np.all(metrics["finite"]):
-                    bad = [i for i, ok in enumerate(np.atleast_1d(metrics["finite"])) if not ok]
-                    kept = f"the last good checkpoint (chunk {saved}) is kept in {results.checkpoints}" \
-                        if saved is not None else "no checkpoint was saved before it"
-                    raise TrainingDiverged(
-                        f"NaN or Inf in the loss or parameters during chunk {chunk + 1} (seed index {bad}); "
-                        f"{kept}; lower --learning-rate or --max-grad-norm and start again.")
-                state, chunk = new_state, chunk + 1
-                train_seconds += elapsed
-                chunk_steps = run.env_steps_after(chunk) - run.env_steps_after(chunk - 1)
-                row = _metrics_row(metrics, chunk, run.env_steps_after(chunk), spec.seeds * chunk_steps / elapsed, wall())
-                row["updates"] = run.updates_in_chunk(chunk - 1)
-                if row["episode_return_mean"] is None and last_returns is not None:
-                    row.update(last_returns)  # no episode ended in this chunk: carry the last figures
-                elif row["episode_return_mean"] is not None:
-                    last_returns = {k: row[k] for k in ("episode_return_mean", "episode_return_min", "episode_return_max")}
-                # The last chunk is always evaluated: that evaluation is the run's final one, the same
-                # number in metrics.jsonl, TensorBoard, the curve and summary.json.
-                if (spec.eval_every and chunk % spec.eval_every == 0) or chunk == run.num_chunks:
-                    last_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
-                                         seed_indices=engine.row_seeds)
-                    row["eval_return_mean"] = float(np.mean(last_eval))
-                    row["eval_return_per_seed"] = last_eval
-                run.loggers.log(results.append_metrics(row))
-                save(chunk, state)
-                saved = chunk
-                progress.update(run.env_steps_after(chunk), row)
-                if spec.target_return is not None and last_eval is not None and np.mean(last_eval) >= spec.target_return:
-                    status = "target_reached"
-                    break
-                if stop.requested:
-                    status = "interrupted"
-                    break
-        if chunk < run.num_chunks and status == "completed":
-            status = "stopped"
-    except KeyboardInterrupt:  # a second Ctrl-C: the chunk in flight is dropped, the saved ones stay
-        status = "interrupted"
-    except TrainingDiverged:
-        _finish(run, state, chunk, "diverged", None, compile_seconds, prior, train_seconds, wall(), eval_key)
-        raise
-
-    final_eval = last_eval if status in ("completed", "target_reached") else None
-    if status == "completed" and final_eval is None:  # resumed after the last chunk's save, before its summary
-        final_eval = evaluate(run.algo, state, run.env, jax.random.fold_in(eval_key, chunk), spec.eval_episodes,
-                              seed_indices=engine.row_seeds)
-    summary = _finish(run, state, chunk, status, final_eval, compile_seconds, prior, train_seconds, wall(), eval_key)
-    if status == "interrupted":
-        if saved is None:
-            raise Interrupted(f"interrupted before the first chunk finished: nothing was saved; run the same command "
-                              f"again to start {run.out} afresh.", summary)
-        raise Interrupted(f"interrupted: chunk {saved} of {run.num_chunks} is saved in {results.checkpoints}; "
-                          f"{resume_hint}.", summary)
+    The run goes through :func:`longhorizon.runner.loop.train_loop`: Ctrl-C lets start-up and the chunk in
+    flight finish, saves, and raises :class:`~longhorizon.runner.interrupts.Interrupted` saying what was saved."""
+    summary, _ = train_loop(lambda: ControlTrainable(Run(spec) if run is None else run), resume, max_chunks)
     return summary
 
 
-def _metrics_row(metrics: dict[str, Any], chunk: int, env_steps: int, sps: float, wall_seconds: float) -> dict[str, Any]:
+class ControlTrainable(Trainable):
+    """A control run (:class:`Run`) as the loop drives it: its engine runs the chunks for every seed."""
+
+    step_key = "env_steps"
+    divergence_advice = "lower --learning-rate or --max-grad-norm and start again"
+
+    def __init__(self, run: Run):
+        spec = run.spec
+        self.run, self.engine = run, run.engine
+        self.out, self.num_chunks, self.eval_every = run.out, run.num_chunks, spec.eval_every
+        self.quiet, self.wandb = spec.quiet, spec.wandb
+        self.resume_command = f"longhorizon train --resume {run.out}"
+        self.progress_description = f"{spec.algo} · {spec.env}"
+        self.plot_title = f"{spec.algo} on {spec.env}"
+        self.eval_key = jax.random.PRNGKey(spec.seed + 10_000)
+        self.last_returns: dict[str, Any] | None = None  # carried into rows of chunks in which no episode ended
+
+    def resolved_config(self) -> dict[str, Any]:
+        return self.run.resolved_config()
+
+    def init_state(self):
+        return self.engine.init(self.run.spec.seed)
+
+    def compile(self, state) -> float:
+        return self.engine.compile(state)
+
+    def run_chunk(self, state, chunk: int):
+        return self.engine.run_chunk(state, self.run.updates_in_chunk(chunk))
+
+    def step_after(self, chunks_done: int) -> int:
+        return self.run.env_steps_after(chunks_done)
+
+    def metrics_row(self, metrics: dict[str, Any], chunk: int, elapsed: float) -> dict[str, Any]:
+        chunk_steps = self.step_after(chunk) - self.step_after(chunk - 1)
+        row = _metrics_row(metrics, self.run.spec.seeds * chunk_steps / elapsed)
+        row["updates"] = self.run.updates_in_chunk(chunk - 1)
+        if row["episode_return_mean"] is None and self.last_returns is not None:
+            row.update(self.last_returns)  # no episode ended in this chunk: carry the last figures
+        elif row["episode_return_mean"] is not None:
+            self.last_returns = {k: row[k] for k in ("episode_return_mean", "episode_return_min", "episode_return_max")}
+        return row
+
+    def evaluate(self, state, chunk: int) -> list[float]:
+        return evaluate(self.run.algo, state, self.run.env, jax.random.fold_in(self.eval_key, chunk),
+                        self.run.spec.eval_episodes, seed_indices=self.engine.row_seeds)
+
+    def target_reached(self, evaluation: list[float]) -> bool:
+        target = self.run.spec.target_return
+        return target is not None and float(np.mean(evaluation)) >= target
+
+    def summary_fields(self, state, chunks_done: int, final_eval, train_seconds: float) -> dict[str, Any]:
+        spec = self.run.spec
+        env_steps = self.step_after(chunks_done)
+        return {"algo": spec.algo, "env": env_name(spec.env), "seeds": spec.seeds,
+                "total_env_steps": env_steps, "total_env_steps_all_seeds": env_steps * spec.seeds,
+                "eval_episodes": spec.eval_episodes,
+                # Training throughput: env steps of all seeds per second of chunk execution (compile excluded).
+                "steps_per_second": env_steps * spec.seeds / train_seconds if train_seconds > 0 else None}
+
+    def close(self) -> None:
+        self.engine.close()  # distributed and host engines release their workers and environments
+
+
+def _metrics_row(metrics: dict[str, Any], sps: float) -> dict[str, Any]:
     episodes = np.asarray(metrics["episodes"], dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_seed = np.where(episodes > 0, np.asarray(metrics["episode_return_sum"]) / np.maximum(episodes, 1), np.nan)
     has = np.isfinite(per_seed)
-    row: dict[str, Any] = {"chunk": chunk, "env_steps": env_steps, "episodes": int(episodes.sum())}
+    row: dict[str, Any] = {"episodes": int(episodes.sum())}
     if has.any():
         row.update(episode_return_mean=float(np.nanmean(per_seed)), episode_return_min=float(np.nanmin(per_seed)),
                    episode_return_max=float(np.nanmax(per_seed)),
@@ -376,27 +291,5 @@ def _metrics_row(metrics: dict[str, Any], chunk: int, env_steps: int, sps: float
     for key, value in metrics.items():
         if key not in ("episodes", "episode_return_sum", "episode_length_sum", "finite"):
             row[key] = float(np.mean(value))
-    row.update(steps_per_second=sps, wall_seconds=wall_seconds)
+    row["steps_per_second"] = sps
     return row
-
-
-def _finish(run: Run, state, chunk: int, status: str, final_eval, compile_seconds: float, prior: dict[str, float],
-            train_seconds: float, wall_seconds: float, eval_key) -> dict[str, Any]:
-    spec, results = run.spec, run.results
-    env_steps = run.env_steps_after(chunk)
-    summary = {
-        "algo": spec.algo, "env": env_name(spec.env), "seeds": spec.seeds, "status": status, "chunks_done": chunk,
-        "total_env_steps": env_steps, "total_env_steps_all_seeds": env_steps * spec.seeds,
-        "final_eval_return": final_eval,
-        "final_eval_return_mean": None if final_eval is None else float(np.mean(final_eval)),
-        "eval_episodes": spec.eval_episodes,
-        # Training throughput: env steps of all seeds per second of chunk execution (compile excluded).
-        "steps_per_second": env_steps * spec.seeds / train_seconds if train_seconds > 0 else None,
-        "compile_seconds": prior["compile_seconds"] + compile_seconds,
-        "train_seconds": train_seconds, "wall_seconds": wall_seconds,
-        "results": str(results.root),
-    }
-    results.write_summary(summary)
-    if results.read_metrics():
-        plot_runs([results.root], results.curve_path, title=f"{spec.algo} on {spec.env}")
-    return summary
