@@ -238,7 +238,9 @@ def test_nan_stops_naming_the_chunk_and_keeps_the_last_good_checkpoint(tmp_path,
 
 def test_ctrl_c_saves_the_last_finished_chunk_and_resume_continues(tmp_path, monkeypatch):
     calls = []
-    real = T.ChunkProgress.update
+    from longhorizon.runner.progress import ChunkProgress
+
+    real = ChunkProgress.update
 
     def interrupt_after_first(self, completed, row):
         real(self, completed, row)
@@ -246,7 +248,7 @@ def test_ctrl_c_saves_the_last_finished_chunk_and_resume_continues(tmp_path, mon
         if len(calls) == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(T.ChunkProgress, "update", interrupt_after_first)
+    monkeypatch.setattr(ChunkProgress, "update", interrupt_after_first)
     spec = T.OfflineSpec("gcbc", LINE, SMALL, num_updates=300, num_chunks=2, out=str(tmp_path / "run"), quiet=True)
     with pytest.raises(Interrupted, match="chunk 1 of 2 is saved"):
         T.train(spec)

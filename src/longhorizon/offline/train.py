@@ -4,10 +4,10 @@ The control stack's fused engine scans ``collect -> learn`` with everything in t
 offline, ``collect`` would be "sample the dataset", and the dataset (up to millions of transitions)
 must neither be copied per seed nor saved in every checkpoint. So the dataset is one shared argument
 of the compiled chunk, ``jit(vmap_seeds(scan(sample -> learn)))`` (:func:`make_chunk`, using the
-engine's :func:`~longhorizon.engine.fused.over_seeds`), and the loop below keeps the runner's pieces:
-the results folder and its one writer, ``metrics.jsonl`` + TensorBoard, checkpoints every chunk,
-the progress display, evaluation every ``eval_every`` chunks in the real environment, ``curve.png``.
-Ctrl-C saves the last finished chunk; NaN/Inf stops naming the chunk and keeps the last good checkpoint.
+engine's :func:`~longhorizon.engine.fused.over_seeds`). :class:`OfflineTrainable` hands that chunk to
+the runner's one training loop (:func:`longhorizon.runner.loop.train_loop`), which owns the results
+folder, its lock, ``metrics.jsonl`` + TensorBoard, checkpoints, Ctrl-C, resume and the NaN stop;
+evaluation (every ``eval_every`` chunks and at the end) runs in the real environment.
 """
 
 from __future__ import annotations
@@ -27,16 +27,12 @@ from longhorizon import __version__
 from longhorizon.config import apply_overrides
 from longhorizon.core.nets import tree_all_finite
 from longhorizon.engine.fused import compiled_init, mean_where, over_seeds
-from longhorizon.errors import TrainingDiverged, UsageError
+from longhorizon.errors import UsageError
 from longhorizon.offline import agents
 from longhorizon.offline.samplers import GoalData, goal_data
-from longhorizon.runner import checkpoint
-from longhorizon.runner.interrupts import Interrupted, StopRequest
-from longhorizon.runner.lock import FolderLock
-from longhorizon.runner.loggers import MetricsLoggers
-from longhorizon.runner.progress import ChunkProgress
+from longhorizon.runner.loop import Trainable, check_folder, train_loop
 from longhorizon.runner.results import ResultsDir, read_json
-from longhorizon.runner.run import check_folder, plan_chunks
+from longhorizon.runner.run import plan_chunks
 
 DATASET_KEYS = ("observations", "actions", "terminals", "next_observations")
 
@@ -220,102 +216,70 @@ def dry_run(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
 def train(spec: OfflineSpec, resume: bool = False) -> dict[str, Any]:
     """Train ``spec`` to completion (or continue a stopped run with ``resume``); returns ``summary.json``'s
     contents plus ``state``, the final training state (leading seed axis), for callers that go on computing."""
-    with StopRequest("chunk") as stop:  # Ctrl-C: start-up and the chunk in flight finish, then it saves
-        run = OfflineRun(spec)
-        lock = FolderLock(run.out)
-        try:
-            lock.acquire()
-            check_folder(run.out, resume)
-            return _train(run, resume, stop)
-        finally:
-            lock.release()
-
-
-def _train(run: OfflineRun, resume: bool, stop: StopRequest) -> dict[str, Any]:
-    spec, agent, config = run.spec, run.agent, run.config
-    data = run.data  # a malformed dataset fails here, before the folder is written
-    obs_dim, action_dim = data.observations.shape[-1], data.actions.shape[-1]
-    results = ResultsDir(run.out)
-    start_wall = time.perf_counter()
-    init = compiled_init(lambda k: agent.init(k, obs_dim, action_dim, config), spec.seeds)
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(spec.seed), i))(jnp.arange(spec.seeds))
-    state, first_chunk, prior = init(keys), 0, {"train_seconds": 0.0, "compile_seconds": 0.0}
-    if resume:
-        state, meta = checkpoint.restore(results.checkpoints, state)
-        first_chunk = int(meta["chunk"])
-        prior = {k: float(meta.get(k, 0.0)) for k in prior}
-        results.truncate_metrics(run.updates_after(first_chunk), key="step")
-    else:
-        results.write_config(run.resolved_config())
-    loggers = MetricsLoggers(results.root, read_json(results.config_path),
-                             resume_step=run.updates_after(first_chunk) if resume else None, step_key="step")
-    chunk_fn = jax.jit(over_seeds(make_chunk(agent, config, run.updates_per_chunk), spec.seeds, shared_args=2))
-    t0 = time.perf_counter()
-    compiled = chunk_fn.lower(state, data, jnp.int32(run.updates_per_chunk)).compile()
-    compile_seconds = time.perf_counter() - t0
-    resume_hint = f"continue with `longhorizon offline train --resume {run.out}`"
-    if stop.requested:
-        loggers.close()
-        raise Interrupted(f"interrupted before training resumed: {results.checkpoints} still holds chunk "
-                          f"{first_chunk}; {resume_hint}." if resume else
-                          f"interrupted before the first chunk finished: nothing was saved; run the same command "
-                          f"again to start {run.out} afresh.")
-    train_seconds, chunk, status, last_eval = prior["train_seconds"], first_chunk, "completed", None
-    saved = first_chunk if resume else None
-
-    def save(done: int, good_state) -> None:
-        checkpoint.save(results.checkpoints, done, good_state, {
-            "step": run.updates_after(done), "train_seconds": train_seconds,
-            "compile_seconds": prior["compile_seconds"] + compile_seconds})
-
-    progress = ChunkProgress(total_steps=spec.num_updates, description=f"{spec.agent} · {dataset_label(spec.dataset)} (updates)",
-                             quiet=spec.quiet, completed=run.updates_after(first_chunk))
-    try:
-        with progress:
-            while chunk < run.num_chunks:
-                updates = run.updates_after(chunk + 1) - run.updates_after(chunk)
-                t0 = time.perf_counter()
-                new_state, metrics = compiled(state, data, jnp.int32(updates))
-                metrics = jax.device_get(metrics)
-                elapsed = time.perf_counter() - t0
-                if not np.all(metrics["finite"]):
-                    bad = [i for i, ok in enumerate(np.atleast_1d(metrics["finite"])) if not ok]
-                    raise TrainingDiverged(
-                        f"NaN or Inf in the loss or parameters during chunk {chunk + 1} (seed index {bad}); the last good "
-                        f"checkpoint (chunk {chunk}) is kept in {results.checkpoints}; lower --learning-rate and start again.")
-                state, chunk, train_seconds = new_state, chunk + 1, train_seconds + elapsed
-                row = {"chunk": chunk, "step": run.updates_after(chunk), "updates": updates,
-                       **{k: float(np.mean(v)) for k, v in metrics.items() if k != "finite"},
-                       "updates_per_second": spec.seeds * updates / elapsed, "steps_per_second": spec.seeds * updates / elapsed,
-                       "wall_seconds": time.perf_counter() - start_wall}
-                # the last chunk's evaluation is the run's final one, in metrics.jsonl and summary.json alike
-                if (spec.eval_every and chunk % spec.eval_every == 0) or (chunk == run.num_chunks and spec.eval_episodes):
-                    last_eval = evaluate_seeds(run, state, chunk)
-                    row.update(eval_return_mean=float(np.mean(last_eval)), eval_return_per_seed=last_eval)
-                loggers.log(results.append_metrics(row))
-                save(chunk, state)
-                saved = chunk
-                progress.update(run.updates_after(chunk), row)
-                if stop.requested:
-                    status = "interrupted"
-                    break
-    except KeyboardInterrupt:  # a second Ctrl-C: the chunk in flight is dropped, the saved ones stay
-        status = "interrupted"
-    except TrainingDiverged:
-        _finish(run, results, chunk, "diverged", None, compile_seconds + prior["compile_seconds"], train_seconds, start_wall)
-        raise
-    finally:
-        loggers.close()
-    final = None
-    if status == "completed" and spec.eval_episodes:
-        final = last_eval if last_eval is not None else evaluate_seeds(run, state, chunk)
-    summary = _finish(run, results, chunk, status, final, compile_seconds + prior["compile_seconds"], train_seconds, start_wall)
-    if status == "interrupted":
-        raise Interrupted(f"interrupted: chunk {saved} of {run.num_chunks} is saved in {results.checkpoints}; "
-                          f"{resume_hint}." if saved is not None else
-                          f"interrupted before the first chunk finished: nothing was saved; run the same command "
-                          f"again to start {run.out} afresh.", summary)
+    summary, state = train_loop(lambda: OfflineTrainable(OfflineRun(spec)), resume)
     return {**summary, "state": state}
+
+
+class OfflineTrainable(Trainable):
+    """An offline run as the loop drives it: each chunk is one compiled ``scan(sample -> learn)`` over the
+    shared dataset, for every seed."""
+
+    step_key = "step"  # updates per seed
+
+    def __init__(self, run: OfflineRun):
+        spec = run.spec
+        self.run = run
+        self.out, self.num_chunks, self.eval_every, self.quiet = run.out, run.num_chunks, spec.eval_every, spec.quiet
+        self.resume_command = f"longhorizon offline train --resume {run.out}"
+        self.progress_description = f"{spec.agent} · {dataset_label(spec.dataset)} (updates)"
+        self.compiled = None
+
+    def resolved_config(self) -> dict[str, Any]:
+        return self.run.resolved_config()
+
+    def init_state(self):
+        run, spec = self.run, self.run.spec
+        data = run.data  # a malformed dataset fails here, before the folder is written
+        obs_dim, action_dim = data.observations.shape[-1], data.actions.shape[-1]
+        init = compiled_init(lambda k: run.agent.init(k, obs_dim, action_dim, run.config), spec.seeds)
+        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(spec.seed), i))(jnp.arange(spec.seeds))
+        return init(keys)
+
+    def compile(self, state) -> float:
+        run = self.run
+        chunk_fn = jax.jit(over_seeds(make_chunk(run.agent, run.config, run.updates_per_chunk), run.spec.seeds,
+                                      shared_args=2))
+        t0 = time.perf_counter()
+        self.compiled = chunk_fn.lower(state, run.data, jnp.int32(run.updates_per_chunk)).compile()
+        return time.perf_counter() - t0
+
+    def step_after(self, chunks_done: int) -> int:
+        return self.run.updates_after(chunks_done)
+
+    def run_chunk(self, state, chunk: int):
+        updates = self.step_after(chunk + 1) - self.step_after(chunk)
+        state, metrics = self.compiled(state, self.run.data, jnp.int32(updates))
+        return state, jax.device_get(metrics)
+
+    def metrics_row(self, metrics: dict[str, Any], chunk: int, elapsed: float) -> dict[str, Any]:
+        updates = self.step_after(chunk) - self.step_after(chunk - 1)
+        rate = self.run.spec.seeds * updates / elapsed
+        return {"updates": updates, **{k: float(np.mean(v)) for k, v in metrics.items() if k != "finite"},
+                "updates_per_second": rate, "steps_per_second": rate}
+
+    def evaluate(self, state, chunk: int) -> list[float] | None:
+        return evaluate_seeds(self.run, state, chunk) if self.run.spec.eval_episodes else None
+
+    def summary_fields(self, state, chunks_done: int, final_eval, train_seconds: float) -> dict[str, Any]:
+        spec = self.run.spec
+        updates = self.step_after(chunks_done)
+        # ``final_success`` is ``final_eval_return`` under the name offline readers know (a success rate)
+        return {"agent": spec.agent, "dataset": dataset_label(spec.dataset), "seeds": spec.seeds, "updates": updates,
+                "updates_per_second": updates * spec.seeds / train_seconds if train_seconds > 0 else None,
+                "final_success": final_eval, "final_success_mean": None if final_eval is None else float(np.mean(final_eval))}
+
+    def plot(self, results: ResultsDir) -> None:
+        plot_curve(results)
 
 
 def evaluate_seeds(run: OfflineRun, state, chunk: int) -> list[float]:
@@ -331,21 +295,6 @@ def evaluate_seeds(run: OfflineRun, state, chunk: int) -> list[float]:
                           episodes_per_task=run.spec.eval_episodes, seed=run.spec.seed, envs=run.eval_envs)
         rates.append(float(result["success"]))
     return rates
-
-
-def _finish(run: OfflineRun, results: ResultsDir, chunk: int, status: str, final, compile_seconds: float,
-            train_seconds: float, start_wall: float) -> dict[str, Any]:
-    spec = run.spec
-    updates = run.updates_after(chunk)
-    summary = {"agent": spec.agent, "dataset": dataset_label(spec.dataset), "seeds": spec.seeds, "status": status,
-               "chunks_done": chunk, "updates": updates,
-               "updates_per_second": updates * spec.seeds / train_seconds if train_seconds > 0 else None,
-               "final_success": final, "final_success_mean": None if final is None else float(np.mean(final)),
-               "compile_seconds": compile_seconds, "train_seconds": train_seconds,
-               "wall_seconds": time.perf_counter() - start_wall, "results": str(results.root)}
-    results.write_summary(summary)
-    plot_curve(results)
-    return summary
 
 
 def plot_curve(results: ResultsDir) -> None:
