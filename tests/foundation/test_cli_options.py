@@ -99,6 +99,8 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "learning_rate": [acts(EVOLVE, "--learning-rate", "0.01")],
         "seed": [acts(EVOLVE, "--seed", "1")],
         "out": [acts(EVOLVE, replace={"{TMP}/e": "{TMP}/f"})],
+        "resume": [refused(("evolve", "drift", "--resume", "{TMP}/none"), "config.json"),
+                   refused(("evolve", "drift", "--resume", "{TMP}/none", "--seeds", "3"), "cannot be changed when resuming")],
         "dry_run": [DRY],
     },
     ("train",): {

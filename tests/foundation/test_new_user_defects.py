@@ -124,9 +124,13 @@ def test_evolve_drift_ctrl_c_keeps_the_finished_generation_and_exits_130(tmp_pat
                  "--out", str(out)])
     assert code == 130
     err = capsys.readouterr().err
-    assert "after 1 of 3 generations" in err and "drift.npz" in err
+    assert "chunk 1 of 3 is saved" in err and f"evolve drift --resume {out}" in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["generations_done"] == 1 and (out / "drift.npz").exists()
+    monkeypatch.setattr(meta_ppo.EnvMetaTrainer, "generation", real)
+    assert main(["evolve", "drift", "--resume", str(out)]) == 0  # the advice works: the run continues
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and len(summary["mean_fitness"]) == 3
 
 
 # ------------------------------------------------------------------ 5. the lock names its holder first

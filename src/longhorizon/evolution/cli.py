@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from longhorizon.errors import UsageError
-from longhorizon.runner.results import write_json_atomic
 
 evolve_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Learning algorithms found by evolution (discovered PPO objectives).")
@@ -35,6 +33,7 @@ def _lifetimes(text: str) -> tuple[int, ...]:
 
 @evolve_app.command()
 def drift(
+    ctx: typer.Context,
     env: str = typer.Option("CartPole-v1", help="Environment the inner PPO runs train on (a registry id)."),
     temporal: bool = typer.Option(True, "--temporal/--no-temporal", help="TA-LPO (the drift sees n/N and log N) "
                                   "or LPO."),
@@ -46,81 +45,53 @@ def drift(
     learning_rate: float = typer.Option(0.03, help="Adam step size on the drift's parameters."),
     seed: int = typer.Option(0, help="Seed of the initial drift and of the ES noise."),
     out: Optional[Path] = typer.Option(None, help="Results folder (default: runs/drift-ENV-TIME)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this results folder from its last saved "
+                                          "generation (no other setting may be given)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the options and print the plan as JSON; "
                                  "compile and write nothing."),
 ) -> None:
-    """Meta-train a drift with evosax's OpenES; writes drift.npz (every generation), meta_fitness.jsonl, a plot."""
+    """Meta-train a drift with evosax's OpenES; writes drift.npz (every generation) and a results folder
+    (metrics.jsonl, checkpoints, curve.png, summary.json)."""
     from longhorizon.envs.registry import make
-    from longhorizon.evolution import lpo, meta, meta_ppo
+    from longhorizon.evolution import meta, meta_ppo
+    from longhorizon.evolution import train as drift_train
+    from longhorizon.runner.command_line import given_options
+    from longhorizon.runner.loop import check_folder
+    from longhorizon.runner.results import read_json
 
-    make(env)  # an unknown id fails here, in one sentence
-    inner = meta_ppo.InnerPPO(env=env, lifetimes=_lifetimes(lifetimes), seeds=seeds)
-    es = meta.ESConfig(population=population, sigma=sigma, learning_rate=learning_rate)
-    drift_config = lpo.DriftConfig(temporal=temporal)
-    if generations < 1:
-        raise UsageError(f"--generations {generations} must be at least 1.")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = out if out is not None else Path("runs") / f"drift-{env}-{stamp}"
-    if (folder / "drift.npz").exists():
-        raise UsageError(f"{folder} already holds a drift; pass another --out (nothing was overwritten).")
-    steps = meta_ppo.inner_env_steps(inner, population)
-    plan = {"command": "evolve drift", "env": env, "objective": "TA-LPO" if temporal else "LPO",
-            "lifetimes": list(inner.lifetimes), "seeds": seeds, "population": population, "generations": generations,
-            "sigma": sigma, "learning_rate": learning_rate, "seed": seed, "out": str(folder),
-            "inner_env_steps_per_generation": steps}
+    if resume is not None:
+        given = [name for name in given_options(ctx) if name not in ("resume", "dry_run")]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} cannot be changed when resuming; resume with the saved "
+                             "config only (--dry-run may be added).")
+        if not (resume / "config.json").is_file():
+            raise UsageError(f"--resume {resume} has no config.json; pass a folder written by `longhorizon evolve drift`.")
+        plan = read_json(resume / "config.json")
+        if plan.get("command") != "evolve drift":
+            raise UsageError(f"{resume} holds no `evolve drift` run; pass a folder written by `longhorizon evolve drift`.")
+        plan["out"] = str(resume)
+        folder = resume
+    else:
+        make(env)  # an unknown id fails here, in one sentence
+        inner = meta_ppo.InnerPPO(env=env, lifetimes=_lifetimes(lifetimes), seeds=seeds)
+        meta.ESConfig(population=population, sigma=sigma, learning_rate=learning_rate)  # validates
+        if generations < 1:
+            raise UsageError(f"--generations {generations} must be at least 1.")
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        folder = out if out is not None else Path("runs") / f"drift-{env}-{stamp}"
+        if (folder / "drift.npz").exists():
+            raise UsageError(f"{folder} already holds a drift; pass --resume {folder} to continue it or another "
+                             "--out (nothing was overwritten).")
+        plan = {"command": "evolve drift", "env": env, "objective": "TA-LPO" if temporal else "LPO",
+                "lifetimes": list(inner.lifetimes), "seeds": seeds, "population": population,
+                "generations": generations, "sigma": sigma, "learning_rate": learning_rate, "seed": seed,
+                "out": str(folder), "inner_env_steps_per_generation": meta_ppo.inner_env_steps(inner, population)}
+    check_folder(folder, resume is not None)
     if dry_run:
         print(json.dumps(plan, indent=2))
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(folder / "config.json", plan)
-    trainer = meta_ppo.EnvMetaTrainer(drift_config, inner, es, seed=seed)
-    print(f"meta-training {plan['objective']} on {env}: {generations} generations x {steps:,} inner env steps "
-          "(the first generation compiles)")
-    curve, status, start = [], "completed", time.perf_counter()
-    from longhorizon.runner.interrupts import Interrupted, StopRequest
-
-    # Ctrl-C: the generation in flight finishes (its drift is saved), then the run stops with code 130
-    with StopRequest("generation") as stop:
-        try:
-            with open(folder / "meta_fitness.jsonl", "a") as rows:
-                for generation in range(1, generations + 1):
-                    if stop.requested:
-                        status = "interrupted"
-                        break
-                    t0 = time.perf_counter()
-                    fitness = trainer.generation()
-                    curve.append(fitness)
-                    lpo.save_drift(folder / "drift.npz", trainer.params())  # after every generation
-                    rows.write(json.dumps({"generation": generation, "mean_fitness": fitness,
-                                           "seconds": time.perf_counter() - t0}) + "\n")
-                    rows.flush()
-                    print(f"  generation {generation}/{generations}: mean normalised return {fitness:.3f} "
-                          f"({time.perf_counter() - t0:.1f} s)")
-        except KeyboardInterrupt:  # a second Ctrl-C: the generation in flight is dropped
-            status = "interrupted"
-    summary = {**plan, "status": status, "generations_done": len(curve), "mean_fitness": curve,
-               "wall_seconds": time.perf_counter() - start, "drift": str(folder / "drift.npz")}
-    write_json_atomic(folder / "summary.json", summary)
-    if curve:
-        _plot(folder / "meta_fitness.png", curve, plan)
-    if status == "interrupted":
-        raise Interrupted(f"interrupted after {len(curve)} of {generations} generations: "
-                          + (f"the drift of generation {len(curve)} is saved in {folder / 'drift.npz'}."
-                             if curve else "nothing was saved."))
-    print(f"wrote {folder}/drift.npz; train with it: longhorizon train ppo --env {env} --drift {folder}/drift.npz")
-
-
-def _plot(path: Path, curve: list, plan: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot(range(1, len(curve) + 1), curve, marker="o", ms=3)
-    ax.set_xlabel("ES generation")
-    ax.set_ylabel("population mean normalised return")
-    ax.set_title(f"{plan['objective']} drift on {plan['env']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    print(f"meta-training {plan['objective']} on {plan['env']}: {plan['generations']} generations x "
+          f"{plan['inner_env_steps_per_generation']:,} inner env steps (the first generation compiles)")
+    summary = drift_train.train(plan, resume=resume is not None)  # Ctrl-C: the CLI says what was saved
+    print(f"wrote {summary['drift']}; train with it: longhorizon train ppo --env {plan['env']} "
+          f"--drift {summary['drift']}")

@@ -19,6 +19,8 @@ steps_per_second            ``charts/SPS``
 episodes                    ``charts/episodes`` (episodes that ended in the chunk, all seeds)
 chunk, updates              ``charts/chunk``, ``charts/updates`` (updates run in the chunk)
 wall_seconds                ``charts/wall_seconds``
+updates_per_second          ``charts/updates_per_second`` (offline: updates of all seeds per second)
+mean_fitness                ``charts/mean_fitness`` (``evolve drift``: the ES population's mean fitness)
 epsilon, learning_rate,     ``charts/<key>`` (schedules, not losses)
 learning
 any other key               ``losses/<key>``: what the algorithm's ``learn`` reports, e.g. PPO's
@@ -69,6 +71,8 @@ RUNNER_TAGS = {
     "learning_rate": "charts/learning_rate",
     "learning": "charts/learning",
     "updates": "charts/updates",
+    "updates_per_second": "charts/updates_per_second",
+    "mean_fitness": "charts/mean_fitness",
 }
 NOT_TAGGED = ("env_steps", "time")  # the step axis and the event's wall time
 
