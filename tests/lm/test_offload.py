@@ -18,6 +18,16 @@ UNTIED = dataclasses.replace(TIED, n_layers=2, tie_embeddings=False, qkv_bias=Tr
 GRPO = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=3, beta=0.1, learning_rate=1e-3, max_grad_norm=0.05)  # clipping acts
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_persistent_compilation_cache():
+    """This module's programs are compiled, not written to the suite's persistent cache: a worker segfaulted
+    inside JAX's cache write (``executable.serialize()``) of this module's plain-gradient program, in the cold
+    CI run of 2026-12-07 and again in a local cold run, while the test alone passes."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    yield
+    jax.config.update("jax_enable_compilation_cache", True)
+
+
 def _batch(layout: str, groups: int, seed: int, vocab: int = 61, s: int = 3, p: int = 5, n: int = 4) -> dict:
     """A GRPO batch of ``groups`` groups of ``s`` completions: shared prompts, or one prompt per row."""
     rng = np.random.default_rng(seed)
@@ -89,13 +99,19 @@ def test_one_streamed_step_equals_grpo_update_untied_rows_micro_batches_clipping
     assert float(want_metrics["grad_norm"]) > accumulate.max_grad_norm  # the clipped branch is the one compared
     assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves((got, got_state)))  # host is the authority
     assert "lm_head" in got and "bias" in got["blocks"]["q"]
-    # parameters move by ~learning_rate: compare the moves, relative to the largest one
-    moved = jax.tree_util.tree_map(lambda a, b: np.asarray(a) - np.asarray(b), got, dict(params))
-    want_moved = jax.tree_util.tree_map(lambda a, b: np.asarray(a) - np.asarray(b), dict(want), dict(params))
-    _assert_trees_close(moved, want_moved, rtol=1e-3)
-    # atol: 1e-3 of one step; Adam's g / (sqrt(v) + eps) turns the rounding of a gradient near 0 into a visible move
-    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(dict(want))):
-        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-6)
+    # Adam's first step moves a weight by lr g / (|g| + eps): ~lr where |g| >> eps, and where g is within a
+    # few rounding errors of 0 the rounding of g (summation order differs) decides the move. So the moves
+    # are compared where they are well conditioned (|move| >= 0.9 lr, i.e. |g| >= 9 eps), to 1e-3 of lr,
+    # and bounded by lr elsewhere; weights with no gradient (embedding rows of absent tokens) stay put in
+    # both, and the well-conditioned weights must be nearly all of those that move.
+    lr, counts = accumulate.learning_rate, np.zeros(2)
+    for a, b, start in zip(*(jax.tree_util.tree_leaves(t) for t in (got, dict(want), dict(params)))):
+        move, want_move = np.asarray(a) - np.asarray(start), np.asarray(b) - np.asarray(start)
+        conditioned = np.abs(want_move) >= 0.9 * lr
+        np.testing.assert_allclose(move[conditioned], want_move[conditioned], rtol=0, atol=1e-3 * lr)
+        assert np.all(np.abs(move) <= 1.01 * lr) and np.all(move[want_move == 0] == 0)
+        counts += conditioned.sum(), (want_move != 0).sum()
+    assert counts[0] > 0.9 * counts[1], counts
     for key, value in want_metrics.items():
         assert np.isclose(float(got_metrics[key]), float(value), rtol=1e-5), key
 
