@@ -1,0 +1,154 @@
+"""Sharded GRPO training and generation on a mesh (longhorizon.lm.sharding, issue 41.1).
+
+The fast tests read meshes and partition specs in this process (one CPU device). The multi-device test runs
+tests/lm/sharding_check.py in a subprocess with 8 virtual CPU devices (JAX fixes the device count at start-up):
+4-device meshes on the first 4, 8-device meshes on all 8, each against the one-device step. Tolerances, stated
+before the run:
+
+* loss, gradient norm and every logged metric: relative 1e-5;
+* the gradient (Adam's first moment after one step): max |difference| <= 1e-5 x the leaf's largest entry;
+* updated parameters (AdamW at TRL's lr 1e-6): rtol 1e-5, atol 1e-7;
+* greedy generations: the same tokens; their log-probabilities within 1e-5; the compiled program's KV caches hold
+  n_kv_heads / tensor heads per device;
+* parameters + optimiser state per device: between 1/F and 1.1/F of one device's (norms are replicated).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from longhorizon.errors import UsageError
+from longhorizon.lm import llama, sharding
+from longhorizon.lm.model import ModelConfig
+from longhorizon.lm.model import init_params as model_init
+
+CHECK = Path(__file__).with_name("sharding_check.py")
+LLAMA = llama.LlamaConfig(vocab_size=259, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+
+
+def test_mesh_sizes_and_a_one_device_mesh():
+    assert sharding.mesh_sizes("fsdp=4") == {"data": 1, "fsdp": 4, "tensor": 1}
+    assert sharding.mesh_sizes(" data=2, tensor=2 ") == {"data": 2, "fsdp": 1, "tensor": 2}
+    assert sharding.mesh_sizes({"fsdp": 2}) == {"data": 1, "fsdp": 2, "tensor": 1}
+    mesh = sharding.parse_mesh("data=1,fsdp=1,tensor=1", LLAMA, jax.devices()[:1])
+    assert mesh.axis_names == ("data", "fsdp", "tensor") and dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("fsdp=2", "uses 2 devices but 1 are there"),
+    ("pipeline=1", "axis 'pipeline' is unknown"),
+    ("fsdp", "is not a list of AXIS=SIZE pairs"),
+    ("fsdp=-1", "is not a list of AXIS=SIZE pairs"),
+    ("fsdp=0", "fsdp=0 must be a positive integer"),
+    ("fsdp=1,fsdp=1", "names axis 'fsdp' twice"),
+])
+def test_bad_meshes_are_refused_in_one_sentence(spec, words):
+    with pytest.raises(UsageError, match=words) as error:
+        sharding.parse_mesh(spec, LLAMA, jax.devices()[:1])
+    message = str(error.value).replace("e.g. ", "")
+    assert message.count(". ") == 0 and message.endswith(".")
+
+
+def test_a_mesh_that_does_not_divide_the_model_is_refused():
+    with pytest.raises(UsageError, match=r"tensor=4 does not divide the model's 2 key/value heads; pick tensor from \[1, 2\]"):
+        sharding.check_model(sharding.mesh_sizes("tensor=4"), LLAMA)
+    with pytest.raises(UsageError, match=r"tensor=3 does not divide the model's 4 query heads"):
+        sharding.check_model(sharding.mesh_sizes("tensor=3"), LLAMA)
+    with pytest.raises(UsageError, match=r"fsdp=3 does not divide the model's 64 model width"):
+        sharding.check_model(sharding.mesh_sizes("fsdp=3"), LLAMA)
+    with pytest.raises(UsageError, match=r"tensor=8 does not divide the model's 4 heads"):
+        sharding.check_model(sharding.mesh_sizes("tensor=8"), ModelConfig(vocab_size=20, d_model=32, n_heads=4))
+    sharding.check_model(sharding.mesh_sizes("data=3,fsdp=8,tensor=2"), LLAMA)  # data splits rows, not the model
+
+
+def test_llama_partition_specs_by_hand():
+    cfg = llama.LlamaConfig(vocab_size=259, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, qkv_bias=True,
+                            tie_embeddings=False)
+    specs = sharding.param_specs(jax.eval_shape(lambda: llama.init_params(jax.random.PRNGKey(0), cfg)))
+    blocks = specs["blocks"]
+    assert specs["embed"]["embedding"] == P(None, "fsdp") and specs["lm_head"]["kernel"] == P("fsdp", None)
+    assert specs["norm"]["scale"] == P()
+    for name in ("q", "k", "v"):  # [L, D, heads, hd]: width over fsdp, heads over tensor, layers never split
+        assert blocks[name]["kernel"] == P(None, "fsdp", "tensor", None)
+        assert blocks[name]["bias"] == P(None, "tensor", None)
+    assert blocks["o"]["kernel"] == P(None, "tensor", None, "fsdp")
+    assert blocks["gate"]["kernel"] == blocks["up"]["kernel"] == P(None, "fsdp", "tensor")
+    assert blocks["down"]["kernel"] == P(None, "tensor", "fsdp")
+    assert blocks["attn_norm"]["scale"] == blocks["mlp_norm"]["scale"] == P()
+
+
+def test_in_house_model_partition_specs_by_hand():
+    cfg = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, positions="learned", max_len=16)
+    specs = sharding.param_specs(jax.eval_shape(lambda: model_init(jax.random.PRNGKey(0), cfg)))
+    block = specs["block_1"]
+    assert specs["embed"]["embedding"] == specs["pos_embed"]["embedding"] == P(None, "fsdp")
+    assert block["qkv"]["kernel"] == P("fsdp", None, "tensor", None) and block["qkv"]["bias"] == P(None, "tensor", None)
+    assert block["out"]["kernel"] == P("tensor", None, "fsdp") and block["out"]["bias"] == P()
+    assert block["up"]["kernel"] == P("fsdp", "tensor") and block["up"]["bias"] == P("tensor")
+    assert block["down"]["kernel"] == P("tensor", "fsdp") and block["ln_attn"]["scale"] == P()
+
+
+def test_optimiser_state_follows_its_parameters():
+    mesh = sharding.parse_mesh("fsdp=1", LLAMA, jax.devices()[:1])
+    shapes = jax.eval_shape(lambda: llama.init_params(jax.random.PRNGKey(0), LLAMA))
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(optax.linear_schedule(1e-6, 0.0, 10)))
+    state = sharding.opt_state_shardings(mesh, opt, shapes)
+    adam = state[1][0]
+    for moment in (adam.mu, adam.nu):
+        assert moment["blocks"]["q"]["kernel"].spec == P(None, "fsdp", "tensor", None)
+        assert moment["embed"]["embedding"].spec == P(None, "fsdp")
+    assert adam.count.spec == P()
+    assert all(s.spec == P() for s in jax.tree_util.tree_leaves(state[1][2]))  # the schedule's counter
+
+
+def _check(specs: list[str], shared: bool = True) -> dict:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           # the partitioner is what is tested; LLVM's slow optimisations only halve the compile time (one device
+           # and the meshes compile under the same flags)
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
+                        "--xla_llvm_disable_expensive_passes=true"}
+    if jax.config.jax_compilation_cache_dir:  # the test session's cache (tests/conftest.py): warm runs are faster
+        env.update(JAX_COMPILATION_CACHE_DIR=str(jax.config.jax_compilation_cache_dir),
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+    args = [sys.executable, str(CHECK), *(["--shared"] if shared else []), *specs]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_sharded_steps_and_generation_equal_one_device_and_memory_falls_as_1_over_f():
+    meshes = ["tensor=2,fsdp=2", "fsdp=4", "data=2,fsdp=2", "fsdp=8", "data=2,fsdp=2,tensor=2"]
+    report = _check(meshes)
+    base = report["base"]
+    for spec in meshes:
+        row = report["meshes"][spec]
+        for layout in ("rows", "shared") if spec == meshes[0] else ("rows",):
+            got = row[layout]
+            assert got["metrics_max_relative"] <= 1e-5, (spec, layout, got, base[layout])
+            assert got["gradient_max_relative"] <= 1e-5, (spec, layout, got)
+            assert got["params_within_tolerance"], (spec, layout, got)
+        assert row["generation"]["identical"], (spec, row["generation"])
+        assert row["generation"]["logprobs_max_abs"] <= 1e-5, (spec, row["generation"])
+        # the KV cache is split with the key/value heads (2 heads: 1 per device under tensor=2)
+        assert row["generation"]["kv_cache_heads_per_device"] == [2 // row["sizes"]["tensor"]], (spec, row["generation"])
+    one = report["one_device_bytes"]
+    for spec, f in (("data=2,fsdp=2", 2), ("fsdp=4", 4), ("fsdp=8", 8)):
+        for measure in ("held_bytes", "compiled_output_bytes"):
+            share = report["meshes"][spec][measure] / one
+            assert 1 / f <= share <= 1.1 / f, (spec, measure, share)
+    # tensor splits the attention and MLP (not the embedding) on top of fsdp
+    assert report["meshes"]["tensor=2,fsdp=2"]["held_bytes"] < 0.7 * report["meshes"]["data=2,fsdp=2"]["held_bytes"]
+    errors = report["errors"]
+    assert "uses 3 devices but 4 are there" in errors["fsdp=3"]
+    assert "axis 'pipeline' is unknown" in errors["data=2,fsdp=2,pipeline=1"]
+    assert "does not divide the model's 2 key/value heads" in errors["tensor=4"]
+    assert all(message is not None for message in errors.values())
