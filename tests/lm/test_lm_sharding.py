@@ -115,9 +115,8 @@ def _check(specs: list[str], shared: bool = True) -> dict:
            # and the meshes compile under the same flags)
            "XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
                         "--xla_llvm_disable_expensive_passes=true"}
-    if jax.config.jax_compilation_cache_dir:  # the test session's cache (tests/conftest.py): warm runs are faster
-        env.update(JAX_COMPILATION_CACHE_DIR=str(jax.config.jax_compilation_cache_dir),
-                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+    # no persistent compilation cache: its executable.serialize() segfaulted workers (tests/lm/test_offload.py)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
     args = [sys.executable, str(CHECK), *(["--shared"] if shared else []), *specs]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
