@@ -2,6 +2,7 @@
 by hand, the pool source they sample from, and each `--quick` run end to end on `tiny-random`."""
 
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_h1_verdict_rule_by_hand():
 
 @pytest.mark.parametrize("name, plot", [("h1-smollm2", "accuracy_by_horizon.png"), ("sgpo-smollm2", "accuracy_vs_tokens.png"),
                                         ("rhorizon-smollm2", "accuracy_vs_composed.png"),
-                                        ("scaler-smollm2", "accuracy_by_horizon.png")])
+                                        ("scaler-smollm2", "accuracy_by_horizon.png"), ("es-smollm2", "es_vs_grpo.png")])
 def test_quick_runs_write_table_plot_and_verdict(name, plot, tmp_path, capsys):
     out = tmp_path / name
     assert main(["repro", name, "--quick", "--out", str(out)]) == 0
@@ -196,3 +197,84 @@ def test_sgpo_verdict_rule_by_hand():
     assert verdict(fast[:2], grpo[:2]) == C.INCONCLUSIVE  # two seeds
     flat = [[(0.2, 1000), (0.2, 2000)]] * 3  # nothing above the start (mean 0.2) and a flat training reward
     assert verdict(flat, flat, rise=0.0) == C.NO_SIGNAL
+
+
+def test_es_verdict_rules_by_hand():
+    from longhorizon.repro import claims as C
+    from longhorizon.repro.es_smollm2 import judge
+
+    def L(es, grpo, rise=0.2, memory=(100, 50, 300)):
+        """Per seed, each arm's accuracy on the training horizons (h = 1, 2; the held-out mean is the same)."""
+        curve = list(np.linspace(0.3, 0.3 + rise, 10))
+        row = lambda acc: {"by_h": {"1": acc + 0.1, "2": acc - 0.1}, "rewards": curve}  # noqa: E731
+        return {"setup": {"train_horizons": [1, 2], "steps": 10}, "start": {"by_h": {"1": 0.4, "2": 0.2}},
+                "memory_bytes": dict(zip(("population_generate", "es_update", "grpo_update"), memory)),
+                "results": {"es": [row(a) for a in es], "grpo": [row(a) for a in grpo]}}
+
+    verdicts = lambda *a, **k: [c.verdict for c in judge(L(*a, **k))[0]]  # noqa: E731
+    # start mean 0.3: ES 0.40 +- 0.01 above it; memory 100 < 300; ES - GRPO = +0.02 +- small, above -0.02
+    assert verdicts([0.39, 0.40, 0.41], [0.37, 0.38, 0.39]) == [C.HOLDS, C.HOLDS, C.HOLDS]
+    # GRPO far better than ES: the non-inferiority claim contradicted (both moved)
+    assert verdicts([0.35, 0.36, 0.37], [0.5, 0.52, 0.51])[2] == C.CONTRADICTED
+    # ES's generation needs more than GRPO's update: contradicted, an exact comparison
+    assert verdicts([0.39, 0.40, 0.41], [0.37, 0.38, 0.39], memory=(400, 50, 300))[1] == C.CONTRADICTED
+    # ES flat at the start and its training reward flat: no signal for the claims that need ES to learn
+    assert verdicts([0.3] * 3, [0.37, 0.38, 0.39], rise=0.0)[::2] == [C.NO_SIGNAL, C.NO_SIGNAL]
+    # GRPO no better than the start: the comparison has no baseline that moved
+    assert verdicts([0.39, 0.40, 0.41], [0.3] * 3)[2] == C.NO_SIGNAL
+    assert verdicts([0.39, 0.40], [0.37, 0.38])[0] == C.INCONCLUSIVE  # two seeds never judge
+
+
+@pytest.mark.slow
+def test_es_through_the_lm_spine_resumes_exactly(tmp_path, monkeypatch):
+    """ES fine-tuning through the one LM loop: interrupted after 2 of 3 steps and resumed, the weights, the
+    optimiser state and the metrics equal an uninterrupted run's (the noise seeds follow the restored step)."""
+    import jax
+
+    from longhorizon.evolution import es, es_lm
+    from longhorizon.lm import samplers
+    from longhorizon.lm.run import EvalSpec, run_rl
+    from longhorizon.lm.run_checkpoint import RunCheckpoints
+    from longhorizon.lm.run import Interrupted
+    from longhorizon.repro import real_model as R
+
+    policy = R._policy(R.Common(model="tiny-random"))
+    pool = R._pools(policy.tokenizer, "chain", (1,), 4, R.TRAIN_SEED)
+    cfg = es_lm.ESLMConfig(es=es.ESConfig(pairs=2, sigma=0.05, sigma_final=0.01, learning_rate=1e-2, seed=3),
+                           problems_per_member=2, max_prompt_length=R._prompt_length(policy.tokenizer, pool),
+                           max_completion_length=6, evaluation="loop")
+
+    def spec(out, steps):
+        return es_lm.ESSpec(out=str(out), init=policy, es=cfg, steps=steps, rewards=R._rewards("chain"),
+                            sampler=samplers.FixedMix(samplers.PoolSource(pool, seed=0), (1,)), checkpoint_every=1,
+                            evaluation=EvalSpec(R._flat(pool), cfg.max_prompt_length, 6, rewards=R._rewards("chain"),
+                                                at_start=False))
+
+    straight = run_rl(spec(tmp_path / "straight", 3), quiet=True)
+    assert straight["counters"]["es_steps"] == 3 and straight["counters"]["generations"] == 3 * 2 * 2 * 2
+    original, calls = es_lm.ESLMTrainer.step, []
+
+    def ctrl_c_after_two(self, *args, **kwargs):  # a real Ctrl-C after the second step
+        out = original(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(es_lm.ESLMTrainer, "step", ctrl_c_after_two)
+        with pytest.raises(Interrupted):
+            run_rl(spec(tmp_path / "resumed", 3), quiet=True)
+    resumed = run_rl(spec(tmp_path / "resumed", 3), resume=True, quiet=True)
+    assert resumed["counters"] == straight["counters"]
+    rows = [[json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+            for d in ("straight", "resumed")]
+    keep = ("step", "reward", "sigma", "grad_norm")
+    assert [{k: r.get(k) for k in keep} for r in rows[0]] == [{k: r.get(k) for k in keep} for r in rows[1]]
+    trees = []
+    for d in ("straight", "resumed"):
+        store = RunCheckpoints(tmp_path / d / "checkpoints")
+        trees.append(store.restore()[:2])  # as saved: numpy arrays
+        store.close()
+    for a, b in zip(jax.tree_util.tree_leaves(trees[0]), jax.tree_util.tree_leaves(trees[1])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +29,7 @@ import numpy as np
 from longhorizon.errors import UsageError
 from longhorizon.evolution import es
 from longhorizon.lm.generate import generate
+from longhorizon.lm.protocols import Trainer
 from longhorizon.lm.tasks import score
 
 DTYPES = ("float32", "bfloat16")
@@ -89,25 +91,34 @@ def population_generate_loop(master, seeds, signs, sigma, prompt, prompt_valid, 
     return jnp.stack(out)
 
 
-class ESLMTrainer:
-    """Holds the ES state of an LM policy; :meth:`step` evaluates one population and updates the master."""
+class ESLMTrainer(Trainer):
+    """Holds the ES state of an LM policy; :meth:`step` evaluates one population and updates the master.
 
-    def __init__(self, params, model_cfg, tokenizer, cfg: ESLMConfig):
+    A :class:`longhorizon.lm.protocols.Trainer`, so the LM run spine drives it (:class:`ESSpec`): ``params``
+    is the float32 master, ``opt_state`` the optimiser's moments, and the ES step (which fixes the noise seeds
+    and sigma) is ``counters["es_steps"]``, so a checkpoint of the three resumes the run exactly.
+    ``batch_rewards(problems, texts, completion_ids) -> (rewards, metrics)`` (optional, e.g.
+    :class:`longhorizon.lm.data.RewardFunctions`) scores the members' completions instead of the task's verifier.
+    """
+
+    def __init__(self, params, model_cfg, tokenizer, cfg: ESLMConfig, batch_rewards=None):
         self.model_cfg, self.tokenizer, self.cfg = model_cfg, tokenizer, cfg
-        self.state = es.es_init(params, cfg.es)
-        self.mask = es.selected(self.state.master, cfg.es.subset)
-        self.counters = {"generations": 0, "generated_tokens": 0, "es_steps": 0}
+        state = es.es_init(params, cfg.es)
+        self.params, self.opt_state = state.master, state.opt_state
+        self.mask = es.selected(self.params, cfg.es.subset)
+        self.batch_rewards = batch_rewards
+        self.counters = {"generations": 0, "generated_tokens": 0, "rollout_tokens": 0, "es_steps": 0}
 
     @property
-    def params(self):
-        return self.state.master
+    def state(self) -> es.ESState:
+        return es.ESState(self.params, self.opt_state, self.counters["es_steps"])
 
     def _population_args(self, problems):
-        n = self.cfg.es.pairs
-        seeds = es.member_seeds(self.cfg.es, self.state.step)
+        n, step = self.cfg.es.pairs, self.counters["es_steps"]
+        seeds = es.member_seeds(self.cfg.es, step)
         ptok, pvalid = self.tokenizer.encode_prompts([p.prompt for p in problems], self.cfg.max_prompt_length)
-        args = (self.state.master, jnp.asarray(np.concatenate([seeds, seeds])),
-                jnp.asarray(np.repeat([1.0, -1.0], n), jnp.float32), jnp.float32(es.sigma_at(self.state.step, self.cfg.es)),
+        args = (self.params, jnp.asarray(np.concatenate([seeds, seeds])),
+                jnp.asarray(np.repeat([1.0, -1.0], n), jnp.float32), jnp.float32(es.sigma_at(step, self.cfg.es)),
                 jnp.asarray(ptok), jnp.asarray(pvalid))
         kwargs = dict(mask=self.mask, model_cfg=self.model_cfg, max_new_tokens=self.cfg.max_completion_length,
                       eos_ids=tuple(self.tokenizer.eos_ids), pad_id=self.tokenizer.pad_id, dtype=self.cfg.member_dtype)
@@ -119,23 +130,34 @@ class ESLMTrainer:
         run = population_generate if self.cfg.evaluation == "vmap" else population_generate_loop
         tokens = np.asarray(run(*args, **kwargs))
         m, p, t = tokens.shape
-        texts = self.tokenizer.decode_batch(tokens.reshape(m * p, t))
-        rewards = np.array([score(problems[i % p], text) for i, text in enumerate(texts)]).reshape(m, p)
+        flat = tokens.reshape(m * p, t)
+        texts = self.tokenizer.decode_batch(flat)
+        if self.batch_rewards is not None:
+            ids = [row[row != self.tokenizer.pad_id].tolist() for row in flat]
+            rewards = np.asarray(self.batch_rewards([problems[i % p] for i in range(m * p)], texts, ids)[0], np.float64)
+        else:
+            rewards = np.array([score(problems[i % p], text) for i, text in enumerate(texts)])
         self.counters["generations"] += m * p
         self.counters["generated_tokens"] += int((tokens != self.tokenizer.pad_id).sum())
-        return rewards.mean(axis=1)
+        # what GRPO's counter holds: each completion's prompt and generated tokens (every member runs the prompts)
+        self.counters["rollout_tokens"] += int((tokens != self.tokenizer.pad_id).sum()) + m * int(np.asarray(args[5]).sum())
+        return np.nan_to_num(rewards, nan=0.0).reshape(m, p).mean(axis=1)  # a completion no function scores counts 0
 
-    def step(self, problems) -> dict:
+    def step(self, problems, sizes=None) -> dict:
+        """One ES step on ``problems`` (every member sees all of them; ``sizes`` is not used: ES has no groups)."""
         if len(problems) != self.cfg.problems_per_member:
             raise UsageError(f"an ES step takes problems_per_member={self.cfg.problems_per_member} problems, "
                              f"got {len(problems)}; sample that many.")
-        t0 = time.perf_counter()
+        t0, tokens_before = time.perf_counter(), self.counters["generated_tokens"]
         f = self.fitness(problems)
         n = self.cfg.es.pairs
-        self.state, metrics = es.es_update(self.state, f[:n], f[n:], self.cfg.es, self.mask)
+        state, metrics = es.es_update(self.state, f[:n], f[n:], self.cfg.es, self.mask)
+        self.params, self.opt_state = state.master, state.opt_state
         self.counters["es_steps"] += 1
-        return {**metrics, "reward": float(f.mean()), "reward_best": float(f.max()), "step_s": time.perf_counter() - t0,
-                **self.counters}
+        elapsed = time.perf_counter() - t0
+        generated = self.counters["generated_tokens"] - tokens_before
+        return {**metrics, "reward": float(f.mean()), "reward_best": float(f.max()), "step_s": elapsed,
+                "tokens_per_s": generated / max(elapsed, 1e-9), **self.counters}
 
     def memory_bytes(self, problems) -> dict:
         """Compiled memory (XLA's ``memory_analysis``) of the population's generation and of the ES update."""
@@ -149,7 +171,7 @@ class ESLMTrainer:
                                                 eos_ids=kwargs["eos_ids"], pad_id=kwargs["pad_id"]).compile())
         n = self.cfg.es.pairs
         upd = compiled_bytes(es._weighted_noise_sum.lower(
-            jnp.zeros(n, jnp.uint32), jnp.zeros(n, jnp.float32), self.state.master, mask=self.mask).compile())
+            jnp.zeros(n, jnp.uint32), jnp.zeros(n, jnp.float32), self.params, mask=self.mask).compile())
         return {"population_generate": gen, "es_update": upd}
 
 
@@ -158,3 +180,64 @@ def compiled_bytes(compiled) -> int:
     stats = compiled.memory_analysis()
     return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
                - stats.alias_size_in_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ESSpec:
+    """ES fine-tuning of the policy ``init`` (see :func:`longhorizon.lm.run.load_policy`) through the LM run
+    spine (:func:`longhorizon.lm.run.run_rl`: lock, config, metrics, orbax checkpoints, Ctrl-C, exact resume,
+    held-out evaluation, summary, curve), as :class:`longhorizon.lm.run.RLSpec` runs GRPO.
+
+    ``sampler``: a sampler spec of :mod:`longhorizon.lm.samplers` (each step takes ``problems_per_member``
+    of its items, and every member is scored on all of them); ``rewards``: a
+    :class:`longhorizon.lm.data.RewardFunctions` (None: the task problems' verifier); ``evaluation``: an
+    :class:`longhorizon.lm.run.EvalSpec`; the noise schedule spans ``steps`` (``es.es.steps`` is set to it).
+    """
+
+    out: str
+    init: Any
+    es: ESLMConfig
+    sampler: Any
+    steps: int
+    evaluation: Any = None
+    rewards: Any = None
+    checkpoint_every: int = 0
+    seed: int = 0  # the spine's record; the members' noise comes from es.es.seed
+    record: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if isinstance(self.steps, int) and self.steps > 0 and self.es.es.steps != self.steps:
+            object.__setattr__(self, "es", dataclasses.replace(self.es, es=dataclasses.replace(self.es.es, steps=self.steps)))
+
+    def check(self) -> None:
+        """Refuse settings that cannot act, before anything loads or compiles."""
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1 (got {self.steps}).")
+        if self.checkpoint_every < 0:
+            raise UsageError(f"--checkpoint-every must be 0 or positive (got {self.checkpoint_every}).")
+        self.sampler.check(self.steps, self.evaluation)
+
+    @property
+    def checkpoint_interval(self) -> int:
+        return self.checkpoint_every or max(1, self.steps // 10)
+
+    def config(self) -> dict:
+        """The config.json this run writes (the policy's folder is read, its parameters are not)."""
+        from longhorizon.lm.run import _policy_record
+
+        return {**self.record, **_policy_record(self.init), "es": self.es, "sampler": self.sampler.describe(),
+                **({"rewards": self.rewards.describe()} if self.rewards is not None else {}),
+                "steps": self.steps, "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
+                "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
+
+    def build(self, policy):
+        """The ES trainer on ``policy``'s weights, the sampler and the evaluation."""
+        from longhorizon.lm.run import Parts
+
+        trainer = ESLMTrainer(policy.params, policy.model_cfg, policy.tokenizer, self.es, batch_rewards=self.rewards)
+        return Parts(trainer, self.sampler.build(), self.evaluation, ("opt_state",), self.es.problems_per_member,
+                     _progress, ("reward", "reward_best"), "ES", "es", type(self.sampler).__name__)
+
+
+def _progress(metrics: dict) -> str:
+    return f"reward {metrics['reward']:.3f} best {metrics['reward_best']:.3f} sigma {metrics['sigma']:.4f}"

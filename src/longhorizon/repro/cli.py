@@ -28,6 +28,9 @@ REPROS = {
                          "R-HORIZON on SmolLM2-135M-Instruct: accuracy falls with composed problems; RL on composed data raises it"),
     "scaler-smollm2": ("longhorizon.repro.scaler_smollm2",
                        "SCALER on SmolLM2-135M-Instruct: difficulty kept near a target success beats a fixed mix at equal budget"),
+    "es-smollm2": ("longhorizon.repro.es_smollm2",
+                   "ES fine-tuning of SmolLM2-135M-Instruct matches GRPO (its learning rate chosen on validation) at "
+                   "equal rollouts, with inference-only memory"),
     "ota": ("longhorizon.repro.ota", "an option-aware high-level value (OTA) keeps HIQL's advantage signs right far from the goal"),
     "qgf": ("longhorizon.repro.qgf", "test-time critic-gradient guidance of a flow BC policy raises return; vs best-of-N and FQL"),
     "hecrl": ("longhorizon.repro.hecrl", "factored subgoal diffusion raises a value-based agent's success on long multi-block tasks"),

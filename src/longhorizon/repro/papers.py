@@ -24,7 +24,8 @@ PAPERS: tuple[Paper, ...] = (
     Paper("PQN", "Simplifying Deep Temporal Difference Learning (Gallici et al., 2024)", ("pqn",)),
     Paper("CaRL", "simple rewards keep PPO working at large minibatches (Jaeger et al., 2025)", ("carl",)),
     Paper("TA-LPO", "temporally-aware discovered policy objectives (Jackson et al., 2024)", ("ta-lpo",)),
-    Paper("ES fine-tuning", "evolution strategies fine-tune an LM policy with inference-only memory", ("es-finetune",)),
+    Paper("ES fine-tuning", "evolution strategies fine-tune an LM policy with inference-only memory",
+          ("es-finetune", "es-smollm2")),
     # horizon analysis
     Paper("Effective Horizon", "the effective horizon and GORP (Laidlaw, Russell, Dragan, NeurIPS 2023)", ("effective-horizon",)),
     Paper("SQIRL", "the effective horizon in stochastic environments (Laidlaw, Zhu, Russell, Dragan, ICLR 2024)",

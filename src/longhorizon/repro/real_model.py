@@ -102,19 +102,27 @@ CURVE_KEYS = ("step", "reward", "reward_std", "groups_all_equal", "groups", "com
 
 
 def train_arm(run: Path, policy, grpo, sampler, *, steps: int, prompts_per_step: int, held: tuple, eval_new_tokens: int,
-              task: str, seed: int, checkpoint_every: int, eval_every: int = 0) -> dict:
+              task: str, seed: int, checkpoint_every: int, eval_every: int = 0, es=None) -> dict:
     """One arm of a protocol, one seed: RL through the one LM loop (:func:`longhorizon.lm.run.run_rl`), continuing
     from ``run``'s checkpoint when an earlier sitting was interrupted; returns what the protocol keeps (accuracy by
     horizon on ``held`` after the last step, also every ``eval_every`` steps in the run's metrics; the
     training-reward curve, the share of groups with a GRPO signal, tokens, wall time) and deletes the weights
-    (about 1.6 GB with the optimiser state)."""
+    (about 1.6 GB with the optimiser state). ``es`` (an :class:`longhorizon.evolution.es_lm.ESLMConfig`): the arm
+    is ES fine-tuning instead of GRPO (``grpo`` then only gives the prompt length), through the same loop."""
     from longhorizon.lm import run_checkpoint
     from longhorizon.lm.run import EvalSpec, RLSpec, run_rl
 
     evaluation = EvalSpec(held, grpo.max_prompt_length, eval_new_tokens, every=eval_every, rewards=_rewards(task),
                           at_start=False)  # the protocol evaluates its starting policy once, before the arms
-    spec = RLSpec(out=str(run), init=policy, grpo=grpo, sampler=sampler, steps=steps, prompts_per_step=prompts_per_step,
-                  evaluation=evaluation, checkpoint_every=checkpoint_every, seed=seed, rewards=_rewards(task))
+    if es is None:
+        spec = RLSpec(out=str(run), init=policy, grpo=grpo, sampler=sampler, steps=steps,
+                      prompts_per_step=prompts_per_step, evaluation=evaluation, checkpoint_every=checkpoint_every,
+                      seed=seed, rewards=_rewards(task))
+    else:
+        from longhorizon.evolution.es_lm import ESSpec
+
+        spec = ESSpec(out=str(run), init=policy, es=es, sampler=sampler, steps=steps, evaluation=evaluation,
+                      rewards=_rewards(task), checkpoint_every=checkpoint_every, seed=seed)
     resume = run_checkpoint.latest_step(run / "checkpoints") is not None
     if not resume:
         shutil.rmtree(run, ignore_errors=True)
@@ -125,7 +133,7 @@ def train_arm(run: Path, policy, grpo, sampler, *, steps: int, prompts_per_step:
     groups = sum(r.get("groups", 0) for r in rows)
     return {"by_h": {int(k): float(v) for k, v in summary["eval"]["by_horizon"].items()},
             "rewards": [r["reward"] for r in rows], "curve": rows, "tokens": summary["training_tokens"],
-            "groups_with_signal": 1 - sum(r.get("groups_all_equal", 0) for r in rows) / max(groups, 1),
+            "groups_with_signal": (1 - sum(r.get("groups_all_equal", 0) for r in rows) / groups) if groups else None,
             "wall_seconds": summary["wall_seconds"]}
 
 
@@ -217,7 +225,7 @@ def accuracy_table(xs, references: dict, results: dict, key: str, label: str) ->
         for seed, r in enumerate(rows):
             lines.append(f"| {arm} | {seed} | " + " | ".join(f"{r[key][x]:.2f}" for x in xs)
                          + f" | {np.mean(r['rewards'][:5]):.2f} -> {np.mean(r['rewards'][-5:]):.2f} | "
-                         f"{r['groups_with_signal']:.2f} |")
+                         + ("-" if r['groups_with_signal'] is None else f"{r['groups_with_signal']:.2f}") + " |")
     return lines + ["", "*Groups with signal*: the share of training groups whose completions got different rewards; "
                     "a group whose rewards are all equal has zero advantage and teaches GRPO nothing.", ""]
 
