@@ -2,8 +2,8 @@
 
 The fast tests read meshes and partition specs in this process (one CPU device). The multi-device test runs
 tests/lm/sharding_check.py in a subprocess with 8 virtual CPU devices (JAX fixes the device count at start-up):
-4-device meshes on the first 4, 8-device meshes on all 8, each against the one-device step. Tolerances, stated
-before the run:
+4-device meshes on the first 4, 8-device meshes on all 8, each against the one-device step (the Llama on five
+meshes, the in-house Transformer of lm.model on one). Tolerances, stated before the run:
 
 * loss, gradient norm and every logged metric: relative 1e-5;
 * the gradient (Adam's first moment after one step): max |difference| <= 1e-5 x the leaf's largest entry;
@@ -109,7 +109,7 @@ def test_optimiser_state_follows_its_parameters():
     assert all(s.spec == P() for s in jax.tree_util.tree_leaves(state[1][2]))  # the schedule's counter
 
 
-def _check(specs: list[str], shared: bool = True) -> dict:
+def _check(specs: list[str], options: tuple[str, ...]) -> dict:
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            # the partitioner is what is tested; LLVM's slow optimisations only halve the compile time (one device
            # and the meshes compile under the same flags)
@@ -117,7 +117,7 @@ def _check(specs: list[str], shared: bool = True) -> dict:
                         "--xla_llvm_disable_expensive_passes=true"}
     # no persistent compilation cache: its executable.serialize() segfaulted workers (tests/lm/test_offload.py)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    args = [sys.executable, str(CHECK), *(["--shared"] if shared else []), *specs]
+    args = [sys.executable, str(CHECK), *options, *specs]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
@@ -126,7 +126,7 @@ def _check(specs: list[str], shared: bool = True) -> dict:
 @pytest.mark.slow
 def test_sharded_steps_and_generation_equal_one_device_and_memory_falls_as_1_over_f():
     meshes = ["tensor=2,fsdp=2", "fsdp=4", "data=2,fsdp=2", "fsdp=8", "data=2,fsdp=2,tensor=2"]
-    report = _check(meshes)
+    report = _check(meshes, ("--shared", "--in-house=tensor=2,fsdp=2"))
     base = report["base"]
     for spec in meshes:
         row = report["meshes"][spec]
@@ -139,6 +139,9 @@ def test_sharded_steps_and_generation_equal_one_device_and_memory_falls_as_1_ove
         assert row["generation"]["logprobs_max_abs"] <= 1e-5, (spec, row["generation"])
         # the KV cache is split with the key/value heads (2 heads: 1 per device under tensor=2)
         assert row["generation"]["kv_cache_heads_per_device"] == [2 // row["sizes"]["tensor"]], (spec, row["generation"])
+    in_house = report["in_house"]["tensor=2,fsdp=2"]  # lm.model.Transformer: its qkv / out / up / down rules
+    assert in_house["metrics_max_relative"] <= 1e-5 and in_house["gradient_max_relative"] <= 1e-5, in_house
+    assert in_house["params_within_tolerance"], in_house
     one = report["one_device_bytes"]
     for spec, f in (("data=2,fsdp=2", 2), ("fsdp=4", 4), ("fsdp=8", 8)):
         for measure in ("held_bytes", "compiled_output_bytes"):
