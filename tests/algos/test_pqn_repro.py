@@ -76,6 +76,28 @@ def test_sampled_update_is_unbiased_for_the_expected_one():
     assert np.all(np.abs(increments.mean(0) - expected) < 5 * se)
 
 
+def test_trace_growth_by_hand():
+    """Run 0: ||w|| 1, 2, 4, 8, 16 (log slope over t = 2..4 is log 2); run 1: 2, 1, 1, 1, 1 (slope 0)."""
+    w = np.array([[1.0, 2, 4, 8, 16], [2.0, 1, 1, 1, 1]])
+    v = np.array([[1.0, 3, 2, 2, 2], [4.0, 4, 2, 1, 1]])
+    g = B.trace_growth(w, v)
+    assert g["w0"] == [1.0, 2.0] and g["final_ratio"] == [16.0, 0.5] and g["half_to_end_ratio"] == [4.0, 1.0]
+    assert g["max_w_ratio"] == [16.0, 1.0] and g["max_value_ratio"] == [3.0, 1.0] and g["final_max_value"] == [2.0, 1.0]
+    np.testing.assert_allclose(g["log_norm_slope"], [np.log(2), 0.0], atol=1e-12)
+
+
+def test_expected_runs_over_settings_equal_one_run_each():
+    mdp = B.baird()
+    with jax.enable_x64(True):
+        starts = {"w": jnp.stack([jnp.asarray(B.W0), 2 * jnp.asarray(B.W0)])}
+        values = B.linear_values(mdp)
+        both = B.run_expected_settings(mdp, values, starts, 20, [0.0, 0.65], [0.1, 0.0])
+        one = B.run_expected(mdp, values, {"w": 2 * jnp.asarray(B.W0)}, 20, B.ALPHA, 0.65, 0.0)
+    assert both.w_norm.shape == (2, 2, 21)
+    np.testing.assert_allclose(both.w_norm[1, 1], one.w_norm, rtol=1e-12)
+    np.testing.assert_allclose(both.max_value[1, 1], one.max_value, rtol=1e-12)
+
+
 @pytest.fixture(scope="module")
 def measured():
     return pqn.baird_measure(SMALL)

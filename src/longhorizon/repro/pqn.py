@@ -151,9 +151,7 @@ def baird_measure(scale: Scale) -> dict:
 
         def exact(arms, values, runs):
             """Expected updates of every arm (its lambda, eta) from every run's start (leading axis): one scan."""
-            lam, eta = jnp.asarray([a.lam for a in arms]), jnp.asarray([a.eta for a in arms])
-            one = lambda p, l, e: baird.run_expected(mdp, values, p, steps, baird.ALPHA, l, e)
-            out = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None, None)), in_axes=(None, 0, 0)))(runs, lam, eta)
+            out = baird.run_expected_settings(mdp, values, runs, steps, [a.lam for a in arms], [a.eta for a in arms])
             return {a.name: jax.tree.map(lambda x, i=i: np.asarray(x[i]), out) for i, a in enumerate(arms)}
 
         traces = {**exact([a for a in BAIRD_ARMS if a.critic == "linear" and not a.sampled], linear,
@@ -171,21 +169,13 @@ def baird_measure(scale: Scale) -> dict:
 
 
 def baird_row(arm: BairdArm, trace: dict, eigen: float | None) -> dict:
-    """The numbers of one arm: growth ratios per run (relative to each run's start) and the fitted slope of
-    ``log ||w_t||`` over the second half of training (per run); for an exact linear arm, the growth rate its
-    eigenvalues predict."""
+    """The numbers of one arm (:func:`~longhorizon.tabular.baird.trace_growth`, per run); for an exact linear arm,
+    the growth rate its eigenvalues predict."""
     from longhorizon.tabular import baird
 
-    w, v = trace["w_norm"], trace["max_value"]
-    steps = w.shape[1] - 1
-    half = np.arange(steps // 2, steps + 1)
-    with np.errstate(divide="ignore"):
-        slopes = np.polyfit(half, np.log(np.maximum(w[:, half], 1e-300)).T, 1)[0]
+    growth = baird.trace_growth(trace["w_norm"], trace["max_value"])
     return {"arm": arm.name, "claim": bool(arm.claim), "critic": arm.critic, "lambda": arm.lam, "eta": arm.eta,
-            "sampled": arm.sampled, "runs": int(w.shape[0]), "w0": w[:, 0].tolist(), "final_ratio": (w[:, -1] / w[:, 0]).tolist(),
-            "half_to_end_ratio": (w[:, -1] / w[:, steps // 2]).tolist(),
-            "max_w_ratio": (w.max(1) / w[:, 0]).tolist(), "max_value_ratio": (v.max(1) / v[:, 0]).tolist(),
-            "final_max_value": v[:, -1].tolist(), "log_norm_slope": slopes.tolist(),
+            "sampled": arm.sampled, "runs": len(growth["w0"]), **growth,
             "predicted_slope": None if eigen is None else baird.expected_log_growth(baird.baird(), arm.lam, arm.eta),
             "min_real_eigenvalue": eigen}
 

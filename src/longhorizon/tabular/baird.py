@@ -170,6 +170,15 @@ def run_expected(mdp: Baird, values: Callable, params: dict, steps: int, alpha: 
     return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), _trace(values, params), trace)
 
 
+def run_expected_settings(mdp: Baird, values: Callable, starts: dict, steps: int, lams, etas,
+                          alpha: float = ALPHA) -> Trace:
+    """:func:`run_expected` for every setting ``(lams[i], etas[i])`` from every start (the leading axis of
+    ``starts``), as one compiled program: the trace's arrays are ``[settings, starts, steps + 1]``."""
+    one = lambda p, lam, eta: run_expected(mdp, values, p, steps, alpha, lam, eta)  # noqa: E731
+    program = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None, None)), in_axes=(None, 0, 0)))
+    return program(starts, jnp.asarray(lams), jnp.asarray(etas))
+
+
 def run_sampled(mdp: Baird, values: Callable, params: dict, key: jax.Array, steps: int, alpha: float = ALPHA,
                 eta: float = 0.0) -> Trace:
     """``steps`` sampled updates along one behaviour trajectory from a uniform start state (one seed = one key)."""
@@ -219,3 +228,21 @@ def critical_lambda(gamma: float = GAMMA, tolerance: float = 1e-12) -> float:
     discount ``gamma (1 - lambda) / (1 - gamma lambda)``."""
     mdp = baird(gamma)
     return _bisect(lambda lam: min_real_eigenvalue(mdp, lam) >= -tolerance, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- reading a trace
+def trace_growth(w_norm: np.ndarray, max_value: np.ndarray) -> dict:
+    """How far the weights and values of runs ``[runs, T + 1]`` (a :class:`Trace`'s arrays) moved from each
+    run's start, per run: ``w0``; ``final_ratio`` ``||w_T|| / ||w_0||``; ``half_to_end_ratio``
+    ``||w_T|| / ||w_{T/2}||``; ``max_w_ratio`` ``max_t ||w_t|| / ||w_0||``; ``max_value_ratio``
+    ``max_t max_s |v_t(s)| / max_s |v_0(s)|``; ``final_max_value``; and ``log_norm_slope``, the least-squares
+    slope of ``log ||w_t||`` over the second half (``t >= T/2``; positive: still growing)."""
+    w, v = np.asarray(w_norm), np.asarray(max_value)
+    steps = w.shape[1] - 1
+    half = np.arange(steps // 2, steps + 1)
+    with np.errstate(divide="ignore"):
+        slopes = np.polyfit(half, np.log(np.maximum(w[:, half], 1e-300)).T, 1)[0]
+    return {"w0": w[:, 0].tolist(), "final_ratio": (w[:, -1] / w[:, 0]).tolist(),
+            "half_to_end_ratio": (w[:, -1] / w[:, steps // 2]).tolist(),
+            "max_w_ratio": (w.max(1) / w[:, 0]).tolist(), "max_value_ratio": (v.max(1) / v[:, 0]).tolist(),
+            "final_max_value": v[:, -1].tolist(), "log_norm_slope": slopes.tolist()}
