@@ -45,3 +45,19 @@ def test_seed_summary_counts_failures_as_above_the_budget():
     assert sc.format_complexity(s) == ">1,000 [300, >1,000] (1/3)"
     s = sc.summarise_seeds([5.0, 1.0, 3.0], 10.0)
     assert (s["median"], s["min"], s["max"]) == (3.0, 1.0, 5.0)
+
+
+def test_complexity_correlation_ranks_censored_medians_last():
+    found = [sc.summarise_seeds([v, v, v], 100.0) for v in (10.0, 30.0, 20.0)]
+    never = sc.summarise_seeds([None, None, None], 100.0)
+    result = sc.complexity_correlation([1.0, 3.0, 2.0, 4.0], found + [never])
+    assert result["rho"] == pytest.approx(1.0) and result["censored"] == 1
+    assert sc.complexity_correlation([1.0, 2.0], found[:2])["rho"] is None  # too few points
+
+
+def test_log_slope_fits_found_medians_only():
+    """Medians 10, 100, 1000 at x = 1, 2, 3: slope 1 in log10; a censored median is left out."""
+    found = [sc.summarise_seeds([v] * 3, 1e4) for v in (10.0, 100.0, 1000.0)]
+    fit = sc.log_slope([1.0, 2.0, 3.0, 4.0], found + [sc.summarise_seeds([None] * 3, 1e4)])
+    assert fit["n"] == 3 and fit["slope"] == pytest.approx(1.0) and fit["intercept"] == pytest.approx(0.0)
+    assert sc.log_slope([1.0, 2.0], found[:2]) == {"slope": None, "n": 2}

@@ -45,8 +45,8 @@ from longhorizon.core.stats import spearman
 from longhorizon.errors import UsageError
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import verdict_lines
-from longhorizon.tabular.sample_complexity import (SUCCESS_TOLERANCE, first_success_steps, format_complexity, step_counts,
-                                                   summarise_seeds)
+from longhorizon.tabular.sample_complexity import (SUCCESS_TOLERANCE, complexity_correlation, first_success_steps,
+                                                   format_complexity, log_slope, step_counts, summarise_seeds)
 
 ALGOS = ("ppo", "pqn", "sqirl")
 
@@ -182,37 +182,6 @@ def effective_horizon(row: dict[str, Any]) -> float | None:
     """The Appendix-C bound where computed, else the simple one."""
     h = row.get("effective_horizon_tight")
     return h if h is not None else row.get("effective_horizon_simple")
-
-
-def complexity_correlation(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Spearman's rho (:func:`longhorizon.core.stats.spearman`) between ``xs`` and median sample complexities,
-    with its two-sided p-value (Student-t on n - 2 degrees of freedom, as SciPy reports it); a censored
-    median ranks above every found one (all censored medians tie)."""
-    from scipy import stats
-
-    pairs = [(x, s) for x, s in zip(xs, ys) if x is not None]
-    censored = sum(s["censored"] for _, s in pairs)
-    if len(pairs) < 3:
-        return {"rho": None, "p_value": None, "n": len(pairs), "censored": censored}
-    top = max([s["steps_used"] for _, s in pairs] + [s["median"] or 0.0 for _, s in pairs])
-    x = [p[0] for p in pairs]
-    y = [2.0 * top if s["censored"] else s["median"] for _, s in pairs]
-    if len(set(y)) < 2 or len(set(x)) < 2:
-        return {"rho": None, "p_value": None, "n": len(pairs), "censored": censored, "why": "constant input"}
-    rho, dof = spearman(x, y), len(pairs) - 2
-    t = rho * math.sqrt(dof / max((1.0 + rho) * (1.0 - rho), 0.0)) if abs(rho) < 1 else math.copysign(math.inf, rho)
-    return {"rho": rho, "p_value": float(2 * stats.t.sf(abs(t), dof)), "n": len(pairs), "censored": censored}
-
-
-def log_slope(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Least-squares slope of log10(median sample complexity) on the effective horizon, found medians only."""
-    pts = [(x, math.log10(s["median"])) for x, s in zip(xs, ys) if x is not None and not s["censored"] and s["median"]]
-    if len(pts) < 3 or len({p[0] for p in pts}) < 2:
-        return {"slope": None, "n": len(pts)}
-    x, y = np.array(pts).T
-    slope, intercept = np.polyfit(x, y, 1)
-    return {"slope": float(slope), "intercept": float(intercept), "n": len(pts),
-            "pearson_r": float(np.corrcoef(x, y)[0, 1])}
 
 
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict[str, Any]:

@@ -5,7 +5,9 @@ evaluation in every chunk: a seed's sample complexity is the step count at the e
 evaluation return is within :data:`SUCCESS_TOLERANCE` of the optimal return (from dynamic programming,
 :mod:`longhorizon.tabular.horizon`). Steps are the runner's ``env_steps``, or, for an algorithm that simulates
 past an episode's end (SQIRL), the sum of its ``sample_steps`` metric. Over seeds the median is reported, a seed
-that never got there counting as above the budget (censored).
+that never got there counting as above the budget (censored). Across MDPs, :func:`complexity_correlation` ranks
+those medians against a measure of difficulty (a censored one above every found one) and :func:`log_slope` fits
+how fast they grow with it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from longhorizon.core.stats import spearman
 from longhorizon.errors import UsageError
 
 SUCCESS_TOLERANCE = 1e-4  # BRIDGE's reward precision: a return this close to the optimum is optimal
@@ -76,3 +79,35 @@ def format_complexity(s: dict[str, Any]) -> str:
     lo = above if s["min"] is None else num(s["min"])
     hi = above if s["max"] is None else num(s["max"])
     return f"{median} [{lo}, {hi}] ({s['found']}/{s['seeds']})"
+
+
+def complexity_correlation(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Spearman's rho (:func:`longhorizon.core.stats.spearman`) between ``xs`` and median sample complexities,
+    with its two-sided p-value (Student-t on n - 2 degrees of freedom, as SciPy reports it); a censored
+    median ranks above every found one (all censored medians tie)."""
+    from scipy import stats
+
+    pairs = [(x, s) for x, s in zip(xs, ys) if x is not None]
+    censored = sum(s["censored"] for _, s in pairs)
+    if len(pairs) < 3:
+        return {"rho": None, "p_value": None, "n": len(pairs), "censored": censored}
+    top = max([s["steps_used"] for _, s in pairs] + [s["median"] or 0.0 for _, s in pairs])
+    x = [p[0] for p in pairs]
+    y = [2.0 * top if s["censored"] else s["median"] for _, s in pairs]
+    if len(set(y)) < 2 or len(set(x)) < 2:
+        return {"rho": None, "p_value": None, "n": len(pairs), "censored": censored, "why": "constant input"}
+    rho, dof = spearman(x, y), len(pairs) - 2
+    t = rho * math.sqrt(dof / max((1.0 + rho) * (1.0 - rho), 0.0)) if abs(rho) < 1 else math.copysign(math.inf, rho)
+    return {"rho": rho, "p_value": float(2 * stats.t.sf(abs(t), dof)), "n": len(pairs), "censored": censored}
+
+
+def log_slope(xs: Sequence[float | None], ys: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Least-squares slope of log10(median sample complexity) on ``xs`` (an effective horizon, or the log10 of a
+    bound), found medians only; with the intercept and Pearson's r of the fitted points."""
+    pts = [(x, math.log10(s["median"])) for x, s in zip(xs, ys) if x is not None and not s["censored"] and s["median"]]
+    if len(pts) < 3 or len({p[0] for p in pts}) < 2:
+        return {"slope": None, "n": len(pts)}
+    x, y = np.array(pts).T
+    slope, intercept = np.polyfit(x, y, 1)
+    return {"slope": float(slope), "intercept": float(intercept), "n": len(pts),
+            "pearson_r": float(np.corrcoef(x, y)[0, 1])}
