@@ -103,6 +103,19 @@ def test_bandit_advantages_and_score_by_hand():
                                rtol=1e-6)
 
 
+def test_drift_grid_reads_the_drift_and_lifetime_change_sees_only_the_temporal_one():
+    ratios = np.linspace(0.5, 2.0, 7)
+    for temporal in (False, True):
+        config = lpo.DriftConfig(temporal=temporal)
+        params = lpo.init_drift(config, jax.random.PRNGKey(1))
+        early, late = (lpo.drift_grid(config, params, ratios, p, 64.0) for p in (0.05, 0.95))
+        extra = dict(progress=0.05, horizon=64.0) if temporal else {}
+        assert early.shape == (2, 7)
+        np.testing.assert_allclose(early[0], lpo.drift(config, params, jnp.asarray(ratios), -jnp.ones(7), **extra), rtol=1e-6)
+        np.testing.assert_allclose(early[1], lpo.drift(config, params, jnp.asarray(ratios), jnp.ones(7), **extra), rtol=1e-6)
+        assert (lpo.lifetime_change(early, late) > 0) == temporal
+
+
 def _recorded(rise=0.1, runs=3, flat_run=None, gap=0.1):
     """Recorded numbers over ``runs`` meta-training runs: five drifts' meta-fitness curves (rising by ``rise``; run
     ``flat_run`` of every drift does not rise), bandit scores, PPO returns and drift grids in which TA-LPO's drifts
@@ -128,7 +141,7 @@ def test_claim_rules_by_hand():
     from longhorizon.repro import claims as C
     from longhorizon.repro import ta_lpo
 
-    assert ta_lpo.lifetime_change(np.ones((2, 5)), 1.5 * np.ones((2, 5))) == pytest.approx(0.4)
+    assert lpo.lifetime_change(np.ones((2, 5)), 1.5 * np.ones((2, 5))) == pytest.approx(0.4)
     # three meta-training runs, every one on the claim's side: the bandit and transfer gaps and the bandit drift's
     # change hold; the control drift does not change (0 < 0.1 in every run): contradicted; ES beats the meta-gradient
     claims, arms = ta_lpo.judge(_recorded())
@@ -170,7 +183,7 @@ def test_quick_repro_writes_files_and_is_not_judged(tmp_path):
     assert C.validate_summary(summary) == [] and summary["quick"] is True and summary["claims"] == result["claims"]
     assert {c["verdict"] for c in summary["claims"]} == {C.QUICK}
     grid = summary["drift_grid"]
-    change = [ta_lpo.lifetime_change(e, late) for e, late in zip(grid["ta_early"], grid["ta_late"])]
+    change = [lpo.lifetime_change(e, late) for e, late in zip(grid["ta_early"], grid["ta_late"])]
     assert summary["claims"][1]["evidence"]["a"] == pytest.approx(change) and len(change) == runs
     assert summary["meta_seeds"] == [0, ta_lpo.RUN_SEED]
     assert all(len(c) == runs for c in summary["meta_fitness"].values())

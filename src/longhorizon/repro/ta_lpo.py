@@ -70,13 +70,7 @@ QUICK = Setup(meta_runs=2, generations=2, es=meta.ESConfig(population=4, tasks=2
 GRID_R = np.linspace(0.5, 2.0, 31)
 
 
-CHANGE = 0.1  # a drift "changes over the lifetime" if mean |f_late - f_early| / mean |f| is above this (stated before the run)
-
-
-def lifetime_change(early, late) -> float:
-    """``mean |f_late - f_early| / mean |f|`` of a drift's grids early and late in the lifetime."""
-    early, late = np.asarray(early), np.asarray(late)
-    return float(np.abs(late - early).mean() / max(0.5 * (np.abs(early).mean() + np.abs(late).mean()), 1e-12))
+CHANGE = 0.1  # a drift "changes over the lifetime" if lpo.lifetime_change(early, late) is above this (stated before the run)
 
 
 def per_run(ruling: C.Claim, values: str, **evidence) -> C.Claim:
@@ -106,7 +100,7 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     unseen = [(e, n) for e, n in cells if not (e == control and int(n) in L["setup"]["control"]["lifetimes"])]
     ppo = lambda a, cs: np.array([[envs[e][n][a][k] for e, n in cs] for k in range(runs)])  # noqa: E731  [runs, cells, seeds]
     grid = L["drift_grid"]
-    change = lambda early, late: [lifetime_change(a, b) for a, b in zip(grid[early], grid[late])]  # noqa: E731
+    change = lambda early, late: [lpo.lifetime_change(a, b) for a, b in zip(grid[early], grid[late])]  # noqa: E731
     changed = f"run k's TA-LPO drift's change over the lifetime, against {CHANGE:g}"
 
     def transfer(a, b, cs):
@@ -210,13 +204,6 @@ def held_out_environments(setup: Setup, arm: str, overrides: dict, runs_dir: Pat
     return table
 
 
-def drift_grid(config: lpo.DriftConfig, params, progress: float, horizon: float) -> np.ndarray:
-    """``f(r, A)`` on ``GRID_R x {-1, +1}``, shape ``[2, R]``."""
-    r, a = np.meshgrid(GRID_R, [-1.0, 1.0])
-    extra = dict(progress=progress, horizon=horizon) if config.temporal else {}
-    return np.asarray(lpo.drift(config, params, jnp.asarray(r), jnp.asarray(a), **extra))
-
-
 def meta_train(trainer, generations: int, label: str) -> tuple[list, dict]:
     """Run ``generations`` ES generations; the fitness curve and the throughput (first generation = compile)."""
     t0 = time.perf_counter()
@@ -274,8 +261,8 @@ def run(out_dir: str, quick: bool = False) -> dict:
     scores = {name: {int(n): [mean_se(s[i]) for s in per_run] for i, n in enumerate(lifetimes)} for name, per_run in raw.items()}
 
     horizon, env_horizon = float(max(setup.es.train_lifetimes)), float(max(setup.control.lifetimes))
-    grids = lambda name, progress, h: [drift_grid(lpo.DriftConfig(temporal=specs[name].temporal), params_of(r),  # noqa: E731
-                                                  progress, h).tolist() for r in results[name]]
+    grids = lambda name, progress, h: [lpo.drift_grid(lpo.DriftConfig(temporal=specs[name].temporal), params_of(r),  # noqa: E731
+                                                      GRID_R, progress, h).tolist() for r in results[name]]
     grid = {"r": GRID_R.tolist(), "ta_early": grids("TA-LPO", 0.05, horizon), "ta_late": grids("TA-LPO", 0.95, horizon),
             "lpo": grids("LPO", 0.0, horizon), "ta_control_early": grids(f"TA-LPO ({control})", 0.05, env_horizon),
             "ta_control_late": grids(f"TA-LPO ({control})", 0.95, env_horizon)}
