@@ -133,6 +133,16 @@ def test_deployed_value_is_floored_at_its_lower_bound_and_training_sees_the_raw_
         assert float(mad_pinn.pinn_value(problem, unfloored, params, t, x, z)) == pytest.approx(raw, abs=1e-6)
 
 
+def test_bound_check_counts_a_raw_network_below_the_lower_bound():
+    problem = Navigation(agents=2, radius=0.3)
+    config = mad_pinn.PinnConfig(hidden=(8,), box=(2.0,) * 6)
+    params = mad_pinn.ValueNet(config.hidden, config.activation).init(jax.random.PRNGKey(0), jnp.zeros(8))
+    below = jax.tree_util.tree_map_with_path(  # the raw network 5 below everything, as above
+        lambda path, v: v - 5.0 if jax.tree_util.keystr(path) == "['params']['Dense_0']['bias']" else v, params)
+    check = mad_pinn.bound_check(mad_pinn.PinnValue(below, problem, config, np.zeros(1)), points=256)
+    assert check["bound_violation_share"] == 1.0 and check["bound_violation_mean"] > 1.0
+
+
 def test_episode_metrics_by_hand():
     """Three agents, two steps of dt 0.5: agent 0 arrives at step 1, agent 1 touches agent 2 at step 1 and
     arrives at step 2, agent 2 never arrives."""

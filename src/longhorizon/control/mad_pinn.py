@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from longhorizon.control.epigraph import Navigation, free_cost, hjb_vi_residual, safe_norm
+from longhorizon.control.epigraph import Navigation, free_cost, hjb_vi_residual, min_budget, safe_norm
 from longhorizon.core.nets import MLPTorso
 from longhorizon.errors import UsageError
 
@@ -166,6 +166,44 @@ def train_pinn(problem: Navigation, config: PinnConfig, chunks: int = 10, progre
 def batched_value(model: PinnValue, raw: bool = False):
     """V(t, x, z) over batches: t [B], x [B, n], z [B] -> [B] (jitted); ``raw``: the network without the floor."""
     return jax.jit(jax.vmap(lambda t, x, z: pinn_value(model.problem, model.config, model.params, t, x, z, raw)))
+
+
+# ---------------------------------------------------------------- checking a trained value
+def grid_check(model: PinnValue, grid_value) -> dict:
+    """Value error and safe-set agreement of the PINN against a grid solution of the same problem
+    (``control.epigraph.solve_grid``) on the grid nodes inside the PINN's sampled region (budgets ``z`` within
+    ``z_offset`` of the unconstrained cost): the value's mean absolute error and range, the share of nodes on the
+    same side of 0 (also for the raw network, before the floor), the smallest feasible budget's error per state,
+    and how many states the grid finds infeasible and which share of them the PINN does."""
+    x, z = grid_value.points()
+    exact = grid_value.values.ravel()
+    learnt, raw = (np.asarray(batched_value(model, r)(jnp.zeros(len(z)), jnp.asarray(x, jnp.float32), jnp.asarray(z, jnp.float32)))
+                   for r in (False, True))
+    offset = z - np.asarray(free_cost(model.problem, 0.0, jnp.asarray(x, jnp.float32)))
+    inside = (offset >= model.config.z_offset[0]) & (offset <= model.config.z_offset[1])
+    budgets_exact = min_budget(grid_value.axes[-1], grid_value.values)
+    budgets_learnt = min_budget(grid_value.axes[-1], learnt.reshape(grid_value.values.shape))
+    both = np.isfinite(budgets_exact) & np.isfinite(budgets_learnt)
+    infeasible = ~np.isfinite(budgets_exact)  # no safe budget on the axis (inside the obstacle, or too far)
+    return {"value_mae": float(np.abs(learnt - exact)[inside].mean()), "value_range": float(np.ptp(exact[inside])),
+            "safe_set_agreement": float(((learnt <= 0) == (exact <= 0))[inside].mean()),
+            "raw_value_mae": float(np.abs(raw - exact)[inside].mean()),
+            "raw_safe_set_agreement": float(((raw <= 0) == (exact <= 0))[inside].mean()),
+            "budget_mae": float(np.abs(budgets_learnt[both] - budgets_exact[both]).mean()) if both.any() else float("nan"),
+            "infeasible_states": int(infeasible.sum()),
+            "infeasible_found": float((~np.isfinite(budgets_learnt))[infeasible].mean()) if infeasible.any() else float("nan"),
+            "budget_exact": budgets_exact, "budget_learnt": budgets_learnt, "nodes": int(inside.sum())}
+
+
+def bound_check(model: PinnValue, points: int = 4096) -> dict:
+    """The pair value has no grid solution, but V >= max(C0 - z, g) always (:func:`lower_bound`; C0: the cost
+    without the constraint): the share of sampled points (t = 0) where the raw network V_theta (before the deployed floor)
+    falls below that bound by more than 0.05."""
+    t, x, z = sample_points(model.problem, dataclasses.replace(model.config, batch=points), jax.random.PRNGKey(7), 0.0)
+    t = jnp.zeros_like(t)
+    z = free_cost(model.problem, t, x) + (z - free_cost(model.problem, model.problem.horizon, x))  # same offsets at t = 0
+    gap = np.asarray(lower_bound(model.problem, t, x, z) - batched_value(model, raw=True)(t, x, z))
+    return {"bound_violation_share": float((gap > 0.05).mean()), "bound_violation_mean": float(np.maximum(gap, 0).mean())}
 
 
 # ---------------------------------------------------------------- decentralised deployment

@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from longhorizon import algos
 from longhorizon.control import mad_pinn as mp
 from longhorizon.control import pair_navigation as pn
-from longhorizon.control.epigraph import GridConfig, Navigation, free_cost, min_budget, solve_grid
+from longhorizon.control.epigraph import GridConfig, Navigation, solve_grid
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import verdict_lines, write_run
 
@@ -55,40 +54,6 @@ CLAIMS = {
     "scaling": "MAD-PINN's collision rate does not grow with the number of agents",
     "marl": "MAD-PINN collides no more often than independent PPO at every team size",
 }
-
-
-def grid_check(model: mp.PinnValue, grid_value) -> dict:
-    """Value error and safe-set agreement of the PINN on the grid nodes inside its sampled region."""
-    x, z = grid_value.points()
-    exact = grid_value.values.ravel()
-    learnt, raw = (np.asarray(mp.batched_value(model, r)(jnp.zeros(len(z)), jnp.asarray(x, jnp.float32), jnp.asarray(z, jnp.float32)))
-                   for r in (False, True))
-    offset = z - np.asarray(free_cost(model.problem, 0.0, jnp.asarray(x, jnp.float32)))
-    inside = (offset >= model.config.z_offset[0]) & (offset <= model.config.z_offset[1])
-    budgets_exact = min_budget(grid_value.axes[-1], grid_value.values)
-    budgets_learnt = min_budget(grid_value.axes[-1], learnt.reshape(grid_value.values.shape))
-    both = np.isfinite(budgets_exact) & np.isfinite(budgets_learnt)
-    infeasible = ~np.isfinite(budgets_exact)  # no safe budget on the axis (inside the obstacle, or too far)
-    return {"value_mae": float(np.abs(learnt - exact)[inside].mean()), "value_range": float(np.ptp(exact[inside])),
-            "safe_set_agreement": float(((learnt <= 0) == (exact <= 0))[inside].mean()),
-            "raw_value_mae": float(np.abs(raw - exact)[inside].mean()),
-            "raw_safe_set_agreement": float(((raw <= 0) == (exact <= 0))[inside].mean()),
-            "budget_mae": float(np.abs(budgets_learnt[both] - budgets_exact[both]).mean()) if both.any() else float("nan"),
-            "infeasible_states": int(infeasible.sum()),
-            "infeasible_found": float((~np.isfinite(budgets_learnt))[infeasible].mean()) if infeasible.any() else float("nan"),
-            "budget_exact": budgets_exact, "budget_learnt": budgets_learnt, "nodes": int(inside.sum())}
-
-
-def bound_check(model: mp.PinnValue, points: int = 4096) -> dict:
-    """The pair value has no grid solution, but V >= max(C0 - z, g) always (C0: the cost without the
-    constraint): the share of sampled points (t = 0) where the raw network V_theta (before the deployed floor)
-    falls below that bound by more than 0.05."""
-    t, x, z = mp.sample_points(model.problem, dataclasses.replace(model.config, batch=points), jax.random.PRNGKey(7), 0.0)
-    t = jnp.zeros_like(t)
-    z = free_cost(model.problem, t, x) + (z - free_cost(model.problem, model.problem.horizon, x))  # same offsets at t = 0
-    bound = jnp.maximum(free_cost(model.problem, t, x) - z, model.problem.constraint(x))
-    gap = np.asarray(bound - mp.batched_value(model, raw=True)(t, x, z))
-    return {"bound_violation_share": float((gap > 0.05).mean()), "bound_violation_mean": float(np.maximum(gap, 0).mean())}
 
 
 def train_ppo(env: pn.PairNavigation, overrides: dict, seeds: int, log=print) -> tuple:
@@ -223,9 +188,9 @@ def run(out_dir: str, quick: bool = False) -> dict:
     grid_seconds = time.perf_counter() - begin
     base = mp.PinnConfig(hidden=setting["hidden"], steps=setting["pinn_steps"], batch=setting["batch"])
     reduced_model = mp.train_pinn(REDUCED, dataclasses.replace(base, box=(2.5, 2.5)))
-    check = grid_check(reduced_model, grid_value)
+    check = mp.grid_check(reduced_model, grid_value)
     pair_model = mp.train_pinn(PAIR, dataclasses.replace(base, box=(1.5,) * 4 + (1.25,) * 2))
-    check.update(bound_check(pair_model))
+    check.update(mp.bound_check(pair_model))
     train_seconds = time.perf_counter() - begin - grid_seconds
     ppo_params, ppo_info = train_ppo(pn.PairNavigation(), setting["ppo"], setting["seeds"])
     every = max(1, len(pair_model.losses) // 100)
