@@ -116,6 +116,22 @@ def test_win_rate_rewards_by_hand():
     assert (np.sign(group_advantages(got, [0] * 4, "none")) == [1, -1, -1, 1]).all()
 
 
+def test_tag_mix_helpers_by_hand():
+    # describe_samples: two problems, two samples each; accuracy, tag shares (None: no tag) and the mean log-ratio
+    sample = {"texts": [[RIGHT + "r", WRONG + "p"], [RIGHT + "r", RIGHT]], "log_ratio": np.array([0.1, 0.3, 0.2, 0.2])}
+    d = plm.describe_samples([PROBLEM, PROBLEM], sample)
+    assert d["accuracy"] == 0.75 and d["kl_to_ref"] == pytest.approx(0.2)
+    assert d["tags"] == {"r": 0.5, "p": 0.25, "s": 0.0, "None": 0.25}
+    # tagged: every target gets one tag of the mix, in the mix's proportions
+    mix = {"r": 0.6, "p": 0.3, "s": 0.1}
+    data = plm.tagged([PROBLEM] * 2000, np.random.default_rng(0), mix)
+    shares = {t: np.mean([p.target == PROBLEM.target + t for p in data]) for t in mix}
+    assert all(abs(shares[t] - mix[t]) < 0.04 for t in mix)
+    # nash_tag_mix: with a vanishing KL weight the cyclic game's Nash mix is uniform; a large one keeps the reference
+    assert list(plm.nash_tag_mix(plm.Oracle(), 1e-3, mix).values()) == pytest.approx([1 / 3] * 3, abs=0.02)
+    assert list(plm.nash_tag_mix(plm.Oracle(), 1e3, mix).values()) == pytest.approx(list(mix.values()), abs=0.01)
+
+
 # ----------------------------------------------------------------------------- policy-level losses
 
 

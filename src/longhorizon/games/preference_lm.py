@@ -85,6 +85,22 @@ def cyclic_sign(a: str | None, b: str | None) -> int:
     return 1 if BEATS[a] == b else -1
 
 
+def tagged(problems: Sequence[Problem], rng: np.random.Generator, mix: dict) -> list[Problem]:
+    """The problems with a style tag appended to each reference completion, drawn from the tag mix ``mix``
+    (``{tag: probability}``): teacher-forcing data for a reference policy with that mix."""
+    tags = rng.choice(list(mix), len(problems), p=list(mix.values()))
+    return [dataclasses.replace(p, target=p.target + t) for p, t in zip(problems, tags)]
+
+
+def nash_tag_mix(oracle: Oracle, tau: float, ref_tags: dict) -> dict:
+    """The regularised (KL weight ``tau``) Nash tag mix of the oracle's cyclic part alone (equally correct
+    completions), regularised toward the reference tag mix ``ref_tags`` (:func:`longhorizon.games.preference.regularised_nash`)."""
+    from longhorizon.games import preference
+
+    pi = preference.regularised_nash(oracle.tag_matrix(), tau, np.array(list(ref_tags.values())))
+    return dict(zip(ref_tags, pi.tolist()))
+
+
 def tag_exploitability(oracle: Oracle, tags: dict) -> float:
     """``max_t' sum_t q(t) P(t' > t) - 1/2`` for a tag mix ``q`` (``tags[t]``, renormalised over r, p, s): how much
     the best single tag beats it among equally correct completions; 0 for the uniform (unregularised Nash) mix."""
@@ -108,6 +124,16 @@ def sample_completions(trainer: GRPOTrainer, params, problems: Sequence[Problem]
     ref = completion_logprobs(trainer.ref_params, batch, model_cfg=trainer.model_cfg, temperature=cfg.temperature)
     texts = [ro["texts"][i * samples:(i + 1) * samples] for i in range(len(problems))]
     return {"texts": texts, "log_ratio": batch["old_seq"] - (np.asarray(ref) * batch["mask"]).sum(-1)}
+
+
+def describe_samples(problems: Sequence[Problem], sample: dict) -> dict:
+    """A policy described by its samples (:func:`sample_completions`): exact-match accuracy, the share of each tag
+    (``None``: no tag) and the Monte-Carlo ``KL(pi || pi_ref)``."""
+    flat = [(p, t) for p, ts in zip(problems, sample["texts"]) for t in ts]
+    tags = [tag(t) for _, t in flat]
+    return {"accuracy": float(np.mean([score(p, t) for p, t in flat])),
+            "tags": {str(k): float(np.mean([t == k for t in tags])) for k in (*TAGS, None)},
+            "kl_to_ref": float(np.mean(sample["log_ratio"]))}
 
 
 def win_rate(oracle: Oracle, problems: Sequence[Problem], texts_a, texts_b, same: bool = False) -> tuple[float, float]:

@@ -133,18 +133,13 @@ def task_config():
     return TaskConfig(digits=2, operators="+", const_max=9, names="split", fixed_width=True)
 
 
-def tagged(problems, rng) -> list:
-    """The problems with a style tag appended to each reference completion, drawn from :data:`REF_TAGS`."""
-    tags = rng.choice(list(REF_TAGS), len(problems), p=list(REF_TAGS.values()))
-    return [dataclasses.replace(p, target=p.target + t) for p, t in zip(problems, tags)]
-
-
 def reference_policy(setup: LMSetup, log=print):
     """pi_ref: teacher forcing on tagged single problems (module docstring), cached on disk by its settings
     (:mod:`longhorizon.lm.policy_cache`)."""
     import jax
 
     from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.games.preference_lm import tagged
     from longhorizon.lm.policy_cache import cache_path, load_or_train
     from longhorizon.lm.sft import SFTConfig, train_sft
     from longhorizon.lm.tasks import ProblemStream, max_lengths
@@ -163,7 +158,7 @@ def reference_policy(setup: LMSetup, log=print):
                         warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 3)
         stream, rng = ProblemStream("packed", task_config(), setup.seed), np.random.default_rng(setup.seed)
         log(f"  pi_ref: {setup.sft_steps} teacher-forcing steps")
-        return train_sft(params, model_cfg, tokenizer, lambda _: tagged(stream.sample([1], setup.sft_batch), rng), cfg,
+        return train_sft(params, model_cfg, tokenizer, lambda _: tagged(stream.sample([1], setup.sft_batch), rng, REF_TAGS), cfg,
                          log_every=max(1, setup.sft_steps // 3))[0]
 
     return load_or_train(cache_path("lm", "inpo_ref_", fields), params, train), model_cfg, tokenizer
@@ -186,21 +181,10 @@ def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle,
     return plm.reward_model_trainer(model_cfg, params, tokenizer, cfg, seed=seed)
 
 
-def describe(oracle, problems, sample: dict) -> dict:
-    from longhorizon.games.preference_lm import tag
-    from longhorizon.lm.tasks import score
-
-    flat = [(p, t) for p, ts in zip(problems, sample["texts"]) for t in ts]
-    tags = [tag(t) for _, t in flat]
-    return {"accuracy": float(np.mean([score(p, t) for p, t in flat])),
-            "tags": {str(k): float(np.mean([t == k for t in tags])) for k in (*REF_TAGS, None)},
-            "kl_to_ref": float(np.mean(sample["log_ratio"]))}
-
-
 def policy_level(setup: LMSetup, log=print) -> dict:
     """Train every arm from pi_ref for each RL seed (module docstring); evaluate them against pi_ref and each other.
     Win rates are means over seeds; their standard error is over seeds (over held-out prompts with one seed)."""
-    from longhorizon.games.preference_lm import Oracle, sample_completions, win_rate
+    from longhorizon.games.preference_lm import Oracle, describe_samples, sample_completions, win_rate
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems
 
     oracle = Oracle()
@@ -226,7 +210,7 @@ def policy_level(setup: LMSetup, log=print) -> dict:
         samples = {name: sample_completions(evaluator, p, held, setup.eval_samples) for name, p in policies.items()}
         wins = [[win_rate(oracle, held, samples[a]["texts"], samples[b]["texts"], same=a == b) for b in names] for a in names]
         per_seed.append({"matrix": [[m for m, _ in row] for row in wins], "matrix_se": [[e for _, e in row] for row in wins],
-                         "policies": {n: describe(oracle, held, samples[n]) for n in names}})
+                         "policies": {n: describe_samples(held, samples[n]) for n in names}})
     return {**aggregate(names, per_seed), "per_seed": per_seed, "curves": curves,
             "costs": {arm: {"seconds": float(np.mean([c["seconds"] for c in cs])), "generations": cs[0]["generations"]}
                       for arm, cs in costs.items()}}
@@ -251,9 +235,9 @@ def aggregate(names: list[str], per_seed: list[dict]) -> dict:
 
 def curve_point(evaluator, params, problems, setup: LMSetup) -> dict:
     """Tag exploitability, accuracy and KL to pi_ref of a policy on a few held-out prompts (the training curves)."""
-    from longhorizon.games.preference_lm import Oracle, sample_completions
+    from longhorizon.games.preference_lm import describe_samples, sample_completions
 
-    d = describe(Oracle(), problems, sample_completions(evaluator, params, problems, setup.eval_samples))
+    d = describe_samples(problems, sample_completions(evaluator, params, problems, setup.eval_samples))
     return {"exploitability": exploitability(d["tags"]), "accuracy": d["accuracy"], "kl_to_ref": d["kl_to_ref"]}
 
 
@@ -310,12 +294,9 @@ def exploitability(tags: dict) -> float:
 
 def nash_tags(tau: float) -> dict:
     """The regularised Nash tag mix of the cyclic part alone (equally correct completions), from pi_ref's tag mix."""
-    from longhorizon.games import preference
+    from longhorizon.games.preference_lm import Oracle, nash_tag_mix
 
-    from longhorizon.games.preference_lm import Oracle
-
-    pi = preference.regularised_nash(Oracle().tag_matrix(), tau, np.array(list(REF_TAGS.values())))
-    return dict(zip(REF_TAGS, pi.tolist()))
+    return nash_tag_mix(Oracle(), tau, REF_TAGS)
 
 
 # ----------------------------------------------------------------------------- the run and its report
