@@ -116,7 +116,7 @@ def rows(out):
 
 
 def comparable(row):
-    return {k: v for k, v in row.items() if not k.endswith("_s") and k not in ("tokens_per_s", "time")}
+    return {k: v for k, v in row.items() if not k.endswith("_s") and k not in ("tokens_per_s", "wall_seconds", "time")}
 
 
 @pytest.mark.slow

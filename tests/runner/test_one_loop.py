@@ -1,7 +1,9 @@
 """Every training command goes through the runner's one loop, so every family passes the same tests:
 a folder in use is refused naming its holder; Ctrl-C saves the finished chunk and says how to continue;
 a damaged newest checkpoint is skipped for the older one; and the resumed run ends in exactly the state
-of an uninterrupted one. Families: control (`train`), offline (`offline train`), ES (`evolve drift`)."""
+of an uninterrupted one. Families: control (`train`), offline (`offline train`), ES (`evolve drift`) and
+language models (`lm sft --dataset` on a tiny GGUF model; `lm rl` runs the same loop with the same
+checkpoints)."""
 
 from __future__ import annotations
 
@@ -26,11 +28,43 @@ CONTROL_TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2"
                 "--total-steps", "512", "--hidden", "16,16"]
 
 
+def _damage_msgpack(checkpoints: Path) -> None:
+    newest = checkpoints / "chunk_000002.msgpack"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+
+
+def _msgpack_state(folder: Path):
+    """The newest checkpoint's state, as plain nested arrays."""
+    meta = checkpoint.latest_meta(folder / "checkpoints")
+    return serialization.msgpack_restore((folder / "checkpoints" / meta["file"]).read_bytes())
+
+
+def _damage_orbax(checkpoints: Path) -> None:
+    biggest = max((p for p in (checkpoints / "2").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(biggest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    biggest.write_bytes(bytes(data))
+
+
+def _orbax_state(folder: Path):
+    from longhorizon.lm.run_checkpoint import RunCheckpoints
+
+    with RunCheckpoints(folder / "checkpoints", read_only=True) as store:
+        params, arrays, _ = store.restore()
+    return {"params": params, "arrays": arrays}
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     start: Callable[[Path, Path], list[str]]  # (folder, scratch) -> argv of a new run of 3 chunks
     resume: list[str]  # argv after the folder to continue it
     step_key: str
+    saved: str = "chunk 2 of 3 is saved"  # what the Ctrl-C message says was saved
+    damage: Callable[[Path], None] = _damage_msgpack  # damage the checkpoint of chunk 2
+    passed_over: tuple[str, ...] = ("chunk_000002.msgpack", "is damaged", "(chunk 1) is used instead")
+    state: Callable[[Path], object] = _msgpack_state
 
 
 def _line_dataset(scratch: Path) -> Path:
@@ -45,6 +79,21 @@ def _line_dataset(scratch: Path) -> Path:
     return path
 
 
+def _lm_start(out: Path, scratch: Path) -> list[str]:
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    from tiny_gguf import write_gguf  # tests/tiny_gguf.py
+
+    rows = scratch / "sft.jsonl"
+    if not rows.exists():
+        rows.write_text("".join(json.dumps(r) + "\n" for r in ({"prompt": "hello ", "completion": "world"},
+                                                               {"prompt": "he", "completion": "llo"})))
+        write_gguf(scratch / "tiny.gguf")
+    return ["lm", "sft", "--model", str(scratch / "tiny.gguf"), "--dataset", str(rows), "--max-steps", "3",
+            "--per-device-train-batch-size", "2", "--learning-rate", "1e-3", "--checkpoint-every", "1",
+            "--out", str(out)]
+
+
 FAMILIES = {
     "control": Family(lambda out, _: ["train", "ppo", "--env", "CartPole-v1", *CONTROL_TINY, "--seeds", "2", "--chunks",
                                       "3", "--eval-episodes", "2", "--quiet", "--out", str(out)],
@@ -56,16 +105,12 @@ FAMILIES = {
     "evolve": Family(lambda out, _: ["evolve", "drift", "--lifetimes", "2", "--seeds", "1", "--population", "2",
                                      "--generations", "3", "--out", str(out)],
                      ["evolve", "drift", "--resume"], "step"),
+    "lm": Family(_lm_start, ["lm", "sft", "--resume"], "step", saved="checkpoint saved at step 2", damage=_damage_orbax,
+                 passed_over=("step 2", "is damaged", "step 1 is used"), state=_orbax_state),
 }
 # the families whose three runs take more than a few seconds on 2 cores
-SLOW = {"control", "evolve"}
+SLOW = {"control", "evolve", "lm"}
 PARAMS = [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in FAMILIES]
-
-
-def _state(folder: Path):
-    """The newest checkpoint's state, as plain nested arrays."""
-    meta = checkpoint.latest_meta(folder / "checkpoints")
-    return serialization.msgpack_restore((folder / "checkpoints" / meta["file"]).read_bytes())
 
 
 def test_a_folder_in_use_is_refused_naming_its_holder_in_every_family(tmp_path, capsys):
@@ -103,19 +148,16 @@ def test_ctrl_c_then_a_damaged_checkpoint_then_resume_ends_as_an_uninterrupted_r
     capsys.readouterr()
     assert main(family.start(cut, tmp_path)) == 130
     err = capsys.readouterr().err
-    assert "chunk 2 of 3 is saved" in err and f"{' '.join(family.resume)} {cut}" in err, err
+    assert family.saved in err and f"{' '.join(family.resume)} {cut}" in err, err
     assert json.loads((cut / "summary.json").read_text())["status"] == "interrupted"
     assert main(family.start(cut, tmp_path)) == 2  # a new run may not overwrite it
     assert "already holds" in capsys.readouterr().err
     monkeypatch.setattr(ChunkProgress, "update", real)
 
-    newest = cut / "checkpoints" / "chunk_000002.msgpack"
-    data = bytearray(newest.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    newest.write_bytes(bytes(data))
+    family.damage(cut / "checkpoints")
     assert main([*family.resume, str(cut)]) == 0
     err = capsys.readouterr().err
-    assert "chunk_000002.msgpack" in err and "is damaged" in err and "(chunk 1) is used instead" in err, err
+    assert all(words in err for words in family.passed_over), err
 
     summary = json.loads((cut / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["chunks_done"] == 3
@@ -124,7 +166,7 @@ def test_ctrl_c_then_a_damaged_checkpoint_then_resume_ends_as_an_uninterrupted_r
     assert [r[family.step_key] for r in rows] == [r[family.step_key] for r in whole_rows]  # chunk 2 was redone once
     for key in ("chunk", family.step_key, "wall_seconds", "time"):
         assert all(key in r for r in rows), key
-    jax.tree.map(np.testing.assert_array_equal, _state(cut), _state(whole))
+    jax.tree.map(np.testing.assert_array_equal, family.state(cut), family.state(whole))
     for shared in ("status", "chunks_done", "final_eval_return", "compile_seconds", "train_seconds", "wall_seconds",
                    "results"):
         assert shared in summary, shared

@@ -39,32 +39,6 @@ def _task_cfg(base: dict | None, digits, operators, const_max, names, reward, ga
     return TaskConfig(**fields)
 
 
-def _plot(results, rows: list[dict], keys: tuple[str, ...], xkey: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key in keys:
-        pts = [(r[xkey], r[key]) for r in rows if key in r and r[key] is not None]
-        if pts:
-            ax.plot(*zip(*pts), label=key)
-    ax.set_xlabel(xkey)
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(results.curve_path, dpi=110)
-    plt.close(fig)
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("{task.fields[info]}"))
-
-
 def _print_eval(ev: dict) -> None:
     """The held-out table: accuracy per horizon of a task, or mean reward (per horizon when rows have one) of a dataset."""
     from rich.console import Console
@@ -249,75 +223,21 @@ def _sft_setup(o: dict) -> dict:
 
 
 def _run_sft(o: dict, resume: bool) -> None:
-    from longhorizon.runner.lock import FolderLock
+    """``lm sft`` on a built-in task, run by the runner's one loop (:class:`longhorizon.lm.sft.TaskSFTTrainable`)."""
+    from longhorizon.lm.sft import TaskSFTTrainable
+    from longhorizon.runner.interrupts import Interrupted
+    from longhorizon.runner.loop import train_loop
 
-    with FolderLock(o["out"]):  # one writer per results folder, as for every other run
-        _run_sft_locked(o, resume)
-
-
-def _run_sft_locked(o: dict, resume: bool) -> None:
-    import jax
-
-    from longhorizon.lm.evaluate import evaluate
-    from longhorizon.lm.model import count_params, init_params
-    from longhorizon.lm.resume import StopRequest, check_fresh, rng_state, set_rng_state
-    from longhorizon.lm.sft import make_optimizer, train_sft
-    from longhorizon.lm.tasks import HELD_OUT_OFFSET, ProblemStream, make_problems, max_lengths, parse_horizons
-    from longhorizon.lm.tokenizer import Tokenizer
-    from longhorizon.runner import checkpoint
-    from longhorizon.runner.results import ResultsDir
-
-    setup = _sft_setup(o)
-    task, steps, batch_size, seed = o["task"], o["steps"], o["batch_size"], o["seed"]
-    hs, eval_hs = setup["horizons"], parse_horizons(o["eval_horizons"])
-    task_cfg, model_cfg, sft_cfg = setup["task_config"], setup["model"], setup["sft"]
-    tokenizer = Tokenizer(setup["alphabet"])
-    results = ResultsDir(o["out"])
-    check_fresh(results, resume)
-    params = init_params(jax.random.PRNGKey(seed), model_cfg)
-    stream = ProblemStream(task, task_cfg, seed)
-    start = None
-    if resume:
-        optimizer = make_optimizer(sft_cfg.learning_rate, sft_cfg.steps, sft_cfg.warmup_steps, sft_cfg.weight_decay,
-                                   sft_cfg.max_grad_norm)
-        state, meta = checkpoint.restore(results.checkpoints, {"params": params, "opt_state": optimizer.init(params)})
-        set_rng_state(stream.rng, meta["stream"])
-        start = {**state, "step": meta["step"], "tokens": meta["tokens"]}
-        results.truncate_metrics(meta["step"], key="step")
-    else:
-        results.write_config(setup)
-    every = o["checkpoint_every"] or max(1, steps // 10)
-    rows: list[dict] = results.read_metrics() if resume else []
-
-    def save(state: dict) -> None:
-        checkpoint.save(results.checkpoints, state["step"], {"params": state["params"], "opt_state": state["opt_state"]},
-                        {"step": state["step"], "tokens": state["tokens"], "stream": rng_state(stream.rng)})
-
-    with _progress() as bar, StopRequest() as stop:
-        job = bar.add_task("sft", total=steps, info="", completed=start["step"] if start else 0)
-
-        def on_log(row):
-            rows.append(row)
-            results.append_metrics(row)
-            bar.update(job, completed=row["step"], info=f"loss {row['loss']:.3f}  tok-acc {row['token_accuracy']:.3f}")
-
-        def on_step_end(state: dict) -> bool:
-            if stop.requested or state["step"] % every == 0 or state["step"] == steps:
-                save(state)
-            return stop.requested
-
-        params, _ = train_sft(params, model_cfg, tokenizer, lambda _: stream.sample(hs, batch_size), sft_cfg,
-                              log_every=max(1, steps // 50), on_log=on_log, start=start, on_step_end=on_step_end)
-    if stop.requested and checkpoint.latest_meta(results.checkpoints)["step"] < steps:
-        raise interrupted("lm sft", results.root, checkpoint.latest_meta(results.checkpoints)["step"])
-    held = make_problems("chain", eval_hs, o["eval_problems"], seed + HELD_OUT_OFFSET, task_cfg)
-    eplen, eclen = max_lengths("chain", max(eval_hs), task_cfg)
-    ev = evaluate(params, model_cfg, tokenizer, held, max_prompt_length=eplen + 1, max_new_tokens=eclen + 1)
-    _print_eval(ev)
-    _plot(results, rows, ("loss", "token_accuracy"), "step", "SFT")
-    results.write_summary({"params": count_params(params), "final": rows[-1] if rows else {}, "eval": ev,
-                           "tokens": rows[-1]["tokens"] if rows else 0})
-    print(f"wrote {results.root}")
+    trainable = TaskSFTTrainable(_sft_setup(o), o["out"], o["checkpoint_every"])
+    try:
+        summary, _ = train_loop(lambda: trainable, resume)
+    except Interrupted as stop:
+        if stop.saved is None:  # nothing saved: the runner's message says so
+            raise
+        raise interrupted("lm sft", Path(o["out"]), trainable.step_after(stop.saved)) from None
+    if summary["eval"] is not None:
+        _print_eval(summary["eval"])
+    print(f"wrote {o['out']}")
 
 
 # ----------------------------------------------------------------------------- rl

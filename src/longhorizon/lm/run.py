@@ -3,10 +3,11 @@
 A spec is an :class:`RLSpec` (GRPO family, ``lm rl``) or a :class:`longhorizon.lm.sft.SFTSpec`
 (supervised fine-tuning, ``lm sft --dataset``); once the policy is loaded, ``spec.build(policy)``
 gives the loop its :class:`Parts` (trainer, sampler, evaluation). ``lm rl``, ``lm sft`` and the
-reproductions only build specs. The loop owns the results folder (one writer:
-:class:`longhorizon.runner.lock.FolderLock`): ``config.json``, ``metrics.jsonl`` (one row per RL
-step, also as TensorBoard events in ``tensorboard/``), ``summary.json``, ``curve.png`` and
-``checkpoints/`` (orbax, :mod:`longhorizon.lm.run_checkpoint`). A fresh run with an :class:`EvalSpec`
+reproductions only build specs. The loop is the runner's one training loop
+(:func:`longhorizon.runner.loop.train_loop`, one chunk per step, driving an :class:`LMTrainable`); it
+owns the results folder (one writer): ``config.json``, ``metrics.jsonl`` (one row per step, also as
+TensorBoard events in ``tensorboard/``), ``summary.json``, ``curve.png`` and ``checkpoints/`` (orbax,
+:mod:`longhorizon.lm.run_checkpoint`). A fresh run with an :class:`EvalSpec`
 first evaluates the starting policy (a metrics row at step 0 and ``summary["eval_start"]``, so that every
 curve starts at the base; a resumed run does not evaluate it again). Per step::
 
@@ -17,8 +18,8 @@ curve starts at the base; a resumed run does not evaluate it again). Per step::
     row |= sampler.observe(metrics, evaluation)     # curriculum gates, SCALER's level, ...
     append the row; checkpoint every `checkpoint_every` steps, at the end and on Ctrl-C
 
-Ctrl-C (:class:`longhorizon.lm.resume.StopRequest`) lets the step in flight finish, saves it and
-raises :class:`Interrupted`; ``run_rl(spec, resume=True)`` restores parameters, optimiser state,
+Ctrl-C lets the step in flight finish, saves it and raises :class:`Interrupted`; a loss that is NaN
+or infinite stops the run, keeping the last checkpoint; ``run_rl(spec, resume=True)`` restores parameters, optimiser state,
 PRNG key, reference parameters (when ``beta > 0``; otherwise the reference is never read), counters
 and the sampler's state, drops metric rows after the checkpoint and continues, so the result
 equals an uninterrupted run bit for bit (XLA on CPU is deterministic).
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from longhorizon.lm.grpo import GRPOConfig
 from longhorizon.lm.protocols import Sampler, Trainer
 from longhorizon.lm.resume import INTERRUPTED_EXIT  # noqa: F401  (re-exported: the CLI's exit code)
 from longhorizon.runner.interrupts import Interrupted as RunInterrupted
+from longhorizon.runner.loop import Trainable
 
 OFFLOAD = ("none", "host")  # host: the update streams the model from host memory (lm.offload)
 
@@ -328,21 +329,20 @@ def dry_run(spec: RLSpec, resume: bool = False) -> dict:
 def run_rl(spec: RLSpec, *, resume: bool = False, quiet: bool = False) -> dict:
     """Run ``spec`` to its last step (or continue it with ``resume``) and return the summary.
 
-    Raises :class:`Interrupted` after saving when Ctrl-C stopped it; a second Ctrl-C aborts at once
-    (``KeyboardInterrupt``), leaving the last saved checkpoint.
+    The run goes through the runner's one training loop (:func:`longhorizon.runner.loop.train_loop`) as an
+    :class:`LMTrainable`. Raises :class:`Interrupted` after saving when Ctrl-C stopped it; a second Ctrl-C
+    aborts at once, leaving the last saved checkpoint.
     """
-    from longhorizon.runner.lock import FolderLock
-
-    from longhorizon.runner.interrupts import StopRequest
+    from longhorizon.runner.loop import train_loop
 
     spec.check()
-    with StopRequest() as stop:  # from here on the first Ctrl-C stops at the next step boundary, saved
-        lock = FolderLock(spec.out)  # one writer per results folder; released however this ends
-        try:
-            lock.acquire()
-            return _run(spec, resume, quiet, stop)
-        finally:
-            lock.release()
+    try:
+        summary, _ = train_loop(lambda: LMTrainable(spec, quiet), resume)
+    except RunInterrupted as stop:
+        if stop.saved is None:  # nothing saved: the runner's message says so
+            raise
+        raise Interrupted(Path(spec.out), stop.saved) from None
+    return summary
 
 
 def _saved_config_matches(saved: dict, config: dict) -> None:
@@ -355,162 +355,150 @@ def _saved_config_matches(saved: dict, config: dict) -> None:
                              "resume it with the settings it was started with (or start a new run elsewhere).")
 
 
-def _run(spec: RLSpec, resume: bool, quiet: bool, stop) -> dict:
-    import numpy as np
+class LMTrainable(Trainable):
+    """An LM run (an :class:`RLSpec`, or an :class:`longhorizon.lm.sft.SFTSpec`) as the runner's loop drives
+    it: a chunk is one step of the trainer. The trainer and the sampler hold the training state, so the
+    loop's state is None and the checkpoints are orbax steps (:mod:`longhorizon.lm.run_checkpoint`) of the
+    parameters, the arrays ``Parts.arrays`` names, the counters and the sampler's state."""
 
-    from longhorizon.lm.run_checkpoint import RunCheckpoints
-    from longhorizon.runner.loggers import MetricsLoggers
-    from longhorizon.runner.results import ResultsDir, read_json, write_json_atomic
+    step_key = "step"  # optimiser steps
+    divergence_advice = "lower the learning rate and start again"
 
-    t_start = time.perf_counter()
-    check_folder(spec, resume)
-    config = spec.config()
-    policy = load_policy(spec.init)
-    results = ResultsDir(spec.out)
-    parts = spec.build(policy)
-    trainer, sampler, ev_spec = parts.trainer, parts.sampler, parts.evaluation
+    def __init__(self, spec, quiet: bool):
+        self.spec, self.quiet = spec, quiet
+        self.out, self.num_chunks = Path(spec.out), spec.steps
+        self.checkpoint_every = spec.checkpoint_interval
+        self.resume_command = f"longhorizon {spec.record.get('command', 'lm rl')} --resume {spec.out}"
+        self.config = spec.config()
+        self.policy, self.parts, self.store = None, None, None
+        self.eval_start = self.last_eval = self.sampler_record = None
 
-    def trainer_arrays() -> dict:
-        return {name: getattr(trainer, name) for name in parts.arrays}
+    def resolved_config(self) -> dict:
+        return self.config
 
-    store = RunCheckpoints(results.checkpoints)
-    loggers = None
-    try:
-        first, prior_wall, sampler_record, eval_start = 0, 0.0, None, None
-        if resume:
-            _saved_config_matches(read_json(results.config_path), config)
-            trainer.params, arrays, meta = store.restore(trainer.params, trainer_arrays())
-            for name, value in arrays.items():
-                setattr(trainer, name, value)
-            trainer.counters = {k: int(v) for k, v in meta["counters"].items()}
-            sampler.restore(meta["sampler"])
-            first, prior_wall = int(meta["step"]), float(meta.get("wall_seconds", meta.get("wall_s", 0.0)))  # older: wall_s
-            eval_start = meta.get("eval_start")
-            results.truncate_metrics(first, key="step")
-            if (results.root / "sampler.json").exists():
-                sampler_record = read_json(results.root / "sampler.json")
-        else:
-            results.write_config(config)
-        loggers = MetricsLoggers(results.root, read_json(results.config_path), resume_step=first if resume else None,
-                                 step_key="step")
-        rows: list[dict] = results.read_metrics() if resume else []
-        every = spec.checkpoint_interval
-        last_saved = first if resume else None
+    def has_checkpoint(self, directory: Path) -> bool:
+        from longhorizon.lm import run_checkpoint
 
-        def wall() -> float:
-            return prior_wall + time.perf_counter() - t_start
+        return run_checkpoint.latest_step(directory) is not None
 
-        def save(step: int) -> None:
-            nonlocal last_saved
-            store.save(step, trainer.params, trainer_arrays(),
-                       {"step": step, "counters": trainer.counters, "sampler": sampler.state(), "wall_seconds": wall(),
-                        **({"eval_start": eval_start} if eval_start is not None else {})})
-            last_saved = step
+    def init_state(self):
+        from longhorizon.lm.run_checkpoint import RunCheckpoints
 
-        def run_eval() -> dict:
-            return ev_spec.run(trainer.params, policy)
-
-        last_eval = None
-        with _progress(quiet) as bar:
-            if not resume:
-                if sampler.preparation:
-                    bar.console.print(f"{parts.name}: {sampler.preparation} (one pass before the first step)")
-                sampler_record = sampler.prepare(trainer)
-                if sampler_record is not None:
-                    write_json_atomic(results.root / "sampler.json", sampler_record)
-            job = bar.add_task(parts.task, total=spec.steps, info="", completed=first)
-            if not resume and ev_spec is not None and ev_spec.at_start and not stop.requested:
-                # the starting policy, so that every curve starts at the base (a row at step 0, no training fields)
-                bar.console.print("evaluating the starting policy (step 0)")
-                eval_start = run_eval()
-                written = results.append_metrics({"step": 0, **ev_spec.row(eval_start)})
-                rows.append(written)
-                loggers.log(written)
-            step = first
-            for step in range(first + 1, spec.steps + 1):
-                if stop.requested:
-                    step -= 1
-                    break
-                # asynchronous agent workers draw their rows from the sampler themselves, ahead of the steps
-                items, sizes = ([], None) if trainer.samples_itself else \
-                    sampler.sample(parts.items_per_step)
-                metrics = trainer.step(items, sizes)
-                row: dict = {"step": step}
-                horizons = [getattr(p, "horizon", None) for p in items]
-                if horizons and None not in horizons:
-                    row["horizon"] = int(max(horizons))
-                row.update(metrics)
-                if metrics.get("groups"):  # groups whose rewards are all equal carry no GRPO signal
-                    row["groups_no_signal_fraction"] = metrics["groups_all_equal"] / metrics["groups"]
-                if sizes is not None:
-                    row["group_size_mean"] = float(np.mean(sizes))
-                evaluation = None
-                if ev_spec is not None and ((ev_spec.every and step % ev_spec.every == 0) or step == spec.steps):
-                    evaluation = last_eval = run_eval()
-                    row.update(ev_spec.row(evaluation))
-                row.update(sampler.observe(metrics, evaluation) or {})
-                written = results.append_metrics(row)
-                rows.append(written)
-                loggers.log(written)
-                if stop.requested or step % every == 0 or step == spec.steps:
-                    save(step)
-                bar.update(job, completed=step, info=(f"h={row['horizon']} " if "horizon" in row else "")
-                           + parts.progress(metrics))
-        if step < spec.steps:  # stopped by Ctrl-C (before the first step too, e.g. while sGPO profiled)
-            if last_saved != step:
-                save(step)
-            raise Interrupted(results.root, step)
-        evaluation = last_eval if last_eval is not None or ev_spec is None else run_eval()
-        counters = trainer.counters
-        steps_rows = [r for r in rows if "tokens_per_s" in r]  # not the step-0 evaluation row
-        summary = {"status": "completed", "steps": spec.steps, "eval_start": eval_start, "eval": evaluation,
-                   "counters": counters,
-                   "training_tokens": sum(counters.get(k, 0) for k in ("rollout_tokens", "update_tokens")),
-                   "mean_tokens_per_s": sum(r["tokens_per_s"] for r in steps_rows) / max(len(steps_rows), 1),
-                   "wall_seconds": wall()}
-        if sampler_record is not None:
-            summary["sampler"] = sampler_record.get("stats", sampler_record)
-        results.write_summary(summary)
-        _plot(results, rows, parts.curve_keys, parts.title)
-        return summary
-    finally:
-        store.close()
-        if loggers is not None:
-            loggers.close()
-        trainer.close()
-
-
-class _Quiet:
-    """A stand-in for the progress bar when ``quiet``."""
-
-    class console:  # noqa: N801
-        @staticmethod
-        def print(*args, **kwargs):
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+        self.policy = load_policy(self.spec.init)
+        self.parts = parts = self.spec.build(self.policy)
+        self.progress_description = parts.task
+        self.progress_headline = (parts.curve_keys[0], parts.curve_keys[0])
+        self.store = RunCheckpoints(self.out / "checkpoints")
         return None
 
-    def add_task(self, *args, **kwargs):
-        return 0
+    def _arrays(self) -> dict:
+        return {name: getattr(self.parts.trainer, name) for name in self.parts.arrays}
 
-    def update(self, *args, **kwargs):
-        pass
+    def restore_checkpoint(self, directory: Path, template):
+        from longhorizon.runner.results import read_json
+
+        _saved_config_matches(read_json(self.out / "config.json"), self.config)
+        trainer = self.parts.trainer
+        trainer.params, arrays, meta = self.store.restore(trainer.params, self._arrays())
+        for name, value in arrays.items():
+            setattr(trainer, name, value)
+        trainer.counters = {k: int(v) for k, v in meta["counters"].items()}
+        self.parts.sampler.restore(meta["sampler"])
+        self.eval_start = meta.get("eval_start")
+        if (self.out / "sampler.json").exists():
+            self.sampler_record = read_json(self.out / "sampler.json")
+        # checkpoints saved before the runner's key names recorded the wall time as wall_s
+        wall = float(meta.get("wall_seconds", meta.get("wall_s", 0.0)))
+        return None, {**meta, "chunk": int(meta["step"]), "wall_seconds": wall}
+
+    def save_checkpoint(self, directory: Path, chunk: int, state, meta: dict) -> None:
+        trainer = self.parts.trainer
+        self.store.save(chunk, trainer.params, self._arrays(),
+                        {**meta, "step": chunk, "counters": trainer.counters, "sampler": self.parts.sampler.state(),
+                         **({"eval_start": self.eval_start} if self.eval_start is not None else {})})
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:  # on stdout: stderr is kept for errors and the progress display
+            print(text, flush=True)
+
+    def begin(self, state, stop) -> list[dict]:
+        from longhorizon.runner.results import write_json_atomic
+
+        parts, sampler = self.parts, self.parts.sampler
+        if sampler.preparation:
+            self._say(f"{parts.name}: {sampler.preparation} (one pass before the first step)")
+        self.sampler_record = sampler.prepare(parts.trainer)
+        if self.sampler_record is not None:
+            write_json_atomic(self.out / "sampler.json", self.sampler_record)
+        ev = parts.evaluation
+        if ev is None or not ev.at_start or stop.requested:
+            return []
+        # the starting policy, so that every curve starts at the base (a row at step 0, no training fields)
+        self._say("evaluating the starting policy (step 0)")
+        self.eval_start = ev.run(parts.trainer.params, self.policy)
+        return [ev.row(self.eval_start)]
+
+    def step_after(self, chunks_done: int) -> int:
+        return chunks_done
+
+    def run_chunk(self, state, chunk: int):
+        import math
+
+        import numpy as np
+
+        parts, trainer, sampler, ev = self.parts, self.parts.trainer, self.parts.sampler, self.parts.evaluation
+        step = chunk + 1
+        # asynchronous agent workers draw their rows from the sampler themselves, ahead of the steps
+        items, sizes = ([], None) if trainer.samples_itself else sampler.sample(parts.items_per_step)
+        metrics = trainer.step(items, sizes)
+        row: dict = {}
+        horizons = [getattr(p, "horizon", None) for p in items]
+        if horizons and None not in horizons:
+            row["horizon"] = int(max(horizons))
+        row.update(metrics)
+        if metrics.get("groups"):  # groups whose rewards are all equal carry no GRPO signal
+            row["groups_no_signal_fraction"] = metrics["groups_all_equal"] / metrics["groups"]
+        if sizes is not None:
+            row["group_size_mean"] = float(np.mean(sizes))
+        evaluation = None
+        if ev is not None and ((ev.every and step % ev.every == 0) or step == self.spec.steps):
+            evaluation = self.last_eval = ev.run(trainer.params, self.policy)
+            row.update(ev.row(evaluation))
+        row.update(sampler.observe(metrics, evaluation) or {})
+        loss = metrics.get("loss")
+        finite = not isinstance(loss, float) or math.isfinite(loss)
+        return None, {"finite": finite, "row": row}
+
+    def metrics_row(self, metrics: dict, chunk: int, elapsed: float) -> dict:
+        return metrics["row"]
+
+    def summary_fields(self, state, chunks_done: int, final_eval, train_seconds: float) -> dict:
+        from longhorizon.runner.results import read_metrics
+
+        parts, done = self.parts, chunks_done == self.spec.steps
+        if done and self.last_eval is None and parts.evaluation is not None:  # resumed after the last step's save
+            self.last_eval = parts.evaluation.run(parts.trainer.params, self.policy)
+        counters = parts.trainer.counters
+        steps_rows = [r for r in read_metrics(self.out) if "tokens_per_s" in r]  # not the step-0 evaluation row
+        fields = {"steps": self.spec.steps, "eval_start": self.eval_start, "eval": self.last_eval if done else None,
+                  "counters": counters,
+                  "training_tokens": sum(counters.get(k, 0) for k in ("rollout_tokens", "update_tokens")),
+                  "mean_tokens_per_s": sum(r["tokens_per_s"] for r in steps_rows) / max(len(steps_rows), 1)}
+        if self.sampler_record is not None:
+            fields["sampler"] = self.sampler_record.get("stats", self.sampler_record)
+        return fields
+
+    def plot(self, results) -> None:
+        plot_curve(results, results.read_metrics(), self.parts.curve_keys, self.parts.title)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        if self.parts is not None:
+            self.parts.trainer.close()
 
 
-def _progress(quiet: bool):
-    if quiet:
-        return _Quiet()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("{task.fields[info]}"))
-
-
-def _plot(results, rows: Sequence[dict], keys: Sequence[str], title: str) -> None:
+def plot_curve(results, rows: Sequence[dict], keys: Sequence[str], title: str) -> None:
     """curve.png: the training metrics ``keys`` per step (GRPO: reward, entropy, KL; SFT: loss, token
     accuracy) and the held-out evaluation where evaluated."""
     import matplotlib

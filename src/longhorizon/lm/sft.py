@@ -33,6 +33,7 @@ from longhorizon.lm.model import ModelConfig, forward
 from longhorizon.lm.protocols import Sampler, Trainer
 from longhorizon.lm.tasks import Problem
 from longhorizon.lm.tokenizer import PAD, Tokenizer
+from longhorizon.runner.loop import Trainable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +143,116 @@ def train_sft(
                                                     "tokens": tokens_seen}):
             break
     return params, history
+
+
+class TaskSFTTrainable(Trainable):
+    """``lm sft`` on a built-in task (a character policy trained from scratch) as the runner's one loop
+    drives it: a chunk is ``chunk_steps`` steps of :func:`train_sft` ending in one metrics row, the state
+    ``{"params", "opt_state"}`` (msgpack checkpoints whose meta also keeps the tokens seen and the problem
+    stream's generator, so a resumed run draws the same batches). ``setup`` is the run's ``config.json``
+    (``lm/cli.py:_sft_setup``); the held-out evaluation runs once, after the last step.
+
+    A chunk is as long as both the logging interval (``steps // 50``) and ``checkpoint_every`` steps allow
+    (their greatest common divisor), so rows and checkpoints land on the steps they always have."""
+
+    step_key = "step"
+    progress_headline = ("loss", "loss")
+    progress_description = "sft"
+    plot_title = "SFT"
+
+    def __init__(self, setup: dict, out: str, checkpoint_every: int):
+        from pathlib import Path
+
+        from longhorizon.lm.tasks import ProblemStream
+
+        self.setup, self.cfg, self.out = setup, setup["sft"], Path(out)
+        every = checkpoint_every or max(1, self.cfg.steps // 10)
+        self.chunk_steps = math.gcd(max(1, self.cfg.steps // 50), every)
+        self.num_chunks = -(-self.cfg.steps // self.chunk_steps)
+        self.checkpoint_every = every // self.chunk_steps
+        self.resume_command = f"longhorizon lm sft --resume {out}"
+        self.tokenizer = Tokenizer(setup["alphabet"])
+        self.stream = ProblemStream(setup["task"], setup["task_config"], setup["seed"])
+        self.tokens = 0
+
+    def resolved_config(self) -> dict:
+        return self.setup
+
+    def step_after(self, chunks_done: int) -> int:
+        return min(chunks_done * self.chunk_steps, self.cfg.steps)
+
+    def init_state(self):
+        from longhorizon.lm.model import init_params
+
+        cfg = self.cfg
+        params = init_params(jax.random.PRNGKey(self.setup["seed"]), self.setup["model"])
+        optimizer = make_optimizer(cfg.learning_rate, cfg.steps, cfg.warmup_steps, cfg.weight_decay, cfg.max_grad_norm)
+        return {"params": params, "opt_state": optimizer.init(params)}
+
+    def save_checkpoint(self, directory, chunk: int, state, meta: dict) -> None:
+        from longhorizon.lm.resume import rng_state
+        from longhorizon.runner import checkpoint
+
+        checkpoint.save(directory, chunk, state, {**meta, "tokens": self.tokens, "stream": rng_state(self.stream.rng)})
+
+    def restore_checkpoint(self, directory, template):
+        from longhorizon.lm.resume import set_rng_state
+        from longhorizon.runner import checkpoint
+
+        state, meta = checkpoint.restore(directory, template)
+        step = int(meta["step"])
+        if step != self.cfg.steps and step % self.chunk_steps:
+            raise UsageError(f"the checkpoint in {directory} is at step {step}, inside a chunk of {self.chunk_steps} "
+                             "steps (saved by an older longhorizon); start the run again in a new folder.")
+        set_rng_state(self.stream.rng, meta["stream"])
+        self.tokens = int(meta["tokens"])
+        chunk = self.num_chunks if step == self.cfg.steps else step // self.chunk_steps
+        return state, {**meta, "chunk": chunk}  # older runs numbered their checkpoints by step
+
+    def run_chunk(self, state, chunk: int):
+        first, last = self.step_after(chunk), self.step_after(chunk + 1)
+        end, rows = {}, []
+
+        def stop_at_chunk_end(step_state: dict) -> bool:
+            if step_state["step"] >= last:
+                end.update(step_state)
+                return True
+            return False
+
+        options = self.setup["options"]
+        train_sft(state["params"], self.setup["model"], self.tokenizer,
+                  lambda _: self.stream.sample(self.setup["horizons"], options["batch_size"]), self.cfg,
+                  log_every=self.chunk_steps, on_log=rows.append, on_step_end=stop_at_chunk_end,
+                  start={**state, "step": first, "tokens": self.tokens})  # a NaN loss raises TrainingDiverged
+        self.tokens = end["tokens"]
+        return {"params": end["params"], "opt_state": end["opt_state"]}, {"finite": True, "row": rows[-1]}
+
+    def metrics_row(self, metrics: dict, chunk: int, elapsed: float) -> dict:
+        return metrics["row"]
+
+    def summary_fields(self, state, chunks_done: int, final_eval, train_seconds: float) -> dict:
+        from longhorizon.lm.evaluate import evaluate
+        from longhorizon.lm.model import count_params
+        from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths, parse_horizons
+        from longhorizon.runner.results import read_metrics
+
+        rows = [r for r in read_metrics(self.out) if "loss" in r]
+        fields = {"params": count_params(state["params"]), "final": rows[-1] if rows else {}, "eval": None,
+                  "tokens": self.tokens}
+        if chunks_done == self.num_chunks:
+            setup, options = self.setup, self.setup["options"]
+            horizons = parse_horizons(options["eval_horizons"])
+            held = make_problems("chain", horizons, options["eval_problems"], setup["seed"] + HELD_OUT_OFFSET,
+                                 setup["task_config"])
+            prompt, completion = max_lengths("chain", max(horizons), setup["task_config"])
+            fields["eval"] = evaluate(state["params"], setup["model"], self.tokenizer, held,
+                                      max_prompt_length=prompt + 1, max_new_tokens=completion + 1)
+        return fields
+
+    def plot(self, results) -> None:
+        from longhorizon.lm.run import plot_curve
+
+        plot_curve(results, results.read_metrics(), ("loss", "token_accuracy"), self.plot_title)
 
 
 # ----------------------------------------------------------------------------- SFT on datasets, through the LM spine

@@ -29,9 +29,9 @@ class Interrupted(Exception):
     An ``Exception``, not a ``KeyboardInterrupt``: the command-line layer (typer) turns any
     ``KeyboardInterrupt`` into a bare exit code and would drop this message."""
 
-    def __init__(self, message: str, summary: dict | None = None):
+    def __init__(self, message: str, summary: dict | None = None, saved: int | None = None):
         super().__init__(message)
-        self.message, self.summary = message, summary
+        self.message, self.summary, self.saved = message, summary, saved  # saved: the chunk saved last, if any
 
     def __str__(self) -> str:
         return self.message

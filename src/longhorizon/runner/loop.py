@@ -36,9 +36,10 @@ class Trainable:
     """One run as the loop drives it. A family subclasses it and sets the attributes and the methods that
     raise ``NotImplementedError``; the others have defaults that do nothing (or the common thing).
 
-    The state is a pytree: the loop checkpoints it with :mod:`longhorizon.runner.checkpoint` (msgpack
-    plus a checksum) and restores it into the template :meth:`init_state` builds, so a resumed run
-    continues bit for bit.
+    By default the state is a pytree that the loop checkpoints with :mod:`longhorizon.runner.checkpoint`
+    (msgpack plus a checksum) and restores into the template :meth:`init_state` builds, so a resumed run
+    continues bit for bit; a family with another checkpoint format (the LM runs' orbax steps) overrides
+    the three checkpoint methods.
     """
 
     out: Path  # the results folder
@@ -46,6 +47,7 @@ class Trainable:
     resume_command: str  # the command that continues this run (named by the Ctrl-C message)
     step_key: str = "env_steps"  # the metrics rows' step axis (TensorBoard's global step)
     eval_every: int = 0  # chunks between evaluations; the last chunk is always evaluated
+    checkpoint_every: int = 1  # chunks between checkpoints; the last chunk and a Ctrl-C always save
     quiet: bool = False
     wandb: str | None = None  # a Weights & Biases project that also receives the rows
     progress_description: str = "training"
@@ -60,6 +62,24 @@ class Trainable:
     def init_state(self) -> Any:
         """The initial training state (also the template a checkpoint is restored into)."""
         raise NotImplementedError
+
+    def has_checkpoint(self, directory: Path) -> bool:
+        """Whether ``directory`` (the folder's ``checkpoints/``) holds a checkpoint."""
+        return checkpoint.latest_meta(directory) is not None
+
+    def save_checkpoint(self, directory: Path, chunk: int, state: Any, meta: dict[str, Any]) -> None:
+        """Save ``state`` after ``chunk`` chunks with ``meta`` (JSON: the step and the timings)."""
+        checkpoint.save(directory, chunk, state, meta)
+
+    def restore_checkpoint(self, directory: Path, template: Any) -> tuple[Any, dict[str, Any]]:
+        """``(state, meta)`` of the newest intact checkpoint; ``meta["chunk"]`` is its chunk."""
+        return checkpoint.restore(directory, template)
+
+    def begin(self, state: Any, stop: StopRequest) -> list[dict[str, Any]]:
+        """Work a fresh run does before its first chunk, once the folder is settled (a sampler's preparation
+        pass, an evaluation of the starting policy); returns metrics rows to log at step 0. ``stop.requested``
+        says whether Ctrl-C was pressed (then skip what is not needed to resume)."""
+        return []
 
     def compile(self, state: Any) -> float:
         """Compile the chunk program ahead of the first chunk; returns the seconds it took."""
@@ -148,10 +168,12 @@ def train_loop(build: Callable[[], Trainable], resume: bool = False,
             lock.acquire()
             return loop.run(resume, max_chunks)
         finally:
-            lock.release()
-            if loop.loggers is not None:
-                loop.loggers.close()
-            trainable.close()
+            try:  # everything that may still write to the folder closes before its lock is released
+                if loop.loggers is not None:
+                    loop.loggers.close()
+                trainable.close()
+            finally:
+                lock.release()
 
 
 class _Loop:
@@ -169,7 +191,7 @@ class _Loop:
 
     def run(self, resume: bool, max_chunks: int | None) -> tuple[dict[str, Any], Any]:
         t = self.t
-        check_folder(t.out, resume)
+        check_folder(t.out, resume, saved=t.has_checkpoint(t.out / "checkpoints"))
         if resume and (done := completed_summary(t.out)) is not None:
             print(f"{t.out} holds a finished run (status {done['status']}); nothing to resume, nothing changed.",
                   file=sys.stderr)
@@ -178,7 +200,7 @@ class _Loop:
         state = t.init_state()  # bad input (a malformed dataset) fails here, before config.json is written
         first_chunk, resume_step = 0, None
         if resume:
-            state, meta = checkpoint.restore(results.checkpoints, state)
+            state, meta = t.restore_checkpoint(results.checkpoints, state)
             first_chunk = int(meta["chunk"])
             resume_step = t.step_after(first_chunk)
             self.prior = {k: float(meta.get(k, 0.0)) for k in TIMINGS}
@@ -187,13 +209,21 @@ class _Loop:
             results.write_config(t.resolved_config())
         self.loggers = MetricsLoggers(results.root, read_json(results.config_path), wandb_project=t.wandb,
                                       resume_step=resume_step, step_key=t.step_key)
+        started = [] if resume else t.begin(state, self.stop)
+        for row in started:
+            self.loggers.log(results.append_metrics({"chunk": 0, t.step_key: t.step_after(0), **row,
+                                                     "wall_seconds": self.wall()}))
         self.compile_seconds = t.compile(state) if first_chunk < t.num_chunks else 0.0
         resume_hint = f"continue with `{t.resume_command}`"
+        if self.stop.requested and started:  # the rows logged at step 0 are kept with a checkpoint to resume
+            self.save(0, state)
+            raise Interrupted(f"interrupted before the first chunk finished: chunk 0 of {t.num_chunks} is saved in "
+                              f"{results.checkpoints}; {resume_hint}.", saved=0)
         if self.stop.requested:  # Ctrl-C while starting: start-up was let finish, no chunk has run
             raise Interrupted(f"interrupted before training resumed: {results.checkpoints} still holds chunk "
                               f"{first_chunk}; {resume_hint}." if resume else
                               f"interrupted before the first chunk finished: nothing was saved; run the same command "
-                              f"again to start {t.out} afresh.")
+                              f"again to start {t.out} afresh.", saved=first_chunk if resume else None)
         self.train_seconds = self.prior["train_seconds"]
         status, chunk, last_eval = "completed", first_chunk, None
         saved = first_chunk if resume else None
@@ -224,8 +254,9 @@ class _Loop:
                             last_eval = evaluation
                             row.update(eval_return_mean=float(np.mean(evaluation)), eval_return_per_seed=evaluation)
                     self.loggers.log(results.append_metrics(row))
-                    self.save(chunk, state)
-                    saved = chunk
+                    if chunk % t.checkpoint_every == 0 or chunk == t.num_chunks or self.stop.requested:
+                        self.save(chunk, state)
+                        saved = chunk
                     progress.update(t.step_after(chunk), row)
                     if last_eval is not None and t.target_reached(last_eval):
                         status = "target_reached"
@@ -235,6 +266,9 @@ class _Loop:
                         break
             if chunk < t.num_chunks and status == "completed":
                 status = "stopped"
+            if status == "stopped" and saved != chunk:  # a stop between checkpoints keeps the chunks it ran
+                self.save(chunk, state)
+                saved = chunk
         except KeyboardInterrupt:  # a second Ctrl-C: the chunk in flight is dropped, the saved ones stay
             status = "interrupted"
         except TrainingDiverged:
@@ -250,11 +284,11 @@ class _Loop:
                 raise Interrupted(f"interrupted before the first chunk finished: nothing was saved; run the same "
                                   f"command again to start {t.out} afresh.", summary)
             raise Interrupted(f"interrupted: chunk {saved} of {t.num_chunks} is saved in {results.checkpoints}; "
-                              f"{resume_hint}.", summary)
+                              f"{resume_hint}.", summary, saved=saved)
         return summary, state
 
     def save(self, chunk: int, state: Any) -> None:
-        checkpoint.save(self.results.checkpoints, chunk, state, {
+        self.t.save_checkpoint(self.results.checkpoints, chunk, state, {
             self.t.step_key: self.t.step_after(chunk), "wall_seconds": self.wall(), "train_seconds": self.train_seconds,
             "compile_seconds": self.prior["compile_seconds"] + self.compile_seconds})
         self.t.saved(state, chunk)

@@ -40,7 +40,8 @@ class ChunkProgress:
         info = f"{label} {value:8.2f}" if value is not None else f"{label}    n/a"
         if row.get("eval_return_mean") is not None:
             info += f" · eval {row['eval_return_mean']:.2f}"
-        info += f" · {row.get('steps_per_second', 0):,.0f} steps/s"
+        if row.get("steps_per_second") is not None:
+            info += f" · {row['steps_per_second']:,.0f} steps/s"
         if self._progress is not None:
             self._progress.update(self._task, completed=completed, info=info)
         elif not self.quiet:

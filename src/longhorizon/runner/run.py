@@ -30,7 +30,7 @@ from longhorizon.envs.gymnasium import is_host_env
 from longhorizon.errors import UsageError
 from longhorizon.runner.evaluate import evaluate
 from longhorizon.runner.loggers import require_wandb
-from longhorizon.runner.loop import Trainable, check_folder, completed_summary, train_loop  # noqa: F401 (re-exported)
+from longhorizon.runner.loop import Trainable, check_folder, train_loop  # noqa: F401 (check_folder: re-exported)
 from longhorizon.runner.results import ResultsDir, read_json
 
 
