@@ -4,7 +4,16 @@ import json
 
 import pytest
 
+from longhorizon.lm.chain_base import base_label, cached_base
+from longhorizon.lm.policy_cache import params_digest
 from longhorizon.repro import h1
+
+
+def test_h1_setups_name_the_chain_base_recipe():
+    from longhorizon.lm.chain_base import BaseRecipe
+
+    assert h1.H1Setup().recipe == BaseRecipe()  # the protocol's base is the recipe's default
+    assert h1.CHAIN_BASE.recipe == BaseRecipe(sft_steps=2000, sft_chain_fraction=0.25)
 
 
 def test_h1_chain_base_runs_the_protocol_from_the_labelled_deviation(monkeypatch, tmp_path):
@@ -138,9 +147,9 @@ def test_h1_and_sgpo_run_end_to_end_through_the_spine(tmp_path, monkeypatch):
     assert {p.stem for p in (tmp_path / "h1" / "curves").glob("*.csv")} == set(h1.ARMS)
     for arm in h1.ARMS:
         arm_dir = tmp_path / "h1" / "runs" / "seed0" / arm
-        params = h1.cached_base(setup)[0]
-        assert json.loads((arm_dir / "config.json").read_text())["init"] == h1.base_label(setup, params)
-        assert h1.params_digest(params) in h1.base_label(setup, params)
+        params = cached_base(setup.recipe)[0]
+        assert json.loads((arm_dir / "config.json").read_text())["init"] == base_label(setup.recipe, params)
+        assert params_digest(params) in base_label(setup.recipe, params)
         assert len((arm_dir / "metrics.jsonl").read_text().splitlines()) == 5
     assert (tmp_path / "h1" / "README.md").exists()
     small = sgpo.SGPOSetup(seeds=1, base=base, pool_size=6, steps=3, prompts_per_step=2, num_generations=2,

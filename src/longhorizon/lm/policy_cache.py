@@ -44,3 +44,11 @@ def load_or_train(path: Path, template: Any, train: Callable[[], Any], log: Call
     tmp.write_bytes(serialization.to_bytes(jax.device_get(params)))
     os.replace(tmp, path)
     return params
+
+
+def params_digest(params: Any) -> str:
+    """The first 16 hex digits of the SHA-256 of ``params``' serialised bytes: which parameters a run started from."""
+    import jax
+    from flax import serialization
+
+    return hashlib.sha256(serialization.to_bytes(jax.device_get(params))).hexdigest()[:16]

@@ -1,6 +1,6 @@
 """es-finetune: antithetic ES fine-tunes an LM policy with inference-only memory; vs GRPO at equal rollouts.
 
-From one supervised base (the h1 reproduction's cached base, :func:`longhorizon.repro.h1.cached_base`),
+From one supervised base (the h1 reproduction's cached base, :func:`longhorizon.lm.chain_base.cached_base`),
 two arms train on h1's chained tasks with the same number of sampled completions per step:
 
 * ES (:mod:`longhorizon.evolution.es_lm`): ``n`` antithetic pairs, each member greedy on ``P`` problems,
@@ -65,6 +65,7 @@ QUICK = Setup(steps=2, pairs=2, problems_per_member=4, prompts_per_step=4, num_g
 def base_policy(setup: Setup):
     import jax
 
+    from longhorizon.lm.chain_base import base_label, cached_base
     from longhorizon.lm.model import ModelConfig, init_params
     from longhorizon.lm.tokenizer import Tokenizer
     from longhorizon.repro import h1
@@ -73,14 +74,14 @@ def base_policy(setup: Setup):
         tok = Tokenizer()
         cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2)
         return init_params(jax.random.PRNGKey(0), cfg), cfg, tok, "an untrained 1-layer d=32 policy (smoke test)"
-    params, cfg, tok = h1.cached_base(h1.H1Setup())
-    return params, cfg, tok, h1.base_label(h1.H1Setup(), params)
+    params, cfg, tok = cached_base(h1.H1Setup().recipe)
+    return params, cfg, tok, base_label(h1.H1Setup().recipe, params)
 
 
 def run_es(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measure: bool = True):
     from longhorizon.evolution import es, es_lm
     from longhorizon.lm.tasks import ProblemStream
-    from longhorizon.repro.h1 import task_config
+    from longhorizon.lm.chain_base import task_config
 
     cfg = es_lm.ESLMConfig(es=es.ESConfig(pairs=setup.pairs, sigma=setup.sigma, sigma_final=setup.sigma_final,
                                           steps=setup.steps, learning_rate=setup.es_learning_rate, seed=seed),
@@ -101,7 +102,7 @@ def run_grpo(params, model_cfg, tok, setup: Setup, lengths, seed: int = 0, measu
     from longhorizon.evolution.es_lm import compiled_bytes
     from longhorizon.lm.grpo import GRPOConfig, GRPOTrainer, update
     from longhorizon.lm.tasks import ProblemStream
-    from longhorizon.repro.h1 import task_config
+    from longhorizon.lm.chain_base import task_config
 
     cfg = GRPOConfig(lr_scheduler_type="constant", num_generations=setup.num_generations, loss_type="dr_grpo", scale_rewards="none",
                      learning_rate=setup.grpo_learning_rate, max_prompt_length=lengths[0],
@@ -147,7 +148,7 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
     from longhorizon.lm.evaluate import evaluate
     from longhorizon.lm.tasks import HELD_OUT_OFFSET, make_problems, max_lengths
-    from longhorizon.repro.h1 import task_config
+    from longhorizon.lm.chain_base import task_config
     from longhorizon.repro.report import write_run
     from longhorizon.runner.results import write_json_atomic
 

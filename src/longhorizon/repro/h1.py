@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.lm.chain_base import BaseRecipe, base_label, cached_base, task_config
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import verdict_lines
 
@@ -70,6 +71,11 @@ class H1Setup:
     eval_horizons: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
     eval_per_horizon: int = 64
 
+    @property
+    def recipe(self) -> BaseRecipe:
+        """The supervised base's recipe (:mod:`longhorizon.lm.chain_base`)."""
+        return BaseRecipe(**{f.name: getattr(self, f.name) for f in dataclasses.fields(BaseRecipe)})
+
 
 GATE_WINDOW = 5  # steps of training reward averaged by H1Setup.advance_at (also a stage's minimum length)
 QUICK = H1Setup(seeds=1, rl_steps=10, prompts_per_step=4, eval_per_horizon=16)  # same (cached) base
@@ -82,92 +88,6 @@ LARGE = H1Setup(d_model=128, n_layers=4, n_heads=4, sft_steps=3000, rl_steps=200
 # it tests whether RL and the curriculum bootstrap h=3.. from there, which the protocol's base
 # (3% at h=2) cannot.
 CHAIN_BASE = H1Setup(sft_chain_fraction=0.25, sft_steps=2000)
-
-
-def task_config():
-    from longhorizon.lm.tasks import TaskConfig
-
-    return TaskConfig(digits=2, operators="+", const_max=9, names="split", reward="final", fixed_width=True)
-
-
-def train_base(setup: H1Setup, seed: int, log=print):
-    """SFT on packed independent single problems; returns ``(params, model_cfg, tokenizer, history)``."""
-    import jax
-
-    from longhorizon.lm.model import ModelConfig, init_params
-    from longhorizon.lm.sft import SFTConfig, train_sft
-    from longhorizon.lm.tasks import ProblemStream, max_lengths
-    from longhorizon.lm.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer()
-    tcfg = task_config()
-    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=setup.d_model, n_layers=setup.n_layers,
-                            n_heads=setup.n_heads)
-    plen, clen = max_lengths("packed", max(setup.sft_packed), tcfg)
-    cfg = SFTConfig(steps=setup.sft_steps, batch_size=setup.sft_batch, learning_rate=setup.sft_lr,
-                    warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 2)
-    stream = ProblemStream("packed", tcfg, seed)
-    chains = ProblemStream("chain", tcfg, seed + 1)
-    n_chain = int(round(setup.sft_chain_fraction * setup.sft_batch))
-
-    def batch(_):
-        return stream.sample(setup.sft_packed, setup.sft_batch - n_chain) + (chains.sample([2], n_chain) if n_chain else [])
-
-    params = init_params(jax.random.PRNGKey(seed), model_cfg)
-    params, history = train_sft(params, model_cfg, tokenizer, batch,
-                                cfg, log_every=max(1, setup.sft_steps // 6),
-                                on_log=lambda r: log(f"  sft step {r['step']}: loss {r['loss']:.3f} tok-acc {r['token_accuracy']:.3f}"))
-    return params, model_cfg, tokenizer, history
-
-
-def cached_base(setup: H1Setup, seed: int = 0, log=print):
-    """:func:`train_base`, cached on disk by its configuration and the JAX version (:mod:`longhorizon.lm.policy_cache`).
-
-    One supervised base is shared by every RL seed and by the sGPO and ES reproductions on one machine. The
-    same configuration does not give the same base everywhere: the SFT ends where greedy h = 1 accuracy
-    swings with float rounding (docs/results/h1/NOTES.md), so a base is named by its parameters' digest
-    (:func:`base_label`), and a cache written by another JAX version is not reused.
-    """
-    import jax
-    import jaxlib
-
-    from longhorizon.lm.model import ModelConfig, init_params
-    from longhorizon.lm.policy_cache import cache_path, load_or_train
-    from longhorizon.lm.tokenizer import Tokenizer
-
-    fields = {k: getattr(setup, k) for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch", "sft_lr",
-                                              "sft_packed")}
-    if setup.sft_chain_fraction:
-        fields["sft_chain_fraction"] = setup.sft_chain_fraction
-    fields.update(seed=seed, task=repr(task_config()), version=2,  # bump when task generation changes
-                  jax=jax.__version__, jaxlib=jaxlib.__version__)
-    tokenizer = Tokenizer()
-    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=setup.d_model, n_layers=setup.n_layers,
-                            n_heads=setup.n_heads)
-    params = load_or_train(cache_path("lm", "h1_base_", fields), init_params(jax.random.PRNGKey(0), model_cfg),
-                           lambda: train_base(setup, seed, log)[0], log)
-    return params, model_cfg, tokenizer
-
-
-def params_digest(params) -> str:
-    """The first 16 hex digits of the SHA-256 of ``params``' serialised bytes: which base a run started from."""
-    import hashlib
-
-    import jax
-    from flax import serialization
-
-    return hashlib.sha256(serialization.to_bytes(jax.device_get(params))).hexdigest()[:16]
-
-
-def base_label(setup: H1Setup, params, seed: int = 0) -> str:
-    """How config.json and the summaries name the cached supervised base (:func:`cached_base`): its recipe and
-    its parameters' digest (two machines can train different bases from one recipe)."""
-    import jax
-
-    fields = ", ".join(f"{k}={getattr(setup, k)!r}" for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch",
-                                                             "sft_lr", "sft_packed", "sft_chain_fraction"))
-    return (f"longhorizon.repro.h1.cached_base({fields}, seed={seed}) "
-            f"[params sha256 {params_digest(params)}, jax {jax.__version__}]")
 
 
 def arm_spec(arm: str, policy, setup: H1Setup, seed: int, held, lengths, out):
@@ -229,8 +149,8 @@ def run(out_dir: str, quick: bool = False, setup: H1Setup | None = None) -> dict
     curves: dict[str, list] = {a: [] for a in ARMS}
     print("supervised base on packed single problems" + (f" and {setup.sft_chain_fraction:.0%} h=2 chains (a deviation)"
           if setup.sft_chain_fraction else "") + " (shared by every RL seed)")
-    params, model_cfg, tokenizer = cached_base(setup)
-    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup, params))
+    params, model_cfg, tokenizer = cached_base(setup.recipe)
+    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup.recipe, params))
     shutil.rmtree(Path(out_dir) / "runs", ignore_errors=True)  # one results folder per arm and seed, made afresh
     for seed in range(setup.seeds):
         held = make_problems("chain", setup.eval_horizons, setup.eval_per_horizon * len(setup.eval_horizons),

@@ -34,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.lm.chain_base import base_label, cached_base, task_config
 from longhorizon.repro import claims as C
 from longhorizon.repro.h1 import CHAIN_BASE as H1_CHAIN_BASE
-from longhorizon.repro.h1 import H1Setup, base_label, cached_base, task_config
+from longhorizon.repro.h1 import H1Setup
 from longhorizon.repro.report import verdict_lines
 
 # The base: h1's supervised recipe stopped early, so single problems are solved only part of the time and
@@ -136,8 +137,8 @@ def run(out_dir: str, quick: bool = False, setup: SGPOSetup | None = None) -> di
     t0 = time.perf_counter()
     runs = []
     print("supervised base (the h1 reproduction's, cached)")
-    params, model_cfg, tokenizer = cached_base(setup.base)
-    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup.base, params))
+    params, model_cfg, tokenizer = cached_base(setup.base.recipe)
+    policy = Policy(params, model_cfg, tokenizer, label=base_label(setup.base.recipe, params))
     shutil.rmtree(Path(out_dir) / "runs", ignore_errors=True)  # one results folder per method and seed, made afresh
     for seed in range(setup.seeds):
         pool = make_problems("chain", setup.horizons, setup.pool_size, 500 + seed, tcfg)
