@@ -71,18 +71,21 @@ def one_step(params, opt, batch, step=None, compiled=None, model_cfg=CFG):
     """One update on one device (``step`` None) or on ``step``'s mesh (``compiled``: its program for these shapes)."""
     if step is None:
         place = jax.tree_util.tree_map(jnp.array, params)  # a private copy: the update donates it
-        new, state, metrics = update(place, opt.init(place), jax.tree_util.tree_map(jnp.asarray, batch),
-                                     model_cfg=model_cfg, cfg=GRPO, optimizer=opt)
+        args = place, opt.init(place), jax.tree_util.tree_map(jnp.asarray, batch)
+        program = update.lower(*args, model_cfg=model_cfg, cfg=GRPO, optimizer=opt).compile()
+        new, state, metrics = program(*args)
     else:
         args = step.arguments(step.place(params), step.init(params), batch)
-        new, state, metrics = (compiled or step.compile(*args))(*args)
+        program = compiled or step.compile(*args)
+        new, state, metrics = program(*args)
     mu = state[1][0].mu  # chain(clip, adamw): adamw = chain(scale_by_adam, ...): ScaleByAdamState
-    return jax.device_get((new, mu, {k: float(v) for k, v in metrics.items()}))
+    memory = program.memory_analysis()
+    return jax.device_get((new, mu, {k: float(v) for k, v in metrics.items()})) + (int(memory.temp_size_in_bytes),)
 
 
 def compare(got, reference) -> dict:
     """How far a sharded step (new parameters, Adam's first moment, metrics) is from the one-device step."""
-    (new, mu, metrics), (ref_new, ref_mu, ref_metrics) = got, reference
+    (new, mu, metrics, _), (ref_new, ref_mu, ref_metrics, _) = got, reference
     pairs = list(zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(ref_new)))
     return {
         "loss": [metrics["loss"], ref_metrics["loss"]],
@@ -148,6 +151,7 @@ def main(specs: list[str], shared: bool, in_house_spec: str | None) -> dict:
     base_tokens, base_logprobs, _, _ = generations(params)
     one_device_bytes = 3 * 4 * sum(x.size for x in jax.tree_util.tree_leaves(params))  # float32 params, mu and nu
     report = {"devices": jax.device_count(), "one_device_bytes": one_device_bytes, "base": {k: v[2] for k, v in base.items()},
+              "one_device_temp_bytes": base["rows"][3],
               "meshes": {}, "seconds": {"one device": time.process_time() - start}}
     for spec in specs:
         start = time.process_time()
@@ -164,8 +168,8 @@ def main(specs: list[str], shared: bool, in_house_spec: str | None) -> dict:
         del placed, state
         layouts = ("rows", "shared") if shared and spec == specs[0] else ("rows",)  # shared once: its compile costs
         for layout in layouts:
-            new, mu, metrics = one_step(params, opt, data[layout], step, compiled if layout == "rows" else None)
-            row[layout] = compare((new, mu, metrics), base[layout])
+            row[layout] = compare(one_step(params, opt, data[layout], step, compiled if layout == "rows" else None),
+                                  base[layout])
         tokens, logprobs, token_sharding, heads = generations(params, mesh)
         row["generation"] = {"identical": bool((tokens == base_tokens).all()),
                              "logprobs_max_abs": float(np.max(np.abs(logprobs - base_logprobs))),

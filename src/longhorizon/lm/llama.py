@@ -34,7 +34,7 @@ import numpy as np
 
 from longhorizon.errors import UsageError
 from longhorizon.lm.model import (KVCache, causal_slot_mask, dense_attention, positions_from_valid, rotary,
-                                  write_layer_cache)
+                                  rows_sharded, write_layer_cache)
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -237,13 +237,14 @@ class Llama(nn.Module):
         """
         cfg = self.cfg
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.dtype, name="embed")
-        x = embed(tokens)
+        x = rows_sharded(embed(tokens))  # the scan carries x split by rows from the start
         blocks = self.param("blocks", init_blocks, cfg)
         mask = causal_slot_mask(tokens.shape[1], kv_valid, cache, index) if attend is None else None
         block = Block(cfg, parent=None)
 
         def layer_step(carry, layer_in):
             x, kv = carry
+            x = rows_sharded(x)  # on a mesh: every layer runs on each device's own rows (a no-op without one)
             weights, layer = layer_in
             x, kv = block.apply({"params": weights}, x, positions, mask, None if kv is None else (*kv, layer), index,
                                 attend, layer)
@@ -252,7 +253,7 @@ class Llama(nn.Module):
         # the cache is carried whole and written in place at each layer's index (a scanned output would copy it)
         kv = None if cache is None else (cache.k, cache.v)
         (x, kv), _ = jax.lax.scan(layer_step, (x, kv), (blocks, jnp.arange(cfg.n_layers)))
-        x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(x if logits_at is None else x[:, logits_at])
+        x = RMSNorm(cfg.rms_eps, cfg.dtype, name="norm")(rows_sharded(x) if logits_at is None else x[:, logits_at])
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:

@@ -35,6 +35,19 @@ import numpy as np
 from longhorizon.errors import UsageError
 
 POSITIONS = ("rope", "learned")
+BATCH_AXES = ("data", "fsdp")  # the mesh axes that split batch rows (longhorizon.lm.sharding)
+
+
+def rows_sharded(x: jax.Array) -> jax.Array:
+    """``x`` with its rows (axis 0) split over the batch axes of the mesh set by ``jax.set_mesh`` (the sharded
+    update sets it), else ``x`` itself. Without it XLA's partitioner may split activations along the model
+    width that FSDP splits the weights by, and gather whole-batch activations (the logits too) on every device."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+        return x
+    if x.shape[0] % math.prod(mesh.shape[a] for a in BATCH_AXES):
+        return x
+    return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(BATCH_AXES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +286,7 @@ class Transformer(nn.Module):
         mask = causal_slot_mask(t, kv_valid, cache, index) if attend is None else None  # `attend` brings its own
         kv = None if cache is None else (cache.k, cache.v)
         for i in range(cfg.n_layers):
+            x = rows_sharded(x)  # on a mesh: every layer runs on each device's own rows (a no-op without one)
             x, kv = Block(cfg, name=f"block_{i}")(x, positions, mask, None if kv is None else (*kv, i), index, attend, i)
         x = nn.LayerNorm(dtype=cfg.dtype, name="ln_final")(x if logits_at is None else x[:, logits_at])
         logits = embed.attend(x).astype(jnp.float32)

@@ -15,7 +15,9 @@ has size 1). Each parameter gets a ``PartitionSpec`` from its module and paramet
 Nothing here is a hand-written collective: arrays are placed with ``NamedSharding`` and the jitted
 programs (:func:`longhorizon.lm.grpo.update`, :func:`longhorizon.lm.generate.generate`) run unchanged,
 partitioned by XLA from their inputs' shardings; the update's outputs are pinned to the inputs' shardings
-(``out_shardings``) so parameters and optimiser state stay sharded from step to step. On one device every
+(``out_shardings``) so parameters and optimiser state stay sharded from step to step. One hint inside the
+models (:func:`longhorizon.lm.model.rows_sharded`, active under the update's ``jax.set_mesh``) keeps each
+layer's activations split by rows, so XLA gathers weights (FSDP) rather than whole-batch activations. On one device every
 function here is the identity placement, so results equal the unsharded code; on several they equal it
 to float32 summation order (tests/lm/test_lm_sharding.py states the tolerance).
 """
@@ -28,7 +30,6 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -36,10 +37,10 @@ from jax.sharding import PartitionSpec as P
 from longhorizon.errors import UsageError
 from longhorizon.lm.grpo import GRPOConfig, update
 from longhorizon.lm.llama import LlamaConfig
-from longhorizon.lm.model import ModelConfig
+from longhorizon.lm.model import BATCH_AXES, ModelConfig
 
 AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")  # batch rows are split over both: FSDP devices also take their own rows
+# BATCH_AXES (data, fsdp): batch rows are split over both, FSDP devices also take their own rows
 FSDP, TENSOR = "fsdp", "tensor"
 
 # (module, parameter) -> spec of the parameter of one layer; a stacked leaf (Llama's ``blocks``, a leading layer
@@ -186,7 +187,7 @@ def batch_sharding(mesh: Mesh, x) -> NamedSharding:
     """Rows (the leading axis) over ``data x fsdp``; an array whose rows do not split evenly (a handful of shared
     prompts) is replicated: the same result, only that array is not data-parallel."""
     rows = math.prod(mesh.shape[a] for a in BATCH_AXES)
-    if np.ndim(x) == 0 or np.shape(x)[0] % rows:
+    if not x.shape or x.shape[0] % rows:
         return NamedSharding(mesh, P())
     return NamedSharding(mesh, P(BATCH_AXES))
 
@@ -198,7 +199,14 @@ def shard_params(mesh: Mesh, params):
 
 def shard_batch(mesh: Mesh, batch):
     """Every array of ``batch`` placed with its rows over ``data x fsdp`` (:func:`batch_sharding`)."""
-    return jax.tree_util.tree_map(lambda x: jax.device_put(x, batch_sharding(mesh, x)), batch)
+    return jax.tree_util.tree_map(lambda x: _put(x, batch_sharding(mesh, x)), batch)
+
+
+def _put(x, sharding: NamedSharding):
+    """An array placed with ``sharding``; a ``jax.ShapeDtypeStruct`` (to compile without data) given it."""
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+    return jax.device_put(x, sharding)
 
 
 def device_bytes(tree, device=None) -> int:
@@ -247,13 +255,17 @@ class ShardedUpdate:
 
     def arguments(self, params, opt_state, batch):
         """The step's inputs on the mesh (arrays already placed are passed through as they are)."""
-        return (jax.device_put(params, self.param_shardings), jax.device_put(opt_state, self.opt_shardings),
-                shard_batch(self.mesh, batch))
+        put = functools.partial(jax.tree_util.tree_map, _put)
+        return put(params, self.param_shardings), put(opt_state, self.opt_shardings), shard_batch(self.mesh, batch)
 
     def __call__(self, params, opt_state, batch):
-        return self.step(*self.arguments(params, opt_state, batch))
+        with jax.set_mesh(self.mesh):  # the model keeps activations split by rows (lm.model.rows_sharded)
+            return self.step(*self.arguments(params, opt_state, batch))
 
     def compile(self, params, opt_state, batch):
         """The step compiled for these inputs' shapes: call it on :meth:`arguments`; its ``memory_analysis()`` gives
-        the per-device bytes of its arguments, outputs (the new parameters and optimiser state) and temporaries."""
-        return self.step.lower(*self.arguments(params, opt_state, batch)).compile()
+        the per-device bytes of its arguments, outputs (the new parameters and optimiser state) and temporaries.
+        Leaves may be ``jax.ShapeDtypeStruct`` (``opt_state = jax.eval_shape(optimizer.init, params)``), so a large
+        model's per-device memory is read without allocating it."""
+        with jax.set_mesh(self.mesh):
+            return self.step.lower(*self.arguments(params, opt_state, batch)).compile()
