@@ -83,6 +83,16 @@ def test_cfr_plus_matches_the_lp_value_of_a_one_stage_game():
     assert result.value == pytest.approx(exact, abs=1e-3) and 0 <= result.exploitability < 1e-3
 
 
+def test_support_sizes_of_a_one_stage_profile_by_hand():
+    """Types equally likely; type 0 plays action 0, type 1 splits over actions 1 and 2: the marginal [.5, .25, .25]
+    uses 3 actions, its 2 (= types) most likely hold .75 (excess .25); player 2's 0.01 is below the threshold."""
+    sigma1 = [np.array([[[1.0, 0.0, 0.0]], [[0.0, 0.5, 0.5]]])]
+    sigma2 = [np.array([[0.99, 0.01, 0.0]])]
+    result = cfr.CFRResult(0.0, 0.0, 0.0, 0.0, 1, 0.0, 0.0, sigma1, sigma2)
+    support = cfr.support_sizes(result, np.array([0.5, 0.5]))
+    assert support["player1"] == 3 and support["player2"] == 1 and support["excess1"] == pytest.approx(0.25)
+
+
 @pytest.mark.slow
 def test_cfr_plus_agrees_with_the_structured_solver_when_the_actions_contain_its_controls():
     # a restricted game keeps any equilibrium of the full game whose controls it contains, so on the

@@ -71,34 +71,13 @@ def structured(game: cams.HexnerGame, grid: cams.GridConfig) -> dict[str, Any]:
             "first_split": [(lam, pc, u) for lam, pc, u in levels[0][0]["children"]]}
 
 
-def support_sizes(result: cfr.CFRResult, prior: np.ndarray, threshold: float = 0.02, reached: float = 1e-3) -> dict:
-    """Largest number of actions with probability >= threshold at a public history reached with probability
-    >= reached under the average profile: player 1's marginal over types (its prototypes) and player 2's;
-    and player 1's largest ``excess`` mass, the probability outside its I most likely actions."""
-    pi1, pi2 = np.ones((len(prior), 1)), np.ones(1)
-    largest1 = largest2 = 0
-    excess = 0.0
-    for s1, s2 in zip(result.sigma1, result.sigma2):
-        public = (prior @ pi1) * pi2  # [H_k]
-        marginal = np.einsum("t,th,tha->ha", prior, pi1, s1) / np.maximum(prior @ pi1, 1e-300)[:, None]
-        live = public >= reached
-        largest1 = max(largest1, int((marginal[live] >= threshold).sum(-1).max()))
-        largest2 = max(largest2, int((s2[live] >= threshold).sum(-1).max()))
-        top = np.sort(marginal[live], -1)[:, -len(prior):].sum(-1)
-        excess = max(excess, float((1 - top).max(initial=0.0)))
-        U1, U2 = s1.shape[-1], s2.shape[-1]
-        pi1 = np.broadcast_to((pi1[:, :, None] * s1)[..., None], pi1.shape + (U1, U2)).reshape(len(prior), -1)
-        pi2 = np.broadcast_to((pi2[:, None] * s2)[:, None, :], (len(pi2), U1, U2)).reshape(-1)
-    return {"player1": largest1, "player2": largest2, "excess1": excess}
-
-
 def discretised(game: cams.HexnerGame, U: int, a_max: float, iterations: int) -> dict[str, Any]:
     actions, prior = np.linspace(-a_max, a_max, U), np.asarray(game.prior)
     shape = cfr.TreeShape(game.types, U, U, game.steps)
     result = cfr.solve(cams.discretised_payoffs(game, actions), prior, shape, iterations)
     return {"U": U, "value": result.value, "upper": result.upper, "lower": result.lower,
             "exploitability": result.exploitability, "seconds": result.seconds, "compile_seconds": result.compile_seconds,
-            "iterations": iterations, "tree_nodes": shape.nodes(), "support": support_sizes(result, prior)}
+            "iterations": iterations, "tree_nodes": shape.nodes(), "support": cfr.support_sizes(result, prior)}
 
 
 SUPPORT_CLAIM = ("the discretised games have equilibria using at most I actions per public history for the informed player "
