@@ -92,6 +92,20 @@ def test_best_of_n_returns_the_candidate_with_the_highest_q(n, batch, seed):
     np.testing.assert_allclose(out, expected)
 
 
+def test_sample_is_bc_qgf_or_best_of_n_from_one_key():
+    velocity = lambda o, x, t: -x + o  # noqa: E731
+    q = lambda o, a: -jnp.sum((a - 0.5) ** 2, -1)  # noqa: E731
+    obs, key = jnp.full((4, 2), 0.2), jax.random.PRNGKey(3)
+    noise = jax.random.normal(key, (4, 2))
+    np.testing.assert_array_equal(flows.sample("bc", velocity, q, obs, key, 5, 2), flows.euler_sample(velocity, obs, noise, 5))
+    np.testing.assert_array_equal(flows.sample("qgf", velocity, q, obs, key, 5, 2, w=0.7),
+                                  flows.euler_sample(velocity, obs, noise, 5, flows.q_action_grad(q), 0.7))
+    np.testing.assert_array_equal(flows.sample("best_of_n", velocity, q, obs, key, 5, 2, n=3),
+                                  flows.sample_best_of_n(velocity, q, obs, key, 3, 5, 2))
+    with pytest.raises(UsageError, match="unknown sampling method 'fql'"):
+        flows.sample("fql", velocity, q, obs, key, 5, 2)
+
+
 def test_evaluations_per_action_counts():
     assert flows.evaluations_per_action("bc", 10)["total"] == 10
     assert flows.evaluations_per_action("qgf", 10) == {"velocity": 10, "critic": 10, "policy": 0, "total": 20}

@@ -217,6 +217,19 @@ def sample_best_of_n(velocity: Velocity, q: QFn, obs: jax.Array, key: jax.Array,
     return best_of_n(q, obs, candidates)
 
 
+def sample(method: str, velocity: Velocity, q: QFn, obs: jax.Array, key: jax.Array, num_steps: int, action_dim: int,
+           w: float | jax.Array = 0.0, n: int = 1, low: float = -1.0, high: float = 1.0) -> jax.Array:
+    """Actions ``[B, d]`` at ``obs [B, o]`` by one of the test-time methods :func:`evaluations_per_action` counts:
+    ``bc`` (the flow alone from noise drawn with ``key``), ``qgf`` (the same noise, guided by ``q``'s action
+    gradient with weight ``w``: :func:`euler_sample`) or ``best_of_n`` (:func:`sample_best_of_n` over ``n``)."""
+    if method == "best_of_n":
+        return sample_best_of_n(velocity, q, obs, key, n, num_steps, action_dim, low, high)
+    if method not in ("bc", "qgf"):
+        raise UsageError(f"unknown sampling method '{method}'; choose one of bc, qgf, best_of_n.")
+    noise = jax.random.normal(key, (obs.shape[0], action_dim))
+    return euler_sample(velocity, obs, noise, num_steps, q_action_grad(q) if method == "qgf" else None, w, low, high)
+
+
 def evaluations_per_action(method: str, num_steps: int = 0, n: int = 1) -> dict[str, int]:
     """Network evaluations to produce one action: ``velocity``, ``critic`` and ``policy`` (a one-step
     policy's forward) counts and their ``total``.

@@ -104,9 +104,8 @@ def run_toy(setup: Setup, log=print) -> dict[str, Any]:
         return {k: np.asarray(v) for k, v in _measure(actions).items()}
 
     def qgf_one(fp, cp, w, key):
-        noise = jax.random.normal(key, (setup.eval_samples, toy.ACTION_DIM))
-        grad = flows.q_action_grad(lambda o, a: q_apply(cp, o, a))
-        return flows.euler_sample(lambda o, x, t: velocity_apply(fp, o, x, t), obs, noise, setup.num_steps, grad, w)
+        return flows.sample("qgf", lambda o, x, t: velocity_apply(fp, o, x, t), lambda o, a: q_apply(cp, o, a), obs, key,
+                            setup.num_steps, toy.ACTION_DIM, w)
 
     qgf = jax.jit(jax.vmap(qgf_one, in_axes=(0, 0, None, 0)))  # one program for every w (w is traced)
     best_of_programs = {n: jax.jit(jax.vmap(lambda fp, cp, k, n=n: flows.sample_best_of_n(

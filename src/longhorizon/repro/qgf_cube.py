@@ -70,12 +70,8 @@ def run_cube(setup: CubeSetup, log=print) -> dict[str, Any]:
     q_apply = iql.q_apply(critic_config)
 
     def sample(method, fp, cp, w, obs, key):  # one compiled program per method; parameters and w are traced
-        velocity, q = flows.velocity_fn(network, fp), lambda o, a: q_apply(cp, o, a)
-        if method == "best_of_n":
-            return flows.sample_best_of_n(velocity, q, obs, key, setup.best_of_n, setup.num_steps, act_dim)
-        noise = jax.random.normal(key, (obs.shape[0], act_dim))
-        grad = flows.q_action_grad(q) if method == "qgf" else None
-        return flows.euler_sample(velocity, obs, noise, setup.num_steps, grad, w)
+        return flows.sample(method, flows.velocity_fn(network, fp), lambda o, a: q_apply(cp, o, a), obs, key,
+                            setup.num_steps, act_dim, w, setup.best_of_n)
 
     programs = {m: jax.jit(lambda *args, m=m: sample(m, *args)) for m in ("bc", "qgf", "best_of_n")}
 
