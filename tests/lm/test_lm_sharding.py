@@ -21,13 +21,14 @@ import sys
 from pathlib import Path
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
 from longhorizon.errors import UsageError
 from longhorizon.lm import llama, sharding
+from longhorizon.lm.grpo import GRPOConfig, optimizer_for
 from longhorizon.lm.model import ModelConfig
 from longhorizon.lm.model import init_params as model_init
 
@@ -108,6 +109,24 @@ def test_optimiser_state_follows_its_parameters():
         assert moment["embed"]["embedding"].spec == P(None, "fsdp")
     assert adam.count.spec == P()
     assert all(s.spec == P() for s in jax.tree_util.tree_leaves(state[1][2]))  # the schedule's counter
+
+
+def test_a_model_is_measured_from_its_shapes_alone():
+    """ShardedUpdate.compile on ShapeDtypeStructs (how docs/scale.md sizes large models): one device's step holds
+    the parameters and both AdamW moments, read from the compiled program without allocating them."""
+    cfg = GRPOConfig(lr_scheduler_type="constant", max_prompt_length=8, max_completion_length=8)
+    opt = optimizer_for(cfg)
+    shapes = jax.eval_shape(lambda: llama.init_params(jax.random.PRNGKey(0), LLAMA))
+    rows, width = 4, 16
+    batch = {name: jax.ShapeDtypeStruct(shape, dtype) for name, shape, dtype in (
+        ("tokens", (rows, width), jnp.int32), ("valid", (rows, width), jnp.bool_), ("mask", (rows, 8), jnp.float32),
+        ("old_logp", (rows, 8), jnp.float32), ("ref_logp", (rows, 8), jnp.float32),
+        ("advantages", (rows, 8), jnp.float32), ("rows", (rows,), jnp.float32))}
+    step = sharding.ShardedUpdate(sharding.parse_mesh("fsdp=1", LLAMA, jax.devices()[:1]), shapes, model_cfg=LLAMA,
+                                  cfg=cfg, optimizer=opt)
+    memory = step.compile(shapes, jax.eval_shape(opt.init, shapes), batch).memory_analysis()
+    weights = 3 * 4 * sum(x.size for x in jax.tree_util.tree_leaves(shapes))  # float32 parameters, mu, nu
+    assert weights <= memory.output_size_in_bytes <= weights + 1024  # + the counters and the step's metrics
 
 
 def _check(specs: list[str], options: tuple[str, ...]) -> dict:

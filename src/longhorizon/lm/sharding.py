@@ -17,9 +17,9 @@ programs (:func:`longhorizon.lm.grpo.update`, :func:`longhorizon.lm.generate.gen
 partitioned by XLA from their inputs' shardings; the update's outputs are pinned to the inputs' shardings
 (``out_shardings``) so parameters and optimiser state stay sharded from step to step. One hint inside the
 models (:func:`longhorizon.lm.model.rows_sharded`, active under the update's ``jax.set_mesh``) keeps each
-layer's activations split by rows, so XLA gathers weights (FSDP) rather than whole-batch activations. On one device every
-function here is the identity placement, so results equal the unsharded code; on several they equal it
-to float32 summation order (tests/lm/test_lm_sharding.py states the tolerance).
+layer's activations split by rows, so XLA gathers weights (FSDP) rather than whole-batch activations. On one
+device every function here is the identity placement, so results equal the unsharded code; on several they
+equal it to float32 summation order (tests/lm/test_lm_sharding.py states the tolerance).
 """
 
 from __future__ import annotations
