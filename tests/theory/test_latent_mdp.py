@@ -175,10 +175,10 @@ def test_claim_rules_by_hand():
     assert set(verdicts(lambda h: 2.0 * h, rate=1.2)) == {C.NO_SIGNAL}  # linear regret at K: nothing learned
     assert set(verdicts(lambda h: 2.0 * h, instances=2)) == {C.INCONCLUSIVE}  # two instances never judge
     # the fits themselves: y = 3 x^0.5 exactly has slope 0.5 and a zero-width interval
-    exact = repro.fit_slope([1, 2, 4, 8], [3, 3 * 2**0.5, 6, 3 * 8**0.5])
+    exact = ll.log_log_fit([1, 2, 4, 8], [3, 3 * 2**0.5, 6, 3 * 8**0.5])
     assert exact["slope"] == pytest.approx(0.5) and exact["hi"] - exact["lo"] == pytest.approx(0, abs=1e-9)
     regret = np.cumsum(np.ones((2, 3, 100)), -1)  # Regret(k) = k: slope 1 for every learner
-    assert repro.rate_slopes(regret) == pytest.approx([1.0] * 6)
+    assert ll.regret_rates(regret) == pytest.approx([1.0] * 6)
     # per-instance means over seeds, and the H-slope fits over instances
     rec = _recorded(lambda h: 2.0 * h)
     np.testing.assert_allclose(repro.per_instance(rec["rows"], "stochastic", [5, 10], "bernstein", "final"),

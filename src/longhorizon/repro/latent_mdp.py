@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import mean_se, resumable, verdict_lines, write
@@ -60,22 +59,6 @@ class Setup:
 QUICK = Setup(horizons=(5, 10), episodes=200, seeds=2, instances=(0, 1), chunk=100)
 
 
-def fit_slope(x, y) -> dict:
-    """OLS slope of log y on log x with its 95% t interval."""
-    lx, ly = np.log(np.asarray(x, np.float64)), np.log(np.asarray(y, np.float64))
-    fit = stats.linregress(lx, ly)
-    half = stats.t.ppf(0.975, len(lx) - 2) * fit.stderr if len(lx) > 2 else float("inf")
-    return {"slope": float(fit.slope), "lo": float(fit.slope - half), "hi": float(fit.slope + half), "n": len(lx)}
-
-
-def rate_slopes(regret: np.ndarray) -> list[float]:
-    """Per learner (rows of ``regret`` [..., K]), the slope of log Regret(k) on log k over the last decade of k."""
-    K = regret.shape[-1]
-    ks = np.unique(np.geomspace(max(K // 10, 1), K, 20).astype(int))
-    flat = np.asarray(regret).reshape(-1, K)
-    return [fit_slope(ks, np.maximum(r[ks - 1], 1e-9))["slope"] for r in flat]
-
-
 PARTIAL = "partial"  # one file per (kind, H), so a rerun of the same setup skips finished rows
 
 
@@ -90,7 +73,7 @@ def measure_row(setup: Setup, kind: str, H: int) -> dict:
         regret = out[bonus]["regret"]  # [instances, seeds, K]
         row[bonus] = {"final": regret[..., -1].tolist(), "late": (regret[..., -1] - regret[..., K // 2 - 1]).tolist(),
                       "k": shown.tolist(), "curve": regret[..., shown - 1].mean(1).tolist(),
-                      "rate": np.reshape(rate_slopes(regret), regret.shape[:2]).tolist()}
+                      "rate": np.reshape(ll.regret_rates(regret), regret.shape[:2]).tolist()}
     return row
 
 

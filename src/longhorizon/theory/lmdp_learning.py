@@ -185,6 +185,25 @@ def cumulative_regret(reference: float, values) -> np.ndarray:
     return np.cumsum(reference - np.asarray(values, np.float64), -1)
 
 
+def log_log_fit(x, y) -> dict:
+    """OLS slope of log y on log x with its 95% t interval: ``{slope, lo, hi, n}`` (an infinite interval from two points)."""
+    from scipy import stats
+
+    lx, ly = np.log(np.asarray(x, np.float64)), np.log(np.asarray(y, np.float64))
+    fit = stats.linregress(lx, ly)
+    half = stats.t.ppf(0.975, len(lx) - 2) * fit.stderr if len(lx) > 2 else float("inf")
+    return {"slope": float(fit.slope), "lo": float(fit.slope - half), "hi": float(fit.slope + half), "n": len(lx)}
+
+
+def regret_rates(regret: np.ndarray) -> list[float]:
+    """The empirical regret rate of each learner (rows of ``regret [..., K]``, cumulative): the slope of log Regret(k)
+    on log k over the last decade of k (20 log-spaced points; regret floored at 1e-9); 0.5 is sqrt(K) regret."""
+    K = regret.shape[-1]
+    ks = np.unique(np.geomspace(max(K // 10, 1), K, 20).astype(int))
+    flat = np.asarray(regret).reshape(-1, K)
+    return [log_log_fit(ks, np.maximum(r[ks - 1], 1e-9))["slope"] for r in flat]
+
+
 def learn(lmdp: lm.LMDP | Sequence[lm.LMDP], config: Config, kinds: Sequence[str] | None = None, seed: int = 0) -> dict:
     """``config.seeds`` learners per bonus kind (default: ``config.bonus``) on each LMDP (one, or several with the
     same sizes and horizon), all in one program.
