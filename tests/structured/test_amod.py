@@ -112,6 +112,15 @@ def test_full_information_lp_bounds_every_policy():
     assert amod.full_information_optimum(net, demand)["profit"] == pytest.approx(np.sum(m * net.trip_profit[:, None, :]))
 
 
+def test_score_days_scores_each_method_under_the_days_optimum():
+    net = amod.Network(TINY)
+    scored = amod.score_days(net, 2, {"none": lambda: amod.no_rebalancing(net), "equal": lambda: amod.equal_distribution(net)})
+    for name, make in (("none", amod.no_rebalancing), ("equal", amod.equal_distribution)):
+        assert scored[name] == [amod.run_episode(net, net.demand(d), make(net))["profit"] for d in range(2)]
+        assert all(p <= o + 1e-6 for p, o in zip(scored[name], scored["optimum"])) and scored[f"{name}_seconds_rebalance"] >= 0
+    assert len(scored["optimum_seconds"]) == 2 and scored["optimum_variables"] > 0
+
+
 def test_config_refuses_bad_values():
     with pytest.raises(UsageError, match="alpha_init"):
         ap.Config(alpha_init=0.05)

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from longhorizon.repro import claims as C
@@ -58,44 +57,12 @@ QUICK = Setup(QUICK_A, QUICK_B, ap.Config(updates=6, episodes=2, hidden=16, lear
               seeds=2, eval_days=2, eval_every=3)
 
 
-def score_days(net: amod.Network, days: int, desired_by_name: dict) -> dict[str, Any]:
-    """Per method: the profits of held-out days 0..days-1, and the full-information optimum of each."""
-    demand = [net.demand(d) for d in range(days)]
-    optimum = [amod.full_information_optimum(net, dm) for dm in demand]
-    out = {"optimum": [o["profit"] for o in optimum], "optimum_seconds": [o["seconds"] for o in optimum],
-           "optimum_variables": optimum[0]["variables"]}
-    for name, make in desired_by_name.items():
-        runs = [amod.run_episode(net, dm, make()) for dm in demand]
-        out[name] = [r["profit"] for r in runs]
-        out[f"{name}_seconds_rebalance"] = float(np.median([r["seconds_rebalance"] for r in runs]))
-    return out
-
-
-def decision_seconds(agent, params, net: amod.Network, repeats: int = 50) -> float:
-    """Median seconds of one policy forward pass (jitted, after compilation) on a day-0 state."""
-    idle = net.initial_vehicles()
-    agent.act(params, net, 0, idle, jax.random.PRNGKey(0), greedy=True)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        agent.act(params, net, 0, idle, jax.random.PRNGKey(0), greedy=True)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def validation_profit(net: amod.Network):
-    """``evaluate(agent, params)`` for :func:`ap.train`: the greedy policy's mean profit over the validation days."""
-    demand = [net.demand(d) for d in VALIDATION_DAYS]
-    return lambda agent, params: float(np.mean([amod.run_episode(net, dm, ap.policy_fn(agent, params, net))["profit"]
-                                                for dm in demand]))
-
-
 def measure(setup: Setup, log=print, out: Path | None = None) -> dict[str, Any]:
     """Heuristics and the LP bound per city, then per seed: A2C on city A and the greedy policy on both cities'
     held-out days. With ``out``, each finished seed is saved under ``out/partial/`` and reused by a rerun of the
     same setup (so an interrupted run resumes)."""
     nets = {"A": amod.Network(setup.city_a), "B": amod.Network(setup.city_b)}
-    heuristics = {city: score_days(net, setup.eval_days, {"no rebalancing": lambda n=net: amod.no_rebalancing(n),
+    heuristics = {city: amod.score_days(net, setup.eval_days, {"no rebalancing": lambda n=net: amod.no_rebalancing(n),
                                                           "equal distribution": lambda n=net: amod.equal_distribution(n)})
                   for city, net in nets.items()}
     # the heuristics on the validation days too, so the greedy policy's training curve has its reference
@@ -106,15 +73,15 @@ def measure(setup: Setup, log=print, out: Path | None = None) -> dict[str, Any]:
     def train_seed(seed: int) -> dict:
         start = time.perf_counter()
         trained = ap.train(nets["A"], dataclasses.replace(setup.config, seed=seed), log=log, agent=agent,
-                           evaluate=validation_profit(nets["A"]), eval_every=setup.eval_every)
+                           evaluate=ap.mean_profit(nets["A"], VALIDATION_DAYS), eval_every=setup.eval_every)
         train_seconds = time.perf_counter() - start
         row = {"seed": seed, "curve": trained["curve"], "eval_curve": trained["eval_curve"],
                "train_seconds": train_seconds, "host_seconds": trained["seconds"]}
         for city, net in nets.items():
             policy = {"graph RL": lambda n=net: ap.policy_fn(trained["agent"], trained["params"], n)}
-            rl = score_days(net, setup.eval_days, policy)
+            rl = amod.score_days(net, setup.eval_days, policy)
             row[city] = {"profit": rl["graph RL"], "seconds_rebalance": rl["graph RL_seconds_rebalance"],
-                         "seconds_forward": decision_seconds(trained["agent"], trained["params"], net)}
+                         "seconds_forward": ap.decision_seconds(trained["agent"], trained["params"], net)}
         row["A"]["lp_seconds"] = heuristics["A"]["optimum_seconds"]  # timed in this invocation, as the decisions
         log(f"[eamod] seed {seed}: city A profit {np.mean(row['A']['profit']):.1f}, B {np.mean(row['B']['profit']):.1f} "
             f"(optimum {np.mean(heuristics['A']['optimum']):.1f}, {np.mean(heuristics['B']['optimum']):.1f})")

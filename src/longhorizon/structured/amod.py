@@ -364,6 +364,21 @@ def full_information_optimum(net: Network, demand: np.ndarray, vehicles: np.ndar
     return {"profit": float(-cost @ x), "seconds": seconds, "variables": T * V}
 
 
+def score_days(net: Network, days: int, desired_by_name: dict) -> dict:
+    """Per method (``desired_by_name[name]()`` makes its ``desired`` for :func:`run_episode`): the profits of the days
+    0..days-1 (``net.demand(d)``) and the median LP seconds of its rebalancing; and the full-information optimum of
+    each day (:func:`full_information_optimum`) with its solve seconds and size."""
+    demand = [net.demand(d) for d in range(days)]
+    optimum = [full_information_optimum(net, dm) for dm in demand]
+    out = {"optimum": [o["profit"] for o in optimum], "optimum_seconds": [o["seconds"] for o in optimum],
+           "optimum_variables": optimum[0]["variables"]}
+    for name, make in desired_by_name.items():
+        runs = [run_episode(net, dm, make()) for dm in demand]
+        out[name] = [r["profit"] for r in runs]
+        out[f"{name}_seconds_rebalance"] = float(np.median([r["seconds_rebalance"] for r in runs]))
+    return out
+
+
 # The two cities of `longhorizon repro eamod` (and `city=A` / `city=B` of the gymnasium environment): a ring of
 # five regions, and a ring of six with a chord, another demand pattern and a smaller daily swing.
 CITY_A = City(regions=5, charge_levels=4, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 0)), stations=(0, 2), fleet=40,

@@ -184,6 +184,25 @@ def policy_fn(agent: Agent, params, net: amod.Network, key=None, greedy: bool = 
     return lambda t, idle: agent.act(params, net, t, idle, jax.random.fold_in(key, next(calls)), greedy=greedy)[0]
 
 
+def decision_seconds(agent, params, net: amod.Network, repeats: int = 50) -> float:
+    """Median seconds of one policy forward pass (jitted, after compilation) on a day-0 state."""
+    idle = net.initial_vehicles()
+    agent.act(params, net, 0, idle, jax.random.PRNGKey(0), greedy=True)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        agent.act(params, net, 0, idle, jax.random.PRNGKey(0), greedy=True)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def mean_profit(net: amod.Network, days):
+    """``evaluate(agent, params)`` for :func:`train`: the greedy policy's mean profit over ``days`` (demand seeds)."""
+    demand = [net.demand(d) for d in days]
+    return lambda agent, params: float(np.mean([amod.run_episode(net, dm, policy_fn(agent, params, net))["profit"]
+                                                for dm in demand]))
+
+
 def collect(agent: Agent, params, net: amod.Network, episode_seed: int, key, scale: float) -> tuple[dict, dict]:
     """One sampled day: the arrays :meth:`Agent.learn` takes (without the batch axis), and its stats."""
     demand = net.demand(episode_seed)
