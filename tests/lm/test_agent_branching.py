@@ -6,7 +6,7 @@ import pytest
 
 from longhorizon.errors import UsageError
 from longhorizon.lm.agents import envs
-from longhorizon.lm.agents.branching import BranchConfig, BranchingRollout, tree_shape, turn_actions
+from longhorizon.lm.agents.branching import BranchConfig, BranchingRollout, TreeRollouts, tree_shape, turn_actions
 from longhorizon.lm.agents.rollout import AgentConfig, MultiTurnRollout
 from longhorizon.lm.agents.tree import build_tree, node_advantages
 from longhorizon.lm.policy import tiny_random
@@ -46,6 +46,16 @@ class Script:
 def _rollout(tiny, script, cls=envs.search.SearchEnv, cfg=BranchConfig(branch_turn=1, branches=2)):
     base = MultiTurnRollout(tiny.cfg, tiny.tokenizer, cls, AGENT, policy=script)
     return BranchingRollout(base, cfg)
+
+
+def test_tree_rollouts_branch_the_trainers_own_rollout(tiny):
+    from types import SimpleNamespace
+
+    base = MultiTurnRollout(tiny.cfg, tiny.tokenizer, envs.search.SearchEnv, AGENT, policy=Script(tiny.tokenizer))
+    cfg = BranchConfig(branch_turn=1, branches=2)
+    rollout = TreeRollouts(cfg)(SimpleNamespace(rollout=base))
+    assert isinstance(rollout, BranchingRollout) and rollout.base is base and rollout.cfg == cfg
+    assert repr(TreeRollouts(cfg)) == f"TreeRollouts(cfg={cfg!r})"  # what config.json records
 
 
 @pytest.mark.slow

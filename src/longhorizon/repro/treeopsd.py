@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longhorizon.lm.agents.branching import BranchConfig, BranchingRollout
+from longhorizon.lm.agents.branching import BranchConfig, TreeRollouts
 from longhorizon.lm.agents.opd import TreeOPSD
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
@@ -46,19 +46,9 @@ TEACHER = TreeOPSD(tau=1.0, clip=1.0)
 GRPO, TREE = "GRPO (trajectory credit)", "TreeOPSD (tree credit + bounded teacher)"
 
 
-@dataclasses.dataclass(frozen=True)
-class TreeRollouts:
-    """``AgentSpec.rollout``: the trainer's rollout, branched (:class:`BranchingRollout`)."""
-
-    cfg: BranchConfig = BRANCH
-
-    def __call__(self, trainer) -> BranchingRollout:
-        return BranchingRollout(trainer.rollout, self.cfg)
-
-
 PAPER = "TreeOPSD"
 CLAIM = "tree credit with a bounded teacher beats GRPO at equal sampled tokens"
-ARMS = {GRPO: {}, TREE: {"rollout": TreeRollouts(), "token_advantages": TEACHER}}
+ARMS = {GRPO: {}, TREE: {"rollout": TreeRollouts(BRANCH), "token_advantages": TEACHER}}
 
 
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:

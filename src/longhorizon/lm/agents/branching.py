@@ -154,3 +154,14 @@ def tree_shape(trajectories: Sequence[Trajectory], branched_from) -> dict:
     return {"trajectories": len(trajectories), "tasks": len(tree.roots),
             "branching_nodes": int(sum(len(n.children) > 1 for n in nodes)),
             "mean_children": float(np.mean([len(n.children) for n in nodes if n.children] or [0.0]))}
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeRollouts:
+    """An ``AgentSpec.rollout`` (:mod:`longhorizon.lm.agents.spec`) that trains on prefix trees: the trainer's own
+    rollout, branched by :class:`BranchingRollout` with ``cfg``. A run's config.json records its repr."""
+
+    cfg: BranchConfig = BranchConfig()
+
+    def __call__(self, trainer) -> BranchingRollout:
+        return BranchingRollout(trainer.rollout, self.cfg)
