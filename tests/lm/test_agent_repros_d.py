@@ -94,6 +94,7 @@ def test_canopy_quick(tmp_path):
 
 def test_canopy_drift_is_zero_at_the_start_and_matches_k3_by_hand():
     from longhorizon.core.kl import kl_k3
+    from longhorizon.lm.agents.policy_drift import policy_drift
     from longhorizon.lm.policy import tiny_random
     from longhorizon.lm.run import Policy
     from longhorizon.repro import canopy
@@ -101,10 +102,10 @@ def test_canopy_drift_is_zero_at_the_start_and_matches_k3_by_hand():
     base = tiny_random(seed=0)
     policy = Policy(base.params, base.cfg, base.tokenizer, "tiny-random")
     rows = canopy.QUICK.rows(2, 3)
-    same = canopy.drift(policy, policy.params, canopy.QUICK, rows)
+    same = policy_drift(policy, policy.params, canopy.QUICK.env, canopy.QUICK.agent, rows)
     assert np.allclose(same["kl"], 0.0, atol=1e-6) and all(e > 0 for e in same["entropy"])
     # k3 by hand: pi(x)=0.5, pi_0(x)=0.25 -> 0.5 - 1 - log 0.5
     assert float(kl_k3(np.log(0.5), np.log(0.25))) == pytest.approx(0.5 - 1 - np.log(0.5))
     other = tiny_random(seed=1).params
-    moved = canopy.drift(policy, other, canopy.QUICK, rows)
+    moved = policy_drift(policy, other, canopy.QUICK.env, canopy.QUICK.agent, rows)
     assert min(moved["kl"]) > 0.0

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from longhorizon.lm.agents.policy_drift import policy_drift
 from longhorizon.lm.agents.rollout import AgentConfig
 from longhorizon.lm.agents.trainer import CreditConfig
 from longhorizon.repro import agent_common as common
@@ -51,44 +52,6 @@ CLAIMS = ("the KL anchor keeps the policy closer to its start (lower KL to pi_0,
 MIN_DRIFT = 1e-3  # nats of KL(pi || pi_0) per token below which "drift" is numerical noise, not learning
 
 
-def drift(policy, params, setup: common.AgentRepro, rows, seed: int = 0) -> dict:
-    """Per-episode ``kl`` (mean k3 over its action tokens, KL(pi || pi_0)) and ``entropy`` of ``params`` (pi)
-    against the initial ``policy.params`` (pi_0), on episodes pi samples at temperature 1."""
-    import jax
-    import jax.numpy as jnp
-
-    from longhorizon.core.kl import kl_k3
-    from longhorizon.lm.agents.rollout import MultiTurnRollout
-    from longhorizon.lm.agents.spec import environment_class
-    from longhorizon.lm.model import token_logprobs
-
-    agent = dataclasses.replace(setup.agent, temperature=1.0)
-    rollout = MultiTurnRollout(policy.model_cfg, policy.tokenizer, environment_class(setup.env), agent)
-    trajs = rollout.run(params, list(rows), 1, jax.random.PRNGKey(seed + 77))
-    seqs = [(i, s) for i, t in enumerate(trajs) for s in t.sequences]
-    bucket = setup.agent.length_bucket
-    length = -(-max(len(s) for _, s in seqs) // bucket) * bucket
-    rows_b = -(-len(seqs) // 8) * 8  # a multiple of 8 rows: few compiled shapes
-    tokens = np.full((rows_b, length), policy.tokenizer.pad_id, np.int32)
-    valid = np.zeros((rows_b, length), bool)
-    mask = np.zeros((rows_b, length - 1), np.float32)
-    valid[:, 0] = True
-    for j, (_, s) in enumerate(seqs):
-        tokens[j, :len(s)], valid[j, :len(s)], mask[j, :len(s) - 1] = s.tokens, True, s.action_mask[1:]
-    logp_fn = jax.jit(token_logprobs, static_argnums=(1,))
-    logp, entropy = logp_fn(params, policy.model_cfg, jnp.asarray(tokens), jnp.asarray(valid))
-    ref_logp, _ = logp_fn(policy.params, policy.model_cfg, jnp.asarray(tokens), jnp.asarray(valid))
-    k3 = np.asarray(kl_k3(logp, ref_logp)) * mask
-    entropy = np.asarray(entropy) * mask
-    kl_sum, ent_sum, count = np.zeros(len(trajs)), np.zeros(len(trajs)), np.zeros(len(trajs))
-    for j, (i, _) in enumerate(seqs):
-        kl_sum[i] += k3[j].sum()
-        ent_sum[i] += entropy[j].sum()
-        count[i] += mask[j].sum()
-    keep = count > 0
-    return {"kl": list(kl_sum[keep] / count[keep]), "entropy": list(ent_sum[keep] / count[keep])}
-
-
 def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = None) -> dict:
     setup, t0 = setup or (QUICK if quick else SETUP), time.perf_counter()
     out = Path(out_dir)
@@ -98,12 +61,12 @@ def run(out_dir: str, quick: bool = False, setup: common.AgentRepro | None = Non
     for seed in range(setup.seeds):
         policy = common.warm_policy(setup, seed)
         warm.append(common.evaluate(policy, policy.params, setup, held)["success"])
-        warm_entropy += drift(policy, policy.params, setup, held, seed)["entropy"]
+        warm_entropy += policy_drift(policy, policy.params, setup.env, setup.agent, held, seed)["entropy"]
         for b in BETAS:
             r = common.train_arm(out / "runs" / f"beta{b:g}-seed{seed}", policy, dataclasses.replace(setup, beta=b),
                                  CreditConfig(), seed=seed, held=held, keep_params=True)
             arms[b]["success"].append(float(r["summary"]["eval"]["success"]))
-            d = drift(policy, r["params"], setup, held, seed)
+            d = policy_drift(policy, r["params"], setup.env, setup.agent, held, seed)
             arms[b]["kl"] += d["kl"]
             arms[b]["kl_per_seed"].append(float(np.mean(d["kl"])))
             arms[b]["entropy"] += d["entropy"]
