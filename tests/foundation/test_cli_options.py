@@ -263,6 +263,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "prompts_per_step": [acts(RL, "--prompts-per-step", "4")],
         "num_generations": [acts(RL, "--num-generations", "4")],
         "beta": [acts(RL, "--beta", "0.04")],
+        "reference_kl": [acts(RL, "--reference-kl")],
         "epsilon": [acts(RL, "--epsilon", "0.3")],
         "epsilon_high": [acts(RL, "--epsilon-high", "0.28")],
         "loss_type": [acts(RL, "--loss-type", "grpo")],
