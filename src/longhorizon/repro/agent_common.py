@@ -111,32 +111,13 @@ def finish(out: Path, paper: str, name: str, setup: "AgentRepro", recorded: dict
 
 
 def warm_policy(setup: AgentRepro, seed: int = 0, agent: AgentConfig | None = None, progress=print):
-    """The warm-started policy (module docstring), from the cache when it was made before."""
-    from longhorizon.lm.agents import envs
-    from longhorizon.lm.agents.demos import WarmStart, demonstrations, warm_start
-    from longhorizon.lm.policy import tiny_random
-    from longhorizon.lm.policy_cache import cache_path, load_or_train
-    from longhorizon.lm.run import Policy
+    """The warm-started policy (module docstring; :func:`longhorizon.lm.agents.warm_policy.cached_warm_start`)."""
+    from longhorizon.lm.agents.warm_policy import cached_warm_start
 
-    agent = agent or setup.agent
-    seed = 0 if setup.shared_warm_start else seed
-    base = tiny_random(seed=seed)
-    settings = {"env": setup.env, "task_args": setup.task_args, "variants": setup.variants,
-                "agent": dataclasses.replace(agent, length_bucket=1), "demos": setup.demos, "noise": setup.demo_noise,
-                "steps": setup.warm_steps, "lr": setup.warm_lr, "seed": seed,
-                **({"batch": setup.warm_batch} if setup.warm_batch != 16 else {})}
-    path = cache_path("agents", f"{setup.env}-", settings)
-
-    def train():
-        spec = envs.get(setup.env)
-        progress(f"warm start: {setup.demos} expert episodes of {setup.env}, {setup.warm_steps} teacher-forcing steps")
-        demos = demonstrations(base.cfg, base.tokenizer, spec.cls, spec.expert, setup.rows(setup.demos, seed + 500),
-                               agent, noise=setup.demo_noise, seed=seed)
-        return warm_start(base.params, base.cfg, base.tokenizer, demos,
-                          WarmStart(steps=setup.warm_steps, batch_size=setup.warm_batch, learning_rate=setup.warm_lr),
-                          seed=seed)[0]
-
-    return Policy(load_or_train(path, base.params, train), base.cfg, base.tokenizer, f"warm start {path.name}")
+    return cached_warm_start(setup.env, setup.rows, agent or setup.agent,
+                             tasks={"task_args": setup.task_args, "variants": setup.variants}, demos=setup.demos,
+                             noise=setup.demo_noise, steps=setup.warm_steps, learning_rate=setup.warm_lr,
+                             batch_size=setup.warm_batch, seed=0 if setup.shared_warm_start else seed, progress=progress)
 
 
 def evaluate(policy, params, setup: AgentRepro, rows, agent: AgentConfig | None = None) -> dict:
