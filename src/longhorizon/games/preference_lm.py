@@ -92,6 +92,36 @@ def tagged(problems: Sequence[Problem], rng: np.random.Generator, mix: dict) -> 
     return [dataclasses.replace(p, target=p.target + t) for p, t in zip(problems, tags)]
 
 
+def cached_reference_policy(task, tags: dict, *, d_model: int, n_layers: int, n_heads: int, steps: int, batch_size: int,
+                            learning_rate: float, seed: int = 0, log=print):
+    """A reference policy pi_ref for the oracle: a character-level transformer taught by teacher forcing
+    (:func:`longhorizon.lm.sft.train_sft`) to answer single problems of ``task`` with a style tag drawn from the mix
+    ``tags`` appended (:func:`tagged`), so it is correct only sometimes and its tag mix is skewed. Kept in the policy
+    cache (:mod:`longhorizon.lm.policy_cache`) by its settings; ``(params, model_cfg, tokenizer)``."""
+    from longhorizon.lm.model import ModelConfig, init_params
+    from longhorizon.lm.policy_cache import cache_path, load_or_train
+    from longhorizon.lm.sft import SFTConfig, train_sft
+    from longhorizon.lm.tasks import ProblemStream, max_lengths
+    from longhorizon.lm.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer()
+    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads)
+    fields = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "sft_steps": steps, "sft_batch": batch_size,
+              "sft_lr": learning_rate, "seed": seed, "task": repr(task), "tags": tags, "version": 1}
+    params = init_params(jax.random.PRNGKey(seed), model_cfg)
+
+    def train():
+        plen, clen = max_lengths("packed", 1, task)
+        cfg = SFTConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+                        warmup_steps=min(50, steps // 4), seq_len=plen + clen + 3)
+        stream, rng = ProblemStream("packed", task, seed), np.random.default_rng(seed)
+        log(f"  pi_ref: {steps} teacher-forcing steps")
+        return train_sft(params, model_cfg, tokenizer, lambda _: tagged(stream.sample([1], batch_size), rng, tags), cfg,
+                         log_every=max(1, steps // 3))[0]
+
+    return load_or_train(cache_path("lm", "inpo_ref_", fields), params, train), model_cfg, tokenizer
+
+
 def nash_tag_mix(oracle: Oracle, tau: float, ref_tags: dict) -> dict:
     """The regularised (KL weight ``tau``) Nash tag mix of the oracle's cyclic part alone (equally correct
     completions), regularised toward the reference tag mix ``ref_tags`` (:func:`longhorizon.games.preference.regularised_nash`)."""

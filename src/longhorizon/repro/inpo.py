@@ -134,34 +134,13 @@ def task_config():
 
 
 def reference_policy(setup: LMSetup, log=print):
-    """pi_ref: teacher forcing on tagged single problems (module docstring), cached on disk by its settings
-    (:mod:`longhorizon.lm.policy_cache`)."""
-    import jax
+    """pi_ref (module docstring): :func:`longhorizon.games.preference_lm.cached_reference_policy` with this setup's
+    model, teacher-forcing settings and tag mix :data:`REF_TAGS`."""
+    from longhorizon.games.preference_lm import cached_reference_policy
 
-    from longhorizon.lm.model import ModelConfig, init_params
-    from longhorizon.games.preference_lm import tagged
-    from longhorizon.lm.policy_cache import cache_path, load_or_train
-    from longhorizon.lm.sft import SFTConfig, train_sft
-    from longhorizon.lm.tasks import ProblemStream, max_lengths
-    from longhorizon.lm.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer()
-    model_cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=setup.d_model, n_layers=setup.n_layers,
-                            n_heads=setup.n_heads)
-    fields = {k: getattr(setup, k) for k in ("d_model", "n_layers", "n_heads", "sft_steps", "sft_batch", "sft_lr", "seed")}
-    fields.update(task=repr(task_config()), tags=REF_TAGS, version=1)
-    params = init_params(jax.random.PRNGKey(setup.seed), model_cfg)
-
-    def train():
-        plen, clen = max_lengths("packed", 1, task_config())
-        cfg = SFTConfig(steps=setup.sft_steps, batch_size=setup.sft_batch, learning_rate=setup.sft_lr,
-                        warmup_steps=min(50, setup.sft_steps // 4), seq_len=plen + clen + 3)
-        stream, rng = ProblemStream("packed", task_config(), setup.seed), np.random.default_rng(setup.seed)
-        log(f"  pi_ref: {setup.sft_steps} teacher-forcing steps")
-        return train_sft(params, model_cfg, tokenizer, lambda _: tagged(stream.sample([1], setup.sft_batch), rng, REF_TAGS), cfg,
-                         log_every=max(1, setup.sft_steps // 3))[0]
-
-    return load_or_train(cache_path("lm", "inpo_ref_", fields), params, train), model_cfg, tokenizer
+    return cached_reference_policy(task_config(), REF_TAGS, d_model=setup.d_model, n_layers=setup.n_layers,
+                                   n_heads=setup.n_heads, steps=setup.sft_steps, batch_size=setup.sft_batch,
+                                   learning_rate=setup.sft_lr, seed=setup.seed, log=log)
 
 
 def make_trainer(arm: str, params, model_cfg, tokenizer, setup: LMSetup, oracle, seed: int = 0):
