@@ -204,3 +204,10 @@ def apply_overrides(config: AlgoConfig, overrides: dict[str, str]) -> AlgoConfig
             raise UsageError(f"{flag(name)} is not a setting of {type(config).__module__.rsplit('.', 1)[-1]}; {hint}")
         values[name] = _parse_value(raw, hints.get(name, str), name)
     return dataclasses.replace(config, **values)
+
+
+def config_overrides(config: AlgoConfig, default: AlgoConfig) -> dict[str, str]:
+    """The fields where ``config`` differs from ``default``, as CLI text (a tuple as ``a,b``): the overrides that
+    :func:`apply_overrides` turns ``default`` into ``config`` with (what a run spec's ``config_overrides`` holds)."""
+    return {f.name: ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            for f in dataclasses.fields(config) if (v := getattr(config, f.name)) != getattr(default, f.name)}

@@ -210,11 +210,13 @@ def test_engine_chunks_prefill_then_reduce_the_world_model_loss():
 
 def test_registered_for_the_runner():
     from longhorizon import algos
-    from longhorizon.repro import mbdpo as repro
 
     algo = algos.get("mbdpo")
     assert algo.module is mbdpo and algo.steps_per_update(mbdpo.Config(num_envs=3, num_steps=2)) == 6
-    assert repro.overrides(mbdpo.Config(**TINY), mbdpo.Config())["wm_hidden"] == "16"
+    from longhorizon.config import apply_overrides, config_overrides
+
+    overrides = config_overrides(mbdpo.Config(**TINY), mbdpo.Config())
+    assert overrides["wm_hidden"] == "16" and apply_overrides(mbdpo.Config(), overrides) == mbdpo.Config(**TINY)
 
 
 def test_claim_rules_by_hand():

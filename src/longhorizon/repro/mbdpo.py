@@ -29,6 +29,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from longhorizon.config import config_overrides
 from longhorizon.control import mbdpo
 from longhorizon.repro import claims as C
 from longhorizon.repro.report import mean_se, resumable, verdict_lines
@@ -139,12 +140,6 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
 
 
 # ----------------------------------------------------------------------------- arms
-def overrides(config, default) -> dict[str, str]:
-    """The fields where ``config`` differs from ``default``, as CLI text for :class:`runner.RunSpec`."""
-    return {f.name: ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
-            for f in dataclasses.fields(config) if (v := getattr(config, f.name)) != getattr(default, f.name)}
-
-
 def engine_arm(name: str, algo: str, task: str, config, setup: Setup, log=print, chunks: int | None = None) -> dict:
     """One arm trained by the runner's fused engine (seeds vmapped), ``setup.chunks`` points on its curve.
 
@@ -188,7 +183,7 @@ def engine_arm(name: str, algo: str, task: str, config, setup: Setup, log=print,
 
 def world_model_arm(task: str, env, config: mbdpo.Config, setup: Setup, log=print) -> dict:
     name = f"{config.method}" + (f" width {config.policy_hidden[0]}" if config.method == "mbdpo" else "")
-    arm = engine_arm(name, mbdpo.NAME, task, overrides(config, mbdpo.default_config(env)), setup, log)
+    arm = engine_arm(name, mbdpo.NAME, task, config_overrides(config, mbdpo.default_config(env)), setup, log)
     return {**arm, "policy_parameters": mbdpo.policy_parameter_count(config, env) if config.method == "mbdpo" else 0}
 
 
