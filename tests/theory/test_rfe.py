@@ -126,7 +126,8 @@ def test_bad_input_is_one_usage_error(build):
 
 def test_claim_rule_on_constructed_numbers():
     from longhorizon.repro import claims as C
-    from longhorizon.repro.horizon_free_rfe import episodes_to_eps, fit_slope, judge
+    from longhorizon.repro.horizon_free_rfe import fit_slope, judge
+    from longhorizon.theory.reward_free import episodes_to_eps
     from longhorizon.theory.reward_free import ALGORITHMS
 
     # K(eps): the first checkpoint from which the gap stays <= eps (an early dip does not count); never -> censored

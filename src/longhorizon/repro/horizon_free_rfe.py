@@ -71,14 +71,6 @@ def uncensored(ruling: C.Claim, censored_share: float) -> C.Claim:
                     f"lower bound); the slope would say {ruling.verdict}", verdicts=(C.HOLDS, C.CONTRADICTED))
 
 
-def episodes_to_eps(gaps: np.ndarray, checkpoints: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """K(eps) per seed from gaps [seeds, C]: the first checkpoint from which every later gap is <= eps;
-    returns (K [seeds], censored [seeds]) with censored seeds at the last checkpoint."""
-    stays = np.flip(np.cumprod(np.flip(gaps <= eps, -1), -1), -1).astype(bool)
-    first = np.where(stays.any(-1), stays.argmax(-1), len(checkpoints) - 1)
-    return checkpoints[first].astype(float), ~stays[:, -1]
-
-
 def measure(mdp_at, horizons, episodes: int, seeds: int, rewards: int, log=print) -> dict:
     """For each H and algorithm: gaps [seeds, C] at the checkpoints (mean/min/max reported) and K(eps)."""
     checkpoints = np.unique(np.geomspace(1, episodes, 32).astype(int))
@@ -95,7 +87,7 @@ def measure(mdp_at, horizons, episodes: int, seeds: int, rewards: int, log=print
             beta = np.tile(run.beta[pick], seeds)
             policies = np.stack([rf.plan_optimistic(mdp, r, theta, inverse, beta, horizon) for r in test])
             gaps = rf.suboptimality(mdp, test, policies).max(0).reshape(seeds, len(checkpoints))
-            k_eps, censored = episodes_to_eps(gaps, checkpoints, EPS)
+            k_eps, censored = rf.episodes_to_eps(gaps, checkpoints, EPS)
             out["runs"][f"{algorithm}@{horizon}"] = {
                 "gap_mean": gaps.mean(0).tolist(), "gap_min": gaps.min(0).tolist(), "gap_max": gaps.max(0).tolist(),
                 "k_eps": k_eps.tolist(), "censored": censored.tolist(), "explore_seconds": run.seconds}

@@ -265,3 +265,13 @@ def suboptimality(mdp: LinearMixtureMDP, rewards: np.ndarray, policies: np.ndarr
             values = reward[rows, acts] + np.einsum("bxs,bs->bx", transition[rows, acts], values)
         gaps[i] = best - values[:, mdp.initial]
     return gaps
+
+
+def episodes_to_eps(gaps: np.ndarray, checkpoints: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """The episodes an explorer needs to be eps-optimal for good, per seed: from suboptimality gaps ``[seeds, C]``
+    measured after ``checkpoints [C]`` episodes (:func:`suboptimality`), the first checkpoint from which every
+    later gap is <= eps. Returns ``(K [seeds], censored [seeds])``; a seed whose last gap is above eps is
+    censored at the last checkpoint (its K is a lower bound)."""
+    stays = np.flip(np.cumprod(np.flip(gaps <= eps, -1), -1), -1).astype(bool)
+    first = np.where(stays.any(-1), stays.argmax(-1), len(checkpoints) - 1)
+    return checkpoints[first].astype(float), ~stays[:, -1]
