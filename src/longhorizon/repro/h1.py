@@ -44,14 +44,15 @@ ARMS = {
 @dataclasses.dataclass(frozen=True)
 class H1Setup:
     seeds: int = 3
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    sft_steps: int = 1200
-    sft_batch: int = 64
-    sft_lr: float = 3e-3
-    sft_packed: tuple[int, ...] = (1, 2, 3)
-    sft_chain_fraction: float = 0.0  # >0 is a deviation: that share of SFT data are h=2 chains
+    # the supervised base (lm.chain_base.BaseRecipe, its defaults; flat here, as summaries record the setup)
+    d_model: int = BaseRecipe.d_model
+    n_layers: int = BaseRecipe.n_layers
+    n_heads: int = BaseRecipe.n_heads
+    sft_steps: int = BaseRecipe.sft_steps
+    sft_batch: int = BaseRecipe.sft_batch
+    sft_lr: float = BaseRecipe.sft_lr
+    sft_packed: tuple[int, ...] = BaseRecipe.sft_packed
+    sft_chain_fraction: float = BaseRecipe.sft_chain_fraction  # >0 is a deviation: that share of SFT data are h=2 chains
     rl_steps: int = 60
     prompts_per_step: int = 8
     num_generations: int = 8
