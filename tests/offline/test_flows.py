@@ -178,6 +178,10 @@ def test_toy_reward_and_dataset():
     np.testing.assert_allclose(data["rewards"], np.asarray(toy.reward(config, data["actions"])), rtol=1e-6)
     near = np.min(np.linalg.norm(data["actions"][:, None] - np.asarray(config.centers), axis=-1), axis=1) < 0.3
     assert 0.75 < near.mean() < 0.9  # 80% mode data (almost all within 0.3 of a centre), some bad data near too
+    # off the data's support: farther than the radius from every dataset action
+    support = jnp.asarray([[0.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_array_equal(toy.off_support(jnp.asarray([[0.05, 0.0], [0.5, 0.0], [1.0, 0.2]]), support, 0.1),
+                                  [0.0, 1.0, 1.0])
 
 
 @pytest.mark.parametrize("make", [

@@ -91,6 +91,13 @@ def mode_of(config: ToyConfig, actions: jax.Array) -> jax.Array:
     return jnp.argmin(jnp.sum((actions[..., None, :] - centers) ** 2, axis=-1), axis=-1)
 
 
+def off_support(actions: jax.Array, support: jax.Array, radius: float) -> jax.Array:
+    """1 where an action ``[..., B, 2]`` is farther than ``radius`` from every dataset action ``support [N, 2]``
+    (it left the data's support), else 0."""
+    far = jnp.min(jnp.linalg.norm(actions[..., :, None, :] - support, axis=-1), axis=-1)
+    return (far > radius).astype(jnp.float32)
+
+
 def make_dataset(config: ToyConfig = ToyConfig()) -> dict[str, np.ndarray]:
     """The behaviour dataset (deterministic given ``config.seed``), actions clipped to ``[-1, 1]^2``."""
     rng = np.random.default_rng(config.seed)

@@ -96,9 +96,8 @@ def run_toy(setup: Setup, log=print) -> dict[str, Any]:
 
     @jax.jit
     def _measure(actions):  # [seeds, B, 2] -> per-seed return, success and off-support share
-        far = jax.vmap(lambda a: jnp.min(jnp.linalg.norm(a[:, None] - support[None], axis=-1), axis=1))(actions)
         return {"return": toy.reward(task, actions).mean(-1), "success": toy.success(task, actions).mean(-1),
-                "off_support": (far > setup.support_radius).mean(-1)}
+                "off_support": toy.off_support(actions, support, setup.support_radius).mean(-1)}
 
     def measure(actions):
         return {k: np.asarray(v) for k, v in _measure(actions).items()}
