@@ -264,6 +264,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "num_generations": [acts(RL, "--num-generations", "4")],
         "beta": [acts(RL, "--beta", "0.04")],
         "reference_kl": [acts(RL, "--reference-kl")],
+        "mesh": [acts(RL, "--mesh", "data=1"), refused((*RL, "--mesh", "fsdp=two"), "AXIS=SIZE")],
         "epsilon": [acts(RL, "--epsilon", "0.3")],
         "epsilon_high": [acts(RL, "--epsilon-high", "0.28")],
         "loss_type": [acts(RL, "--loss-type", "grpo")],

@@ -314,6 +314,9 @@ def rl(
     seed: int = typer.Option(0),
     offload: str = typer.Option("none", help="host: keep parameters and optimiser state in host memory and stream "
                                 "the update layer by layer to the device (Llama-family --model; docs/lm.md)."),
+    mesh: Optional[str] = typer.Option(None, help="data=D,fsdp=F,tensor=T: shard the update over the local devices "
+                                       "(parameters and optimiser state over fsdp, heads and MLP columns over tensor, "
+                                       "the batch over data x fsdp; docs/scale.md)."),
     resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:
@@ -427,7 +430,7 @@ def _rl_spec(o: dict, out: str):
                               eval_every=o["eval_every"], max_prompt_length=o["max_prompt_length"], seed=seed)
         return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=sampler, steps=steps,
                       prompts_per_step=o["prompts_per_step"], checkpoint_every=o["checkpoint_every"], seed=seed,
-                      record=record, offload=o.get("offload", "none"))
+                      record=record, offload=o.get("offload", "none"), mesh=o.get("mesh"))
     base_config = policy_config(o["init"]) if o["init"] is not None else {}
     task = o["task"]
     task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
@@ -464,7 +467,8 @@ def _rl_spec(o: dict, out: str):
     record.update(task=task, horizons=hs, task_config=task_cfg, eval_horizons=eval_hs)
     return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=sampler, steps=steps,
                   prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
-                  checkpoint_every=o["checkpoint_every"], seed=seed, record=record, offload=o.get("offload", "none"))
+                  checkpoint_every=o["checkpoint_every"], seed=seed, record=record, offload=o.get("offload", "none"),
+                  mesh=o.get("mesh"))
 
 
 # ----------------------------------------------------------------------------- eval

@@ -215,6 +215,7 @@ class RLSpec:
     rewards: Any = None
     agent: Any = None  # longhorizon.lm.agents.spec.AgentSpec: multi-turn episodes of a tool environment
     offload: str = "none"
+    mesh: str | None = None  # "data=D,fsdp=F,tensor=T": the update sharded over the local devices (lm.sharding)
 
     def __post_init__(self):
         # the learning-rate schedule spans the run: TRL's linear decay reaches 0 at the last optimiser step
@@ -227,6 +228,13 @@ class RLSpec:
             raise UsageError(f"--offload {self.offload} is unknown; use one of {', '.join(OFFLOAD)}.")
         if self.offload == "host" and self.agent is not None:
             raise UsageError("--offload host streams the update of `lm rl`; agent runs train in device memory, so drop it.")
+        if self.mesh is not None:
+            from longhorizon.lm.sharding import mesh_sizes
+
+            mesh_sizes(self.mesh)  # the spelling; the device count and the model's divisibility when it loads
+            if self.offload == "host" or self.agent is not None:
+                raise UsageError("--mesh shards the in-memory update of `lm rl`; it does not combine with "
+                                 f"{'--offload host' if self.agent is None else 'agent runs'}, so drop one of them.")
         if self.offload == "host" and not _is_llama(self.init):
             raise UsageError("--offload host streams Llama-family models layer by layer, not an `lm sft` character "
                              "model; start from a pretrained --model or drop --offload.")
@@ -270,6 +278,12 @@ class RLSpec:
                 from longhorizon.lm.offload import LayerStreamedUpdate
 
                 updater = LayerStreamedUpdate(policy.model_cfg, grpo)
+            elif self.mesh is not None:
+                from longhorizon.lm.grpo import optimizer_for
+                from longhorizon.lm.sharding import ShardedUpdate, parse_mesh
+
+                updater = ShardedUpdate(parse_mesh(self.mesh, policy.model_cfg), policy.params,
+                                        model_cfg=policy.model_cfg, cfg=grpo, optimizer=optimizer_for(grpo))
             trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=self.seed,
                                   batch_rewards=rewards, updater=updater)
         # the reference is saved only when it is kept (beta > 0, or reference_kl to log the KL to it)
@@ -285,7 +299,8 @@ class RLSpec:
                 "steps": self.steps, "prompts_per_step": self.prompts_per_step,
                 "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
                 "checkpoint_every": self.checkpoint_interval, "seed": self.seed,
-                **({"offload": self.offload} if self.offload != "none" else {})}
+                **({"offload": self.offload} if self.offload != "none" else {}),
+                **({"mesh": self.mesh} if self.mesh is not None else {})}
 
 
 def _is_llama(init) -> bool:
