@@ -20,20 +20,6 @@ UNTIED = dataclasses.replace(TIED, n_layers=2, tie_embeddings=False, qkv_bias=Tr
 GRPO = grpo.GRPOConfig(lr_scheduler_type="constant", num_generations=3, beta=0.1, learning_rate=1e-3, max_grad_norm=0.05)  # clipping acts
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_persistent_compilation_cache():
-    """This module's programs are compiled, not written to the suite's persistent cache: a worker segfaulted
-    inside JAX's cache write (``executable.serialize()``) of this module's plain-gradient program, in the cold
-    CI run of 2026-12-07 and again in a local cold run, while the test alone passes."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    jax.config.update("jax_enable_compilation_cache", False)
-    compilation_cache.reset_cache()  # JAX decides once per process whether it caches; ask it again
-    yield
-    jax.config.update("jax_enable_compilation_cache", True)
-    compilation_cache.reset_cache()
-
-
 def _batch(layout: str, groups: int, seed: int, vocab: int = 61, s: int = 3, p: int = 5, n: int = 4) -> dict:
     """A GRPO batch of ``groups`` groups of ``s`` completions: shared prompts, or one prompt per row."""
     rng = np.random.default_rng(seed)

@@ -31,6 +31,23 @@ def setup_compilation_cache() -> None:
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    share_compilation_cache_safely()
+
+
+CACHE_BYTES = 8 * 2**30  # the persistent compilation cache's size; the least recently used programs go first
+
+
+def share_compilation_cache_safely(max_bytes: int = CACHE_BYTES) -> None:
+    """Let several processes use one persistent compilation cache folder without reading half-written programs.
+
+    JAX writes a cache entry in place and, with no size limit, reads and writes it without a lock: a process
+    that loads a program another process is still writing gets a truncated executable and aborts inside XLA
+    (seen as segfaults and aborts of test workers in ``executable.serialize`` and in the cache read). With a
+    size limit JAX takes a file lock around every read and write (and evicts the least recently used
+    programs beyond it), so concurrent runs, sweeps and test workers are safe."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_max_size", max_bytes)
 
 
 def parse_field_args(args: list[str]) -> dict[str, str]:
