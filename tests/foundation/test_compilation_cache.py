@@ -20,5 +20,12 @@ def test_the_cli_cache_has_a_size_limit_so_jax_locks_its_files(tmp_path, monkeyp
             jax.config.update(key, value)
 
 
-def test_the_test_session_cache_is_locked_too():
-    assert jax.config.jax_compilation_cache_max_size > 0  # tests/conftest.py
+def test_the_cli_leaves_the_cache_off_on_cpu_unless_asked(monkeypatch):
+    saved = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        monkeypatch.delenv("LONGHORIZON_COMPILE_CACHE", raising=False)
+        setup_compilation_cache()  # the tests run on CPU: serialize() segfaulted there, so no cache by default
+        assert jax.config.jax_compilation_cache_dir is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)

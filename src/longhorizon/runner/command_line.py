@@ -16,13 +16,17 @@ from longhorizon.errors import UsageError
 
 
 def setup_compilation_cache() -> None:
-    """JAX's persistent compilation cache, on by default in the user's cache folder.
+    """JAX's persistent compilation cache in the user's cache folder: on by default on GPUs and TPUs, off by
+    default on CPUs, where XLA's ``executable.serialize()`` (the cache's write) segfaulted processes here.
 
-    Turn it off with ``LONGHORIZON_COMPILE_CACHE=0``; move it with ``LONGHORIZON_COMPILE_CACHE=/some/dir``.
+    Turn it on with ``LONGHORIZON_COMPILE_CACHE=1`` (or a folder: ``LONGHORIZON_COMPILE_CACHE=/some/dir``), off
+    with ``LONGHORIZON_COMPILE_CACHE=0``.
     """
     import jax
 
-    setting = os.environ.get("LONGHORIZON_COMPILE_CACHE", "1")
+    setting = os.environ.get("LONGHORIZON_COMPILE_CACHE")
+    if setting is None:
+        setting = "0" if jax.default_backend() == "cpu" else "1"
     if setting.lower() in ("0", "off", "false", "no"):
         return
     folder = Path(setting) if setting not in ("1", "on", "true", "yes") else \
