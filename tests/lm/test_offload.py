@@ -3,6 +3,7 @@ layouts, tied and untied heads), the same optimiser step (micro-batches, global-
 trainer step, one compiled block for every layer, and device memory bounded by a few layers."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,13 @@ import numpy as np
 import pytest
 
 from longhorizon.errors import UsageError
+
+# These tests compile programs that place arrays in host memory spaces, and a process that ran them
+# crashed later inside XLA (compile, executable.serialize, a cache read) in four cold CI-like runs on
+# 2026-12-07, in this module and in tests after it; each test passes alone. So they run in a process of
+# their own: tests/lm/test_offload_process.py starts pytest on this file with LONGHORIZON_OFFLOAD_TESTS=1.
+pytestmark = pytest.mark.skipif(os.environ.get("LONGHORIZON_OFFLOAD_TESTS") != "1",
+                                reason="run in their own process by tests/lm/test_offload_process.py")
 from longhorizon.lm import grpo, llama, offload
 
 from adam_steps import assert_adam_steps_close  # noqa: E402  (tests/lm/adam_steps.py)
