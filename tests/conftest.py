@@ -24,3 +24,16 @@ if os.environ.get("LONGHORIZON_TEST_CACHE"):
     share_compilation_cache_safely(16 * 2**30)
 
 from ray_fixture import ray_session  # noqa: E402,F401  (one Ray instance per test session, loopback only)
+
+import pytest  # noqa: E402
+
+from longhorizon.runner.compiled_programs import release_compiled_programs_if_near_limit  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _compiled_programs_within_the_mapping_limit():
+    """A worker runs hundreds of tests and JAX keeps every program they compiled mapped (about three
+    mappings each): past ``vm.max_map_count`` (65,530) an mmap fails inside XLA and the worker segfaults
+    in compile or serialize, which is what crashed the cold CI runs of 2026-12-07 at about 85%."""
+    release_compiled_programs_if_near_limit()
+    yield

@@ -21,6 +21,7 @@ import numpy as np
 
 from longhorizon.errors import TrainingDiverged, UsageError
 from longhorizon.runner import checkpoint
+from longhorizon.runner.compiled_programs import release_compiled_programs_if_near_limit
 from longhorizon.runner.interrupts import Interrupted, StopRequest
 from longhorizon.runner.lock import FolderLock, refuse_if_held
 from longhorizon.runner.loggers import MetricsLoggers
@@ -160,6 +161,7 @@ def train_loop(build: Callable[[], Trainable], resume: bool = False,
     and raises :class:`~longhorizon.runner.interrupts.Interrupted` saying what was saved; a second one
     drops the chunk in flight. A resumed run that already finished is returned unchanged (state None).
     """
+    release_compiled_programs_if_near_limit()  # a process that trains many runs keeps their programs mapped
     with StopRequest("chunk") as stop:
         trainable = build()
         lock = FolderLock(trainable.out)  # one writer per results folder; released however this process ends
