@@ -211,6 +211,8 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
                                         refused((*SFT, "--per-device-train-batch-size", "2"), "applies to --dataset runs only")],
         "lr_scheduler_type": [acts(SFT_DATA, "--lr-scheduler-type", "constant"),
                               refused((*SFT, "--lr-scheduler-type", "constant"), "applies to --dataset runs only")],
+        "mesh": [acts(SFT_DATA, "--mesh", "data=1"), refused((*SFT_DATA, "--mesh", "fsdp=two"), "AXIS=SIZE"),
+                 refused((*SFT, "--mesh", "data=1"), "applies to --dataset runs only")],
     },
     ("lm", "rl"): {
         "init": [acts(RL, replace={"{SFT}": "{SFT2}"})],

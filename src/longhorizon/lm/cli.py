@@ -101,6 +101,9 @@ def sft(
     per_device_train_batch_size: int = typer.Option(8, help="--dataset: rows per optimiser step (TRL's default 8)."),
     lr_scheduler_type: str = typer.Option("linear", help="--dataset: linear (TRL's default: decays to 0 by the last "
                                           "step) or constant."),
+    mesh: Optional[str] = typer.Option(None, help="--dataset: data=D,fsdp=F,tensor=T: shard the step over the local "
+                                       "devices (parameters and optimiser state over fsdp, heads and MLP columns over "
+                                       "tensor, the rows over data x fsdp; docs/scale.md)."),
     task: str = typer.Option("packed", help=_TASK_HELP),
     horizons: str = typer.Option("1-3", help="Horizons (or problems per prompt for packed), e.g. 1-3 or 1,2."),
     steps: int = typer.Option(1000, help="Optimiser steps."),
@@ -145,7 +148,7 @@ def sft(
 
 # `lm sft` options that only one kind of run reads: a --dataset run or a built-in task's.
 _SFT_DATASET_ONLY = ("model", "dtype", "init", "eval_dataset", "eval_steps", "max_length", "num_train_epochs",
-                     "max_steps", "per_device_train_batch_size", "lr_scheduler_type")
+                     "max_steps", "per_device_train_batch_size", "lr_scheduler_type", "mesh")
 _SFT_TASK_ONLY = ("task", "horizons", "steps", "batch_size", "seq_len", "d_model", "n_layers", "n_heads", "positions",
                   "digits", "operators", "const_max", "names", "fixed_width", "eval_horizons", "eval_problems")
 
@@ -181,7 +184,8 @@ def _sft_dataset(o: dict, given: set[str], resume: Optional[Path], dry_run: bool
     init = o["init"] if o["init"] is not None else Pretrained(o["model"] or "smollm2", o["dtype"] or "float32")
     spec = SFTSpec(out=str(folder), init=init, dataset=str(o["dataset"]), steps=steps, train=train,
                    eval_dataset=o["eval_dataset"] and str(o["eval_dataset"]), eval_steps=o["eval_steps"],
-                   checkpoint_every=o["checkpoint_every"], seed=o["seed"], record={"command": "lm sft", "options": o})
+                   checkpoint_every=o["checkpoint_every"], seed=o["seed"], mesh=o.get("mesh"),
+                   record={"command": "lm sft", "options": o})
     summary = plan_or_run(spec, "lm sft", resume is not None, dry_run)
     if summary is None:
         return

@@ -298,14 +298,26 @@ class SFTTrainer(Trainer):
     """Teacher-forced steps on batches of :class:`longhorizon.lm.sft_data.SFTExample` s, in the loop's
     trainer protocol (``params``, ``opt_state``, ``counters``, ``step(items, sizes) -> metrics``)."""
 
-    def __init__(self, model_cfg, params, cfg: SFTTrainingConfig, steps: int, seq_len: int, pad_id: int):
+    def __init__(self, model_cfg, params, cfg: SFTTrainingConfig, steps: int, seq_len: int, pad_id: int,
+                 mesh=None):
         from longhorizon.lm.grpo import rl_optimizer
 
         self.model_cfg, self.cfg, self.steps, self.seq_len, self.pad_id = model_cfg, cfg, steps, seq_len, pad_id
-        self.params = jax.tree_util.tree_map(jnp.array, params)  # private copy: the step donates its inputs
         self.optimizer = rl_optimizer(cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm,
                                       steps if cfg.lr_scheduler_type == "linear" else 0)
-        self.opt_state = self.optimizer.init(self.params)
+        self.sharded = None
+        if mesh is None:
+            self.params = jax.tree_util.tree_map(jnp.array, params)  # private copy: the step donates its inputs
+            self.opt_state = self.optimizer.init(self.params)
+        else:  # parameters and Adam moments split over the mesh (lm.sharding), the same step partitioned by XLA
+            from longhorizon.lm.sharding import ShardedUpdate
+
+            def step(p, o, batch):
+                return sft_step(p, o, *batch, cfg=model_cfg, optimizer=self.optimizer)
+
+            self.sharded = ShardedUpdate(mesh, params, optimizer=self.optimizer, step=step)
+            self.params = self.sharded.place(params)
+            self.opt_state = self.sharded.init(self.params)
         self.counters = {"optimizer_steps": 0, "examples": 0, "update_tokens": 0, "loss_tokens": 0}
 
     def learning_rate(self, step: int) -> float:
@@ -319,8 +331,11 @@ class SFTTrainer(Trainer):
         tokens, valid, loss_mask = batch_arrays(items, self.seq_len, self.pad_id,
                                                 max(len(items), self.cfg.per_device_train_batch_size))
         rate = self.learning_rate(self.counters["optimizer_steps"])
-        self.params, self.opt_state, out = sft_step(self.params, self.opt_state, tokens, valid, loss_mask,
-                                                    cfg=self.model_cfg, optimizer=self.optimizer)
+        if self.sharded is None:
+            self.params, self.opt_state, out = sft_step(self.params, self.opt_state, tokens, valid, loss_mask,
+                                                        cfg=self.model_cfg, optimizer=self.optimizer)
+        else:
+            self.params, self.opt_state, out = self.sharded(self.params, self.opt_state, (tokens, valid, loss_mask))
         metrics = {k: float(v) for k, v in jax.device_get(out).items()}
         if not np.isfinite(metrics["loss"]):
             raise TrainingDiverged(f"SFT loss became {metrics['loss']} at step {self.counters['optimizer_steps'] + 1}; "
@@ -415,6 +430,7 @@ class SFTSpec:
     checkpoint_every: int = 0
     seed: int = 0
     record: dict = dataclasses.field(default_factory=dict)
+    mesh: str | None = None  # "data=D,fsdp=F,tensor=T": the step sharded over the local devices (lm.sharding)
 
     def check(self) -> None:
         """Refuse settings that cannot act and rows in no SFT format, before anything loads or compiles."""
@@ -423,6 +439,10 @@ class SFTSpec:
 
         if self.steps < 1:
             raise UsageError(f"--max-steps must be at least 1 (got {self.steps}).")
+        if self.mesh is not None:
+            from longhorizon.lm.sharding import mesh_sizes
+
+            mesh_sizes(self.mesh)  # the spelling; the device count and the model's divisibility when it loads
         if self.checkpoint_every < 0:
             raise UsageError(f"--checkpoint-every must be 0 or positive (got {self.checkpoint_every}).")
         if self.eval_steps < 0 or self.eval_steps > self.steps:
@@ -451,7 +471,8 @@ class SFTSpec:
         if self.eval_dataset is not None:
             files.update(eval=self.eval_dataset, eval_sha256=file_digest(self.eval_dataset), eval_steps=self.eval_steps)
         return {**self.record, **_policy_record(self.init), "sft": self.train, "dataset": files, "steps": self.steps,
-                "checkpoint_every": self.checkpoint_interval, "seed": self.seed}
+                "checkpoint_every": self.checkpoint_interval, "seed": self.seed,
+                **({"mesh": self.mesh} if self.mesh is not None else {})}
 
     def build(self, policy):
         """The trainer, the shuffled training rows and the held-out loss, tokenized for ``policy``."""
@@ -472,7 +493,12 @@ class SFTSpec:
                              f"{context} (longer rows are then cut) or shorten the rows.")
         stats = {"rows": len(train), "seq_len": seq_len, "truncated_rows": sum(x.truncated for x in train),
                  "loss_tokens": sum(x.loss_tokens for x in train), "tokens": sum(len(x.ids) for x in train)}
-        trainer = SFTTrainer(policy.model_cfg, policy.params, cfg, self.steps, seq_len, tok.pad_id)
+        mesh = None
+        if self.mesh is not None:
+            from longhorizon.lm.sharding import parse_mesh
+
+            mesh = parse_mesh(self.mesh, policy.model_cfg)
+        trainer = SFTTrainer(policy.model_cfg, policy.params, cfg, self.steps, seq_len, tok.pad_id, mesh=mesh)
         evaluation = (SFTEval(tuple(held), seq_len, tok.pad_id, cfg.per_device_train_batch_size, self.eval_steps)
                       if held else None)
         return Parts(trainer, _Rows(tuple(train), self.seed, stats), evaluation, ("opt_state",),

@@ -221,8 +221,9 @@ def device_bytes(tree, device=None) -> int:
 
 
 class ShardedUpdate:
-    """:func:`longhorizon.lm.grpo.update` on a mesh, with GRPOTrainer's ``updater`` interface
-    (``init(params)``, ``to_store``, ``__call__(params, opt_state, batch)``).
+    """An optimiser step on a mesh, with GRPOTrainer's ``updater`` interface (``init(params)``, ``to_store``,
+    ``__call__(params, opt_state, batch)``): :func:`longhorizon.lm.grpo.update` by default, or any ``step(params,
+    opt_state, batch) -> (params, opt_state, metrics)`` (``lm sft`` passes its teacher-forced step).
 
     Parameters and optimiser state are placed with :func:`param_shardings` / :func:`opt_state_shardings`
     (a no-op once they are), the batch with :func:`shard_batch`; the jitted update runs unchanged inside a jit
@@ -233,12 +234,13 @@ class ShardedUpdate:
     # a copy, as GRPOTrainer's own default: the step donates the parameters, and the reference must not share them
     to_store = staticmethod(jnp.array)
 
-    def __init__(self, mesh: Mesh, params, *, model_cfg, cfg: GRPOConfig, optimizer):
+    def __init__(self, mesh: Mesh, params, *, optimizer, model_cfg=None, cfg: GRPOConfig | None = None, step=None):
         self.mesh, self.optimizer = mesh, optimizer
         shapes = jax.eval_shape(lambda p: p, params)
         self.param_shardings = param_shardings(mesh, shapes)
         self.opt_shardings = opt_state_shardings(mesh, optimizer, shapes)
-        step = functools.partial(update, model_cfg=model_cfg, cfg=cfg, optimizer=optimizer)
+        if step is None:
+            step = functools.partial(update, model_cfg=model_cfg, cfg=cfg, optimizer=optimizer)
         self.step = jax.jit(step, out_shardings=(self.param_shardings, self.opt_shardings, NamedSharding(mesh, P())),
                             donate_argnums=(0, 1))
         self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree), out_shardings=self.param_shardings)
