@@ -395,6 +395,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "lr_scheduler_type": [acts(AGENT, "--lr-scheduler-type", "constant"),
                               refused((*AGENT, "--lr-scheduler-type", "cosine"), "is unknown")],
         "temperature": [acts(AGENT, "--temperature", "0.7"), refused((*AGENT, "--temperature", "0"), "positive")],
+        "mesh": [acts(AGENT, "--mesh", "data=1"), refused((*AGENT, "--mesh", "fsdp=two"), "AXIS=SIZE")],
         "max_turns": [acts(AGENT, "--max-turns", "3"), refused((*AGENT, "--max-turns", "0"), "positive integer")],
         "max_action_tokens": [acts(AGENT, "--max-action-tokens", "32"),
                               refused((*AGENT, "--max-action-tokens", "4096"), "leaves no room")],

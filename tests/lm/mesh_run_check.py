@@ -7,8 +7,10 @@ Run by tests/lm/test_lm_sharding.py in a subprocess (JAX fixes the device count 
 
 rl: two `lm rl` runs of tiny-random on examples/lm/chains.jsonl, one step each (the same rollout: generation
 before the first update is the same program on the same parameters), rewarded by completion length so that groups
-mix. sft: two `lm sft` runs of tiny-random on examples/lm/sft-chains.jsonl, two steps each. One run on one device,
-one with ``--mesh MESH``. Prints both runs' last metrics, the largest parameter difference after training and the
+mix. sft: two `lm sft` runs of tiny-random on examples/lm/sft-chains.jsonl, two steps each. agent: two `lm agent`
+runs of tiny-random in the search environment, one step each, through the Python API so that every action token
+gets a fixed non-zero advantage (tiny-random's episodes all score the same, so the outcome credit alone would give
+a zero gradient). One run on one device, one with ``--mesh MESH``. Prints both runs' last metrics, the largest parameter difference after training and the
 mesh recorded in config.json.
 """
 
@@ -42,6 +44,8 @@ def main(out: Path, mesh: str, command: str = "rl") -> None:
                   "--max-steps", "2", "--per-device-train-batch-size", "4", "--learning-rate", "1e-6",
                   "--lr-scheduler-type", "constant"]
         keys = ("loss", "token_accuracy", "grad_norm")
+    if command == "agent":
+        return _agent(out, mesh)
     result = {}
     for name, extra in (("one", []), ("mesh", ["--mesh", mesh])):
         assert cli([*common, "--out", str(out / name), *extra]) == 0
@@ -50,12 +54,48 @@ def main(out: Path, mesh: str, command: str = "rl") -> None:
         store = RunCheckpoints(out / name / "checkpoints")
         result[name + "_params"] = store.restore()[0]
         store.close()
+    _report(out, result)
+
+
+def _report(out: Path, result: dict) -> None:
     diffs = [float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
              for a, b in zip(jax.tree_util.tree_leaves(result.pop("one_params")), jax.tree_util.tree_leaves(result.pop("mesh_params")))]
     result["max_param_difference"] = max(diffs)
     result["config_mesh"] = json.loads((out / "mesh" / "config.json").read_text()).get("mesh")
     result["devices"] = jax.device_count()
     print(json.dumps(result))
+
+
+def _fixed_advantages(trajectories, trainer):
+    """+1 on the action tokens of even episodes, -1 on odd ones: a gradient whatever the episodes scored."""
+    return [[np.full(len(seq.tokens), 1.0 if i % 2 == 0 else -1.0, np.float32) for seq in t.sequences]
+            for i, t in enumerate(trajectories)]
+
+
+def _agent(out: Path, mesh: str) -> None:
+    import dataclasses
+
+    from longhorizon.lm.agents.cli import agent_spec
+    from longhorizon.lm.run import run_rl
+    from longhorizon.lm.run_checkpoint import RunCheckpoints
+
+    options = {"env": "search", "env_arg": ["hops=2"], "train_tasks": 8, "eval_tasks": 0, "model": "tiny-random",
+               "steps": 1, "prompts_per_step": 2, "num_generations": 2, "beta": 0.0, "epsilon": 0.2,
+               "loss_type": "dapo", "scale_rewards": "group", "learning_rate": 1e-6, "lr_scheduler_type": "constant",
+               "temperature": 1.0, "max_turns": 2, "max_action_tokens": 8, "max_context_tokens": 512,
+               "context": "full", "tool_format": "tags", "credit": "trajectory", "gamma": 1.0, "milestone_bonus": 0.0,
+               "reward_weights": None, "latency": 0.0, "actors": 0, "eval_every": 0, "checkpoint_every": 0, "seed": 0}
+    result = {}
+    for name, chosen in (("one", None), ("mesh", mesh)):
+        spec = agent_spec({**options, "mesh": chosen}, str(out / name))
+        spec = dataclasses.replace(spec, agent=dataclasses.replace(spec.agent, token_advantages=_fixed_advantages))
+        run_rl(spec, quiet=True)
+        rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        result[name] = {k: rows[-1][k] for k in ("reward", "loss", "grad_norm")}
+        store = RunCheckpoints(out / name / "checkpoints")
+        result[name + "_params"] = store.restore()[0]
+        store.close()
+    _report(out, result)
 
 
 if __name__ == "__main__":

@@ -219,6 +219,27 @@ def test_lm_sft_with_mesh_equals_one_device(tmp_path):
     assert report["max_param_difference"] <= 1e-7
 
 
+@pytest.mark.slow
+def test_lm_agent_with_mesh_equals_one_device(tmp_path):
+    """`lm agent` on `fsdp=2,tensor=2` (4 virtual devices), multi-turn episodes of tiny-random in the search
+    environment with a fixed +-1 advantage per episode (its outcomes do not mix): one step as on one device
+    (gradient norm to 1e-5, the ~0 loss to 1e-6, parameters to 1e-7 at lr 1e-6), the mesh in config.json."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "LONGHORIZON_COMPILE_CACHE": "0",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
+                        "--xla_llvm_disable_expensive_passes=true"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), "fsdp=2,tensor=2",
+                           "agent"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 4 and report["config_mesh"] == "fsdp=2,tensor=2"
+    one, mesh = report["one"], report["mesh"]
+    assert one["reward"] == mesh["reward"] and one["grad_norm"] > 1.0  # the same episodes, a real gradient
+    assert mesh["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
+    assert mesh["loss"] == pytest.approx(one["loss"], abs=1e-6)
+    assert report["max_param_difference"] <= 1e-7
+
+
 def test_lm_rl_refuses_a_mesh_it_cannot_use(tmp_path):
     from longhorizon.cli import main
 

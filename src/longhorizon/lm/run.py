@@ -232,9 +232,9 @@ class RLSpec:
             from longhorizon.lm.sharding import mesh_sizes
 
             mesh_sizes(self.mesh)  # the spelling; the device count and the model's divisibility when it loads
-            if self.offload == "host" or self.agent is not None:
-                raise UsageError("--mesh shards the in-memory update of `lm rl`; it does not combine with "
-                                 f"{'--offload host' if self.agent is None else 'agent runs'}, so drop one of them.")
+            if self.offload == "host":
+                raise UsageError("--mesh shards the in-memory update and --offload host streams it from host memory; "
+                                 "drop one of them.")
         if self.offload == "host" and not _is_llama(self.init):
             raise UsageError("--offload host streams Llama-family models layer by layer, not an `lm sft` character "
                              "model; start from a pretrained --model or drop --offload.")
@@ -270,20 +270,20 @@ class RLSpec:
             rewards = sampler_spec.rewards
             sampler_spec, ev_spec, grpo = sampler_spec.bind(policy.tokenizer, grpo, policy.model_cfg.context_length)
         sampler = sampler_spec.build()
+        updater = None
+        if self.offload == "host":
+            from longhorizon.lm.offload import LayerStreamedUpdate
+
+            updater = LayerStreamedUpdate(policy.model_cfg, grpo)
+        elif self.mesh is not None:
+            from longhorizon.lm.grpo import optimizer_for
+            from longhorizon.lm.sharding import ShardedUpdate, parse_mesh
+
+            updater = ShardedUpdate(parse_mesh(self.mesh, policy.model_cfg), policy.params,
+                                    model_cfg=policy.model_cfg, cfg=grpo, optimizer=optimizer_for(grpo))
         if self.agent is not None:
-            trainer = self.agent.trainer(policy, grpo, self.seed, sampler=sampler)
+            trainer = self.agent.trainer(policy, grpo, self.seed, sampler=sampler, updater=updater)
         else:
-            updater = None
-            if self.offload == "host":
-                from longhorizon.lm.offload import LayerStreamedUpdate
-
-                updater = LayerStreamedUpdate(policy.model_cfg, grpo)
-            elif self.mesh is not None:
-                from longhorizon.lm.grpo import optimizer_for
-                from longhorizon.lm.sharding import ShardedUpdate, parse_mesh
-
-                updater = ShardedUpdate(parse_mesh(self.mesh, policy.model_cfg), policy.params,
-                                        model_cfg=policy.model_cfg, cfg=grpo, optimizer=optimizer_for(grpo))
             trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=self.seed,
                                   batch_rewards=rewards, updater=updater)
         # the reference is saved only when it is kept (beta > 0, or reference_kl to log the KL to it)

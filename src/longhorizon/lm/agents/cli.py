@@ -59,6 +59,9 @@ def agent(
                              "--actors 0 for the same request split) or async (workers generate ahead)."),
     max_staleness: int = typer.Option(1, help="--mode async: the largest policy-version lag of a batch (corrected "
                                       "by decoupled PPO)."),
+    mesh: Optional[str] = typer.Option(None, help="data=D,fsdp=F,tensor=T: shard the update over the local devices "
+                                       "(parameters and optimiser state over fsdp, heads and MLP columns over tensor, "
+                                       "the rows over data x fsdp; docs/scale.md)."),
     eval_every: int = typer.Option(0, help="Evaluate every N steps (0: only at the end)."),
     checkpoint_every: int = typer.Option(0, help="Save a checkpoint every N steps (0: about ten per run)."),
     seed: int = typer.Option(0),
@@ -189,4 +192,4 @@ def agent_spec(o: dict, out: str):
     return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=samplers.ShuffledPool(tuple(train), seed=o["seed"]),
                   steps=o["steps"], prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
                   checkpoint_every=o["checkpoint_every"], seed=o["seed"], record={"command": "lm agent", "options": o},
-                  agent=spec)
+                  agent=spec, mesh=o.get("mesh"))

@@ -44,13 +44,14 @@ class AgentSpec:
                 "latency_s": self.latency_s, "workers": to_jsonable(self.workers),
                 **{k: repr(getattr(self, k)) for k in ("rollout", "token_advantages") if getattr(self, k) is not None}}
 
-    def trainer(self, policy, grpo_cfg, seed: int, sampler=None):
-        """The trainer; with ``workers`` in async mode it pulls its task rows from ``sampler`` ahead of the steps."""
+    def trainer(self, policy, grpo_cfg, seed: int, sampler=None, updater=None):
+        """The trainer; with ``workers`` in async mode it pulls its task rows from ``sampler`` ahead of the steps;
+        ``updater`` runs its optimiser steps (e.g. sharded on a mesh, :class:`longhorizon.lm.sharding.ShardedUpdate`)."""
         from longhorizon.lm.agents.trainer import AgentTrainer
 
         trainer = AgentTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo_cfg, self.agent,
                                environment_class(self.env, self.latency_s), self.credit, seed=seed,
-                               token_advantages=self.token_advantages)
+                               token_advantages=self.token_advantages, updater=updater)
         if self.rollout is not None:  # built from the trainer: its agent settings and its in-process rollout
             trainer.rollout = self.rollout(trainer)
         if self.workers is not None:

@@ -28,6 +28,7 @@ current version are left exactly as in the synchronous loop.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -112,7 +113,7 @@ class AgentTrainer(Trainer):
 
     def __init__(self, model_cfg, params, tokenizer, cfg: grpo.GRPOConfig, agent: AgentConfig, env_factory: Callable,
                  credit: CreditConfig = CreditConfig(), *, ref_params=None, seed: int = 0, rollout: Any = None,
-                 token_advantages: Callable | None = None):
+                 token_advantages: Callable | None = None, updater=None):
         # one sampling distribution: the rollout samples at the temperature the loss's log-probabilities assume
         agent = dataclasses.replace(agent, temperature=cfg.temperature, top_p=cfg.top_p)
         self.model_cfg, self.cfg, self.tokenizer, self.agent, self.credit = model_cfg, cfg, tokenizer, agent, credit
@@ -121,7 +122,9 @@ class AgentTrainer(Trainer):
         keep = cfg.keeps_reference or ref_params is not None
         self.ref_params = jax.tree_util.tree_map(jnp.array, params if ref_params is None else ref_params) if keep else None
         self.optimizer = grpo.optimizer_for(cfg)
-        self.opt_state = self.optimizer.init(self.params)
+        # updater (optional): GRPOTrainer's interface, e.g. lm.sharding.ShardedUpdate for `lm agent --mesh`
+        self.opt_state = (self.optimizer if updater is None else updater).init(self.params)
+        self.updater = updater or functools.partial(grpo.update, model_cfg=model_cfg, cfg=cfg, optimizer=self.optimizer)
         self.key = jax.random.PRNGKey(seed)
         self.rollout: AgentRollout = rollout or MultiTurnRollout(model_cfg, tokenizer, env_factory, agent)
         # token_advantages(trajectories, trainer) -> per trajectory, one [L] array per sequence: replaces the
@@ -184,8 +187,7 @@ class AgentTrainer(Trainer):
             for s in range(n_opt):
                 size = len(batch["mask"]) // n_opt
                 mb = {k: v[s * size:(s + 1) * size] for k, v in batch.items()}
-                self.params, self.opt_state, m = grpo.update(self.params, self.opt_state, mb, model_cfg=self.model_cfg,
-                                                             cfg=cfg, optimizer=self.optimizer)
+                self.params, self.opt_state, m = self.updater(self.params, self.opt_state, mb)
                 train.append(m)
                 self.counters["optimizer_steps"] += 1
             self.counters["update_tokens"] += sequence_tokens
