@@ -10,10 +10,8 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import jax  # noqa: E402
 
-# No persistent compilation cache by default: on CPU, XLA's executable.serialize() (the cache's write)
-# segfaulted test workers in three cold runs on 2026-12-07, in different tests, with or without the cache's
-# file lock; a crashed worker then hangs pytest-xdist. LONGHORIZON_TEST_CACHE=DIR turns it on (shared by the
-# workers, locked: runner.command_line.share_compilation_cache_safely).
+# No persistent compilation cache by default (a cold CI machine starts empty anyway); LONGHORIZON_TEST_CACHE=DIR
+# turns it on, shared by the workers and locked (runner.command_line.share_compilation_cache_safely).
 if os.environ.get("LONGHORIZON_TEST_CACHE"):
     from longhorizon.runner.command_line import share_compilation_cache_safely  # noqa: E402
 

@@ -17,7 +17,7 @@ from longhorizon.errors import UsageError
 
 def setup_compilation_cache() -> None:
     """JAX's persistent compilation cache in the user's cache folder: on by default on GPUs and TPUs, off by
-    default on CPUs, where XLA's ``executable.serialize()`` (the cache's write) segfaulted processes here.
+    default on CPUs until its gain there is measured.
 
     Turn it on with ``LONGHORIZON_COMPILE_CACHE=1`` (or a folder: ``LONGHORIZON_COMPILE_CACHE=/some/dir``), off
     with ``LONGHORIZON_COMPILE_CACHE=0``.
