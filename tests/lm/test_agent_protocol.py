@@ -129,6 +129,50 @@ def test_environments_that_break_the_convention_are_refused():
             protocol.check_environment(cls)
 
 
+class NeedsAnswer:
+    """reset needs an `answer` column and takes no other."""
+
+    def reset(self, answer, hint=""):
+        self.answer_key = answer
+
+    def check(self, value: str) -> str:
+        """Check a value.
+
+        Args:
+            value: the guess.
+        """
+        return str(value == self.answer_key)
+
+
+def test_task_rows_reset_cannot_take_are_named_with_the_fix():
+    assert protocol.row_mismatch(NeedsAnswer, {"prompt": "p", "answer": "4"}) is None
+    assert protocol.row_mismatch(NeedsAnswer, {"prompt": "p", "answer": "4", "hint": "h"}) is None
+    assert protocol.row_mismatch(Counter, {"prompt": "p", "anything": 1}) is None  # **kwargs takes any column
+    with pytest.raises(UsageError, match=r"row 2 of task rows lacks the column 'answer' that NeedsAnswer.reset\(\) "
+                                         "needs; add it to every row or give the parameter a default"):
+        protocol.check_rows(NeedsAnswer, [{"prompt": "a", "answer": "1"}, {"prompt": "b"}])
+    with pytest.raises(UsageError, match=r"has the column 'level' that NeedsAnswer.reset\(\) does not take; add "
+                                         r"\*\*kwargs to reset\(\) or drop the column"):
+        protocol.check_rows(NeedsAnswer, [{"prompt": "a", "answer": "1", "level": 3}])
+    with pytest.raises(UsageError, match="a task row lacks the column 'answer'"):
+        protocol.reset(NeedsAnswer(), {"prompt": "b"})
+
+
+def test_lm_agent_refuses_a_task_file_reset_cannot_take_before_loading(tmp_path, capsys):
+    from longhorizon.cli import main
+
+    env_file = tmp_path / "needs.py"
+    env_file.write_text("class NeedsAnswer:\n    def reset(self, answer):\n        self.reward = 0.0\n\n"
+                        "    def guess(self, value: str) -> str:\n        \"\"\"Guess.\"\"\"\n        return value\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b"}\n')
+    out = tmp_path / "run"
+    code = main(["lm", "agent", "--env", f"{env_file}:NeedsAnswer", "--tasks", str(tasks), "--model", "tiny-random",
+                 "--eval-tasks", "0", "--out", str(out), "--dry-run"])
+    assert code == 2 and not out.exists()
+    assert f"row 2 of --tasks {tasks} lacks the column 'answer'" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- rollouts
 
 

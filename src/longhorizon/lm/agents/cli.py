@@ -152,6 +152,10 @@ def agent_spec(o: dict, out: str):
         if args:
             raise UsageError("--env-arg configures generated tasks; with --tasks the rows are given, so drop --env-arg.")
         rows = _read_rows(Path(o["tasks"]))
+        from longhorizon.lm.agents.protocol import check_rows
+
+        # a row reset() cannot take is refused now, not once the model has loaded
+        check_rows(envs.environment_class(o["env"]), rows, f"--tasks {o['tasks']}")
         n_eval = min(o["eval_tasks"], len(rows) - 1)
         train, held = rows[: len(rows) - n_eval], rows[len(rows) - n_eval:]
     elif registered:

@@ -220,8 +220,45 @@ def is_done(env) -> bool:
     return bool(getattr(env, "done", False))
 
 
+def row_mismatch(env_or_cls, row: dict) -> str | None:
+    """Why ``reset`` cannot take ``row``'s columns (other than ``prompt``), in words; None when it can.
+
+    Read from ``reset``'s signature: a parameter without a default that the row lacks, or a column that
+    ``reset`` does not name and no ``**kwargs`` takes."""
+    cls = env_or_cls if inspect.isclass(env_or_cls) else type(env_or_cls)
+    name = getattr(cls, "__name__", repr(cls))
+    try:
+        parameters = list(inspect.signature(cls.reset).parameters.values())[1:]  # after self
+    except (TypeError, ValueError, AttributeError):
+        return None  # a factory or a builtin: nothing to read, reset itself will say
+    columns = {k for k in row if k != "prompt"}
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    missing = [p.name for p in parameters if p.name in named and p.default is p.empty and p.name not in columns]
+    if missing:
+        return (f"lacks the column{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} that "
+                f"{name}.reset() needs; add {'them' if len(missing) > 1 else 'it'} to every row or give the parameter "
+                "a default")
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        extra = sorted(columns - named)
+        if extra:
+            return (f"has the column{'s' if len(extra) > 1 else ''} {', '.join(repr(c) for c in extra)} that "
+                    f"{name}.reset() does not take; add **kwargs to reset() or drop the column")
+    return None
+
+
+def check_rows(env_or_cls, rows, source: str = "task rows") -> None:
+    """Refuse, before anything runs, the first row whose columns ``reset`` cannot take (:func:`row_mismatch`)."""
+    for number, row in enumerate(rows, 1):
+        why = row_mismatch(env_or_cls, row)
+        if why is not None:
+            raise UsageError(f"row {number} of {source} {why}.")
+
+
 def reset(env, row: dict) -> str | None:
     """``env.reset(**columns)`` with a row's columns other than ``prompt``; a clear error if it refuses them."""
+    why = row_mismatch(env, row)
+    if why is not None:
+        raise UsageError(f"a task row {why}.")
     columns = {k: v for k, v in row.items() if k != "prompt"}
     try:
         first = env.reset(**columns)
