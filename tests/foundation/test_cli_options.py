@@ -78,6 +78,7 @@ OTRAIN = ("offline", "train", "ota", "--dataset", "pointmaze-medium-stitch-v0", 
 OEVAL = (*OTRAIN, "--eval-episodes", "2")
 MAKE = ("offline", "make-dataset", "pointmaze-medium-stitch-v0", "--out", "{TMP}/m.npz")
 INSPECT = ("offline", "inspect", "{ODATA}")
+DEMOS = ("lm", "demos", "--episodes", "2", "--out", "{TMP}/d.jsonl")
 AGENT = ("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--steps", "4", "--train-tasks", "8",
          "--eval-tasks", "2")
 AGENT_ROWS = ("lm", "agent", "--model", "tiny-random", "--out", "{TMP}/a", "--steps", "4", "--tasks", "{ATASKS}")
@@ -436,13 +437,23 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "dry_run": [DRY],
     },
 }
+CASES[("lm", "demos")] = {
+    "env": [acts(DEMOS, "--env", "router"), refused((*DEMOS, "--env", "x.py:Cls"), "no scripted expert")],
+    "env_arg": [acts(DEMOS, "--env-arg", "hops=3"), refused((*DEMOS, "--env-arg", "bogus=1"), "does not fit")],
+    "episodes": [acts(DEMOS, "--episodes", "3"), refused((*DEMOS, "--episodes", "0"), "at least 1")],
+    "tool_format": [acts(DEMOS, "--tool-format", "tags"), refused((*DEMOS, "--tool-format", "xml"), "is unknown")],
+    "seed": [acts(DEMOS, "--seed", "1")],
+    "out": [acts(DEMOS, replace={"{TMP}/d.jsonl": "{TMP}/e.jsonl"}), refused((*DEMOS, "--out", "{TMP}/d.json"), ".jsonl")],
+    "dry_run": [DRY],
+}
 # Commands with no options to walk.
 NO_OPTIONS = {("envs",)}
 # A case for `--dry-run` needs a command that takes it.
 DRY_ARGV = {("evolve", "drift"): EVOLVE, ("train",): TRAIN, ("eval",): EVAL, ("plot",): PLOT, ("horizon",): HZ, ("lm", "sft"): SFT, ("lm", "rl"): RL,
             ("lm", "eval"): LM_EVAL, ("lm", "fetch"): FETCH, ("repro",): REPRO, ("sweep",): SWEEP,
             ("offline", "datasets"): ("offline", "datasets"), ("offline", "make-dataset"): MAKE,
-            ("offline", "inspect"): INSPECT, ("offline", "train"): OTRAIN, ("lm", "agent"): AGENT}
+            ("offline", "inspect"): INSPECT, ("offline", "train"): OTRAIN, ("lm", "agent"): AGENT,
+            ("lm", "demos"): DEMOS}
 
 
 def cli_parameters() -> dict[tuple[str, ...], set[str]]:

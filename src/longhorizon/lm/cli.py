@@ -668,5 +668,7 @@ def fetch(
 # ----------------------------------------------------------------------------- agent (multi-turn, lm/agents/cli.py)
 
 from longhorizon.lm.agents.cli import agent as _agent  # noqa: E402  (the command lives with its package)
+from longhorizon.lm.agents.cli import demos as _demos  # noqa: E402
 
 lm_app.command("agent")(_agent)
+lm_app.command("demos")(_demos)

@@ -69,6 +69,13 @@ def _check_conversation(messages, where: str, column: str) -> None:
         if not isinstance(message["content"], str):
             raise UsageError(f"{where} has a message whose content is a {type(message['content']).__name__}, not "
                              "text; write the content as a string.")
+        if message["role"] == "assistant" and "<tool_call>" in message["content"]:
+            from longhorizon.lm.agents.protocol import parse_tool_calls
+
+            parsed = parse_tool_calls(message["content"], "hermes")
+            if parsed.error is not None:  # a demonstration would teach the policy calls its rollout cannot parse
+                raise UsageError(f"{where} has an assistant tool call that does not parse ({parsed.message}); write "
+                                 '<tool_call>{"name": ..., "arguments": {...}}</tool_call> or remove the row.')
 
 
 def check_sft_row(row, where: str) -> None:

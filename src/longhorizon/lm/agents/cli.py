@@ -87,6 +87,54 @@ def agent(
     print(f"wrote {folder}")
 
 
+def demos(
+    env: str = typer.Option("search", help="A built-in environment with a scripted expert: search, router, fees or "
+                            "research."),
+    env_arg: Optional[list[str]] = typer.Option(None, help="KEY=VALUE for the environment's task generator, e.g. "
+                                                "hops=3 (repeatable)."),
+    episodes: int = typer.Option(256, help="Expert episodes, one per generated task."),
+    tool_format: str = typer.Option("hermes", help="hermes (<tool_call>{json}</tool_call>) or tags (<tool>arg</tool>)."),
+    seed: int = typer.Option(0, help="Seed of the generated tasks (lm agent's training tasks use --seed too)."),
+    out: Path = typer.Option(..., help="The JSONL file to write (TRL's SFT `messages` format)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the options and print what would be written."),
+) -> None:
+    """Demonstrations for agent warm starts: the scripted expert's episodes as TRL SFT rows (`messages`), laid out as
+    `lm agent` shows an episode to the policy; train on them with `lm sft --dataset FILE`."""
+    from longhorizon.lm.agents import envs, protocol
+    from longhorizon.lm.agents.demos import demonstration_rows
+    from longhorizon.runner.command_line import print_json
+
+    if ":" in env:
+        raise UsageError(f"--env {env} is your own class, which has no scripted expert; use search, router, fees or "
+                         "research.")
+    spec = envs.get(env)
+    if episodes < 1:
+        raise UsageError(f"--episodes must be at least 1 (got {episodes}).")
+    if tool_format not in protocol.TOOL_FORMATS:
+        raise UsageError(f"--tool-format {tool_format} is unknown; use one of {', '.join(protocol.TOOL_FORMATS)}.")
+    if out.suffix != ".jsonl":
+        raise UsageError(f"--out {out} must name a .jsonl file (one row per line), e.g. demos.jsonl.")
+    args = _env_args(env_arg)
+    try:
+        rows = spec.make_tasks(episodes, seed=seed, **args)
+    except TypeError as e:
+        raise UsageError(f"--env-arg does not fit the {env} task generator ({e}); check the KEY names.") from None
+    plan = {"command": "lm demos", "env": env, "env_args": args, "episodes": episodes, "tool_format": tool_format,
+            "seed": seed, "out": str(out)}
+    if dry_run:
+        print_json(plan)
+        return
+    demonstrations = demonstration_rows(env, rows, tool_format)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text("".join(json.dumps(r) + "\n" for r in demonstrations))
+    partial.replace(out)  # whole or absent: a killed run leaves no half file under the name
+    rewards = [r["reward"] for r in demonstrations]
+    print(f"wrote {len(demonstrations)} expert episodes of {env} to {out} (mean reward {sum(rewards) / len(rewards):.3f}, "
+          f"{sum(r['turns'] for r in demonstrations) / len(demonstrations):.2f} turns); warm-start with "
+          f"`longhorizon lm sft --dataset {out}`")
+
+
 def _check_agent_options(o: dict, given: set[str]) -> None:
     """Refuse an option that nothing in this run would read."""
     if "gamma" in given and o["credit"] == "trajectory":

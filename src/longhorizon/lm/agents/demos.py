@@ -112,3 +112,40 @@ def warm_start(params, model_cfg, tokenizer, trajectories: Sequence[Trajectory],
             if on_log is not None:
                 on_log(row)
     return params, history
+
+
+def demonstration_rows(env: str, rows: Sequence[dict], tool_format: str = "hermes",
+                       max_observation_chars: int = 800) -> list[dict]:
+    """TRL SFT rows (``{"messages": [...]}``) of the scripted expert's episodes of the registered environment
+    ``env``, one per task row, for warm starts by ``lm sft --dataset`` (loss on the assistant turns).
+
+    The messages are what :class:`~longhorizon.lm.agents.rollout.MultiTurnRollout` shows a policy with the
+    full-history context: a system message listing the tools (``protocol.describe_tools``), the user's prompt
+    (with what ``reset`` returned), then per turn the call in ``tool_format`` as the assistant and the
+    environment's answer as a ``tool`` message (cut at ``max_observation_chars`` as the rollout cuts it), up
+    to the call after which the environment is done. Each row also keeps ``reward`` (the episode's outcome)
+    and ``turns``, so a user can filter."""
+    from longhorizon.lm.agents import envs
+
+    spec = envs.get(env)
+    tools_text = protocol.describe_tools(spec.cls, tool_format)
+    out = []
+    for row in rows:
+        environment = spec.cls()
+        first = protocol.reset(environment, row)
+        prompt = str(row["prompt"]) + (f"\n{first}" if first else "")
+        expert, tools = spec.expert(row), protocol.tool_methods(environment)
+        messages = [{"role": "system", "content": tools_text}, {"role": "user", "content": prompt}]
+        observation, turns = None, 0
+        while not protocol.is_done(environment) and turns < 64:
+            name, kwargs = expert.act(observation)
+            messages.append({"role": "assistant", "content": protocol.format_tool_call(name, kwargs, tool_format, tools)})
+            observation = str(getattr(environment, name)(**kwargs))
+            turns += 1
+            if not protocol.is_done(environment):
+                text = observation if len(observation) <= max_observation_chars else \
+                    observation[:max_observation_chars] + " ...(cut)"
+                messages.append({"role": "tool", "content": text})
+        reward = protocol.outcome(environment)[0]
+        out.append({"messages": messages, "reward": float(reward), "turns": turns})
+    return out
