@@ -27,6 +27,8 @@ def test_agent_run_writes_its_folder_and_resumes_bit_exactly(tmp_path, monkeypat
     config = json.loads((straight / "config.json").read_text())
     assert config["agent"]["env"] == "research" and config["agent"]["agent"]["tool_format"] == "tags"
     rows = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0 and "eval_success" in rows[0]  # the held-out episodes of the starting policy
+    rows = rows[1:]
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and [r["version"] for r in rows] == [1, 2, 3, 4]
     assert "eval_success" in rows[1] and "eval_success" not in rows[0]
     with monkeypatch.context() as m:

@@ -240,7 +240,8 @@ def agent_spec(o: dict, out: str):
                                 max_staleness=o["max_staleness"] if o["mode"] == "async" else 0,
                                 requests_per_batch=o["prompts_per_step"])
     spec = AgentSpec(o["env"], agent_cfg, credit_cfg, latency_s=o["latency"], workers=workers)
-    evaluation = AgentEval(tuple(held), o["env"], agent_cfg, o["eval_every"], o["latency"]) if held else None
+    # the held-out episodes are also played before the first step, so every curve starts at the starting policy
+    evaluation = AgentEval(tuple(held), o["env"], agent_cfg, o["eval_every"], o["latency"], at_start=True) if held else None
     return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=samplers.ShuffledPool(tuple(train), seed=o["seed"]),
                   steps=o["steps"], prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
                   checkpoint_every=o["checkpoint_every"], seed=o["seed"], record={"command": "lm agent", "options": o},
