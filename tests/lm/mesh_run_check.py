@@ -33,7 +33,7 @@ def main(out: Path, mesh: str, command: str = "rl") -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "reward.py").write_text(REWARD)
-    if command == "rl":
+    if command in ("rl", "resume"):
         common = ["lm", "rl", "--model", "tiny-random", "--dataset", str(ROOT / "examples/lm/chains.jsonl"),
                   "--reward-funcs", f"{out / 'reward.py'}:by_length", "--steps", "1", "--prompts-per-step", "4",
                   "--num-generations", "4", "--max-completion-length", "8", "--learning-rate", "1e-6",
@@ -46,6 +46,8 @@ def main(out: Path, mesh: str, command: str = "rl") -> None:
         keys = ("loss", "token_accuracy", "grad_norm")
     if command == "agent":
         return _agent(out, mesh)
+    if command == "resume":
+        return _resume_elsewhere(out, common, mesh)
     result = {}
     for name, extra in (("one", []), ("mesh", ["--mesh", mesh])):
         assert cli([*common, "--out", str(out / name), *extra]) == 0
@@ -64,6 +66,42 @@ def _report(out: Path, result: dict) -> None:
     result["config_mesh"] = json.loads((out / "mesh" / "config.json").read_text()).get("mesh")
     result["devices"] = jax.device_count()
     print(json.dumps(result))
+
+
+def _resume_elsewhere(out: Path, common: list, mesh: str) -> None:
+    """Two steps on ``fsdp=D`` straight, against one step on ``fsdp=D``, Ctrl-C, and the second step resumed on
+    ``mesh``: the same parameters after both."""
+    import signal
+
+    from longhorizon.cli import main as cli
+    from longhorizon.lm.grpo import GRPOTrainer
+    from longhorizon.lm.run_checkpoint import RunCheckpoints
+
+    common = [*common[:common.index("--steps")], "--steps", "2", *common[common.index("--steps") + 2:],
+              "--checkpoint-every", "1", "--mesh", f"fsdp={jax.device_count()}"]
+    assert cli([*common, "--out", str(out / "one")]) == 0
+    original, calls = GRPOTrainer.step, []
+
+    def step_then_ctrl_c(self, *args, **kwargs):
+        metrics = original(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+        return metrics
+
+    GRPOTrainer.step = step_then_ctrl_c
+    code = cli([*common, "--out", str(out / "mesh")])
+    GRPOTrainer.step = original
+    result = {"interrupted_exit": code}
+    assert cli(["lm", "rl", "--resume", str(out / "mesh"), "--mesh", mesh]) == 0
+    for name in ("one", "mesh"):
+        rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        result[name] = {k: rows[-1][k] for k in ("step", "reward", "loss", "grad_norm")}
+        store = RunCheckpoints(out / name / "checkpoints")
+        result[name + "_params"] = store.restore()[0]
+        store.close()
+    result["meshes_before"] = json.loads((out / "mesh" / "config.json").read_text()).get("meshes_before")
+    _report(out, result)
 
 
 def _fixed_advantages(trajectories, trainer):

@@ -240,6 +240,28 @@ def test_lm_agent_with_mesh_equals_one_device(tmp_path):
     assert report["max_param_difference"] <= 1e-7
 
 
+@pytest.mark.slow
+def test_a_run_saved_on_one_mesh_resumes_on_another(tmp_path):
+    """`lm rl` on fsdp=4, Ctrl-C after step 1, `--resume --mesh tensor=2,fsdp=2` for step 2: the same step-2 metrics
+    and parameters (within 1e-7 at lr 1e-6) as two steps straight on fsdp=4; config.json keeps the new mesh and
+    the one before."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "LONGHORIZON_COMPILE_CACHE": "0",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
+                        "--xla_llvm_disable_expensive_passes=true"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), "tensor=2,fsdp=2",
+                           "resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["interrupted_exit"] == 130 and report["devices"] == 4
+    assert report["config_mesh"] == "tensor=2,fsdp=2" and report["meshes_before"] == ["fsdp=4"]
+    one, moved = report["one"], report["mesh"]
+    assert one["step"] == moved["step"] == 2 and one["reward"] == moved["reward"] and one["grad_norm"] > 0
+    for key in ("loss", "grad_norm"):
+        assert moved[key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
+    assert report["max_param_difference"] <= 1e-7
+
+
 def test_lm_rl_refuses_a_mesh_it_cannot_use(tmp_path):
     from longhorizon.cli import main
 

@@ -19,11 +19,33 @@ def run_options(ctx: typer.Context, resume: Optional[Path], command: str) -> dic
     from longhorizon.lm.resume import reject_changes, resume_options
 
     if resume is not None:
-        reject_changes(ctx, allowed=("resume", "dry_run"))
-        return {**resume_options(resume, command), "out": str(resume)}
+        # the checkpoints hold whole arrays restored into the new run's shardings, so a run may continue on another mesh
+        reject_changes(ctx, allowed=("resume", "dry_run", "mesh"))
+        options = {**resume_options(resume, command), "out": str(resume)}
+        mesh = ctx.params.get("mesh")
+        if mesh is not None and mesh != options.get("mesh"):
+            options["mesh"] = mesh
+            if not ctx.params.get("dry_run"):
+                _record_mesh_change(Path(resume), mesh)
+        return options
     if ctx.params.get("out") is None:
         raise UsageError(f"--out is required: the results folder for `longhorizon {command}` (or --resume RUN_DIR).")
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k not in ("resume", "dry_run")}
+
+
+def _record_mesh_change(folder: Path, mesh: str) -> None:
+    """config.json of a run resumed on another mesh: the new mesh (what a later ``--resume`` uses) and the
+    list of earlier ones (``meshes_before``); refused while another process writes the folder."""
+    from longhorizon.lm.sharding import mesh_sizes
+    from longhorizon.runner.lock import refuse_if_held
+    from longhorizon.runner.results import read_json, write_json_atomic
+
+    mesh_sizes(mesh)  # the spelling, before anything is written
+    refuse_if_held(folder)
+    config = read_json(folder / "config.json")
+    config.setdefault("meshes_before", []).append(config.get("mesh"))
+    config["mesh"] = config["options"]["mesh"] = mesh
+    write_json_atomic(folder / "config.json", config)
 
 
 def plan_or_run(spec, command: str, resume: bool, dry_run: bool) -> dict | None:

@@ -364,7 +364,7 @@ def _saved_config_matches(saved: dict, config: dict) -> None:
     from longhorizon.runner.results import to_jsonable
 
     now = json.loads(json.dumps(to_jsonable(config)))
-    for key in sorted(set(saved) | set(now)):
+    for key in sorted((set(saved) | set(now)) - {"meshes_before"}):  # the folder's history, not a setting
         if saved.get(key) != now.get(key):
             raise UsageError(f"the run in this folder was started with another {key!r} than the one given now; "
                              "resume it with the settings it was started with (or start a new run elsewhere).")
