@@ -179,18 +179,23 @@ def test_sharded_steps_and_generation_equal_one_device_and_memory_falls_as_1_ove
     assert all(message is not None for message in errors.values())
 
 
-@pytest.mark.slow
-def test_lm_rl_with_mesh_equals_one_device(tmp_path):
-    """`lm rl --mesh fsdp=2,tensor=2` on 4 virtual devices: the same step as on one device (metrics to 1e-5, the
-    trained parameters to 1e-7 at lr 1e-6), the mesh recorded in config.json."""
+def _mesh_run_check(tmp_path, mesh: str, mode: str) -> dict:
+    """tests/lm/mesh_run_check.py in a process of 4 virtual CPU devices (compiled with less of LLVM's work); its report."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "LONGHORIZON_COMPILE_CACHE": "0",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
                         "--xla_llvm_disable_expensive_passes=true"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), "fsdp=2,tensor=2"],
+    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), mesh, mode],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_lm_rl_with_mesh_equals_one_device(tmp_path):
+    """`lm rl --mesh fsdp=2,tensor=2` on 4 virtual devices: the same step as on one device (metrics to 1e-5, the
+    trained parameters to 1e-7 at lr 1e-6), the mesh recorded in config.json."""
+    report = _mesh_run_check(tmp_path, "fsdp=2,tensor=2", "rl")
     assert report["devices"] == 4 and report["config_mesh"] == "fsdp=2,tensor=2"
     one, mesh = report["one"], report["mesh"]
     assert one["reward"] == mesh["reward"] and one["grad_norm"] > 0  # the same rollout, and groups that mix
@@ -203,14 +208,7 @@ def test_lm_rl_with_mesh_equals_one_device(tmp_path):
 def test_lm_sft_with_mesh_equals_one_device(tmp_path):
     """`lm sft --mesh fsdp=2,tensor=2` on 4 virtual devices: two teacher-forced steps as on one device (metrics to
     1e-5, the trained parameters to 1e-7 at lr 1e-6: a tenth of one step's move), the mesh in config.json."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "LONGHORIZON_COMPILE_CACHE": "0",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
-                        "--xla_llvm_disable_expensive_passes=true"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), "fsdp=2,tensor=2",
-                           "sft"], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = _mesh_run_check(tmp_path, "fsdp=2,tensor=2", "sft")
     assert report["devices"] == 4 and report["config_mesh"] == "fsdp=2,tensor=2"
     one, mesh = report["one"], report["mesh"]
     assert one["grad_norm"] > 0
@@ -224,14 +222,7 @@ def test_lm_agent_with_mesh_equals_one_device(tmp_path):
     """`lm agent` on `fsdp=2,tensor=2` (4 virtual devices), multi-turn episodes of tiny-random in the search
     environment with a fixed +-1 advantage per episode (its outcomes do not mix): one step as on one device
     (gradient norm to 1e-5, the ~0 loss to 1e-6, parameters to 1e-7 at lr 1e-6), the mesh in config.json."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "LONGHORIZON_COMPILE_CACHE": "0",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
-                        "--xla_llvm_disable_expensive_passes=true"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), "fsdp=2,tensor=2",
-                           "agent"], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = _mesh_run_check(tmp_path, "fsdp=2,tensor=2", "agent")
     assert report["devices"] == 4 and report["config_mesh"] == "fsdp=2,tensor=2"
     one, mesh = report["one"], report["mesh"]
     assert one["reward"] == mesh["reward"] and one["grad_norm"] > 1.0  # the same episodes, a real gradient
@@ -245,14 +236,7 @@ def test_a_run_saved_on_one_mesh_resumes_on_another(tmp_path):
     """`lm rl` on fsdp=4, Ctrl-C after step 1, `--resume --mesh tensor=2,fsdp=2` for step 2: the same step-2 metrics
     and parameters (within 1e-7 at lr 1e-6) as two steps straight on fsdp=4; config.json keeps the new mesh and
     the one before."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "LONGHORIZON_COMPILE_CACHE": "0",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
-                        "--xla_llvm_disable_expensive_passes=true"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, str(CHECK.parent / "mesh_run_check.py"), str(tmp_path), "tensor=2,fsdp=2",
-                           "resume"], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = _mesh_run_check(tmp_path, "tensor=2,fsdp=2", "resume")
     assert report["interrupted_exit"] == 130 and report["devices"] == 4
     assert report["config_mesh"] == "tensor=2,fsdp=2" and report["meshes_before"] == ["fsdp=4"]
     one, moved = report["one"], report["mesh"]
