@@ -395,6 +395,8 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "loss_type": [acts(AGENT, "--loss-type", "grpo"), refused((*AGENT, "--loss-type", "x"), "unknown")],
         "scale_rewards": [acts(AGENT, "--scale-rewards", "none"), refused((*AGENT, "--scale-rewards", "x"), "unknown")],
         "learning_rate": [acts(AGENT, "--learning-rate", "1e-5"), refused((*AGENT, "--learning-rate", "0"), "positive")],
+        "gradient_accumulation_steps": [acts(AGENT, "--gradient-accumulation-steps", "2"),
+                                        refused((*AGENT, "--gradient-accumulation-steps", "0"), "positive")],
         "lr_scheduler_type": [acts(AGENT, "--lr-scheduler-type", "constant"),
                               refused((*AGENT, "--lr-scheduler-type", "cosine"), "is unknown")],
         "temperature": [acts(AGENT, "--temperature", "0.7"), refused((*AGENT, "--temperature", "0"), "positive")],

@@ -113,6 +113,25 @@ def test_packing_puts_exactly_the_action_tokens_in_the_loss(tiny):
             assert len(set(adv.tolist())) == 1  # one value per trajectory here (1 or 2)
 
 
+def test_gradient_accumulation_pads_per_micro_batch_and_takes_the_same_step(tiny):
+    """Two micro-batches of a dr_grpo update (its normaliser |m| L per micro-batch, averaged over micro-batches, is
+    the whole batch's B L, with no filler rows) give the gradient of one; the rows are padded to the batch multiple
+    once, not once per micro-batch (4 episodes: 4 rows either way, not 8)."""
+    trajs = [_traj(0, 1.0, 2), _traj(0, 0.0, 3), _traj(1, 1.0, 1), _traj(1, 0.0, 2)]
+    rows = [(i, t.sequences[0], a) for i, t in enumerate(trajs)
+            for a in token_advantages(t, np.full(t.n_turns, 1.0 - 2 * (i % 2)))]
+    one = _trainer(tiny, loss_type="dr_grpo")
+    two = _trainer(tiny, loss_type="dr_grpo", gradient_accumulation_steps=2)
+    b1, _ = one._pack(rows, np.zeros(4, int))
+    b2, _ = two._pack(rows, np.zeros(4, int))
+    assert b1["tokens"].shape[0] == b2["tokens"].shape[0] == 4
+    _, _, m1 = one.updater(one.params, one.opt_state, b1)
+    _, _, m2 = two.updater(two.params, two.opt_state, b2)
+    assert float(m1["grad_norm"]) > 0
+    assert float(m2["grad_norm"]) == pytest.approx(float(m1["grad_norm"]), rel=1e-5)
+    assert float(m2["loss"]) == pytest.approx(float(m1["loss"]), rel=1e-5, abs=1e-7)
+
+
 @pytest.mark.slow
 def test_decoupled_correction_equals_the_weighted_clipped_objective(tiny):
     """Stale rows: old_logp -> pi_prox and A -> min(rho_clip, pi_prox/pi_behav) A; the loss is then AReaL's objective."""

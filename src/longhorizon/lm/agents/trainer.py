@@ -207,7 +207,9 @@ class AgentTrainer(Trainer):
         rng = np.random.default_rng(self.counters["optimizer_steps"])
         order = rng.permutation(len(rows))
         length = -(-max(len(s) for _, s, _ in rows) // agent.length_bucket) * agent.length_bucket
-        multiple = cfg.batch_multiple * cfg.generation_micro_batches
+        # rows split evenly into the micro-batches, padded per micro-batch to about batch_multiple / micro-batches
+        micro = cfg.generation_micro_batches
+        multiple = micro * -(-cfg.batch_multiple // micro)
         b = max(multiple, -(-len(rows) // multiple) * multiple)
         pad = self.tokenizer.pad_id
         tokens = np.full((b, length), pad, np.int32)
