@@ -298,3 +298,8 @@ def test_behaviour_logprobs_equal_the_teacher_forced_pass_over_the_whole_episode
         logp, _ = token_logprobs(tiny.params, tiny.cfg, jnp.asarray(seq.tokens[None]), jnp.ones((1, len(seq)), bool))
         positions = np.flatnonzero(seq.action_mask)
         np.testing.assert_allclose(np.asarray(logp[0])[positions - 1], seq.logprobs[positions], atol=2e-4)
+
+
+def test_observations_past_the_limit_are_cut_and_say_so():
+    assert protocol.cut_observation("abcdef", 6) == "abcdef"
+    assert protocol.cut_observation("abcdefg", 6) == "abcdef ...(cut)"

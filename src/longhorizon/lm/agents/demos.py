@@ -143,9 +143,7 @@ def demonstration_rows(env: str, rows: Sequence[dict], tool_format: str = "herme
             observation = str(getattr(environment, name)(**kwargs))
             turns += 1
             if not protocol.is_done(environment):
-                text = observation if len(observation) <= max_observation_chars else \
-                    observation[:max_observation_chars] + " ...(cut)"
-                messages.append({"role": "tool", "content": text})
+                messages.append({"role": "tool", "content": protocol.cut_observation(observation, max_observation_chars)})
         reward = protocol.outcome(environment)[0]
         out.append({"messages": messages, "reward": float(reward), "turns": turns})
     return out

@@ -206,6 +206,11 @@ def call_tool(env, call: ToolCall, timeout_s: float | None = None) -> tuple[str,
         pool.shutdown(wait=False)
 
 
+def cut_observation(text: str, max_chars: int) -> str:
+    """An observation as the policy sees it: cut at ``max_chars`` characters, saying so."""
+    return text if len(text) <= max_chars else text[:max_chars] + " ...(cut)"
+
+
 def outcome(env) -> tuple[float, dict, list[float], dict]:
     """``(reward, reward_terms, milestones, metrics)`` read from an environment after (or during) an episode."""
     reward = getattr(env, "reward", 0.0)

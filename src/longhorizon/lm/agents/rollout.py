@@ -228,8 +228,7 @@ class MultiTurnRollout(AgentRollout):
                     if future is not None:
                         text, error = future.result()
                         turn.error = turn.error or error
-                    if len(text) > cfg.max_observation_chars:
-                        text = text[: cfg.max_observation_chars] + " ...(cut)"
+                    text = protocol.cut_observation(text, cfg.max_observation_chars)
                     turn.observation = text
                     turn.info["milestones"] = protocol.outcome(e.env)[2]
                     if protocol.is_done(e.env):
