@@ -55,6 +55,20 @@ def refused(argv, needle) -> Refused:
     return Refused(tuple(argv), needle)
 
 
+def launch_cases(base) -> dict:
+    """The three launch options of a multi-process run (lm.processes): read only when the processes join, so
+    each is shown to act by its refusals (a partial launch, a malformed address, an id out of range)."""
+    return {"coordinator_address": [refused((*base, "--coordinator-address", "localhost", "--num-processes", "2",
+                                             "--process-id", "0"), "is not HOST:PORT"),
+                                    refused((*base, "--coordinator-address", "h:1"), "is missing")],
+            "num_processes": [refused((*base, "--num-processes", "2"), "--coordinator-address, --process-id is missing"),
+                              refused((*base, "--coordinator-address", "h:1", "--num-processes", "1", "--process-id",
+                                       "1"), "outside 0..0")],
+            "process_id": [refused((*base, "--process-id", "1"), "is missing"),
+                           refused((*base, "--coordinator-address", "h:1", "--num-processes", "2", "--process-id",
+                                    "2"), "outside 0..1")]}
+
+
 # 8 PPO updates of 4 x 128 steps
 TRAIN = ("train", "ppo", "--env", "CartPole-v1", "--total-steps", "4096", "--out", "{TMP}/t")
 RAY = (*TRAIN, "--engine", "ray")
@@ -214,6 +228,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
                               refused((*SFT, "--lr-scheduler-type", "constant"), "applies to --dataset runs only")],
         "mesh": [acts(SFT_DATA, "--mesh", "data=1"), refused((*SFT_DATA, "--mesh", "fsdp=two"), "AXIS=SIZE"),
                  refused((*SFT, "--mesh", "data=1"), "applies to --dataset runs only")],
+        **launch_cases(SFT_DATA),
     },
     ("lm", "rl"): {
         "init": [acts(RL, replace={"{SFT}": "{SFT2}"})],
@@ -270,6 +285,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
         "mesh": [acts(RL, "--mesh", "data=1"), refused((*RL, "--mesh", "fsdp=two"), "AXIS=SIZE"),
                  acts(("lm", "rl", "--resume", "{RL}"), "--mesh", "data=1"),
                  refused(("lm", "rl", "--resume", "{RL}", "--mesh", "fsdp=two"), "AXIS=SIZE")],
+        **launch_cases(RL),
         "epsilon": [acts(RL, "--epsilon", "0.3")],
         "epsilon_high": [acts(RL, "--epsilon-high", "0.28")],
         "loss_type": [acts(RL, "--loss-type", "grpo")],
@@ -401,6 +417,7 @@ CASES: dict[tuple[str, ...], dict[str, list]] = {
                               refused((*AGENT, "--lr-scheduler-type", "cosine"), "is unknown")],
         "temperature": [acts(AGENT, "--temperature", "0.7"), refused((*AGENT, "--temperature", "0"), "positive")],
         "mesh": [acts(AGENT, "--mesh", "data=1"), refused((*AGENT, "--mesh", "fsdp=two"), "AXIS=SIZE")],
+        **launch_cases(AGENT),
         "max_turns": [acts(AGENT, "--max-turns", "3"), refused((*AGENT, "--max-turns", "0"), "positive integer")],
         "max_action_tokens": [acts(AGENT, "--max-action-tokens", "32"),
                               refused((*AGENT, "--max-action-tokens", "4096"), "leaves no room")],

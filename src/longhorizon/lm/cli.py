@@ -13,7 +13,8 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.command_line import interrupted, plan_or_run, run_options
+from longhorizon.lm.command_line import (COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID, interrupted, plan_or_run,
+                                         run_options)
 from longhorizon.runner.command_line import given_options, print_json
 
 lm_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Language-model policies: SFT, GRPO-family RL, evaluation.")
@@ -104,6 +105,9 @@ def sft(
     mesh: Optional[str] = typer.Option(None, help="--dataset: data=D,fsdp=F,tensor=T: shard the step over the local "
                                        "devices (parameters and optimiser state over fsdp, heads and MLP columns over "
                                        "tensor, the rows over data x fsdp; docs/scale.md)."),
+    coordinator_address: Optional[str] = COORDINATOR_ADDRESS,
+    num_processes: Optional[int] = NUM_PROCESSES,
+    process_id: Optional[int] = PROCESS_ID,
     task: str = typer.Option("packed", help=_TASK_HELP),
     horizons: str = typer.Option("1-3", help="Horizons (or problems per prompt for packed), e.g. 1-3 or 1,2."),
     steps: int = typer.Option(1000, help="Optimiser steps."),
@@ -148,7 +152,8 @@ def sft(
 
 # `lm sft` options that only one kind of run reads: a --dataset run or a built-in task's.
 _SFT_DATASET_ONLY = ("model", "dtype", "init", "eval_dataset", "eval_steps", "max_length", "num_train_epochs",
-                     "max_steps", "per_device_train_batch_size", "lr_scheduler_type", "mesh")
+                     "max_steps", "per_device_train_batch_size", "lr_scheduler_type", "mesh", "coordinator_address",
+                     "num_processes", "process_id")
 _SFT_TASK_ONLY = ("task", "horizons", "steps", "batch_size", "seq_len", "d_model", "n_layers", "n_heads", "positions",
                   "digits", "operators", "const_max", "names", "fixed_width", "eval_horizons", "eval_problems")
 
@@ -321,6 +326,9 @@ def rl(
     mesh: Optional[str] = typer.Option(None, help="data=D,fsdp=F,tensor=T: shard the update over the local devices "
                                        "(parameters and optimiser state over fsdp, heads and MLP columns over tensor, "
                                        "the batch over data x fsdp; docs/scale.md)."),
+    coordinator_address: Optional[str] = COORDINATOR_ADDRESS,
+    num_processes: Optional[int] = NUM_PROCESSES,
+    process_id: Optional[int] = PROCESS_ID,
     resume: Optional[Path] = typer.Option(None, help=_RESUME_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help=_DRY_HELP),
 ) -> None:

@@ -14,23 +14,42 @@ from longhorizon.errors import UsageError
 from longhorizon.runner.command_line import print_json
 
 
+# where a run's processes are (lm.processes): the same three options on `lm rl`, `lm sft` and `lm agent`
+COORDINATOR_ADDRESS = typer.Option(None, envvar="JAX_COORDINATOR_ADDRESS", help="HOST:PORT of process 0 in a run of "
+                                   "several processes (one per host; docs/scale.md); with --num-processes and "
+                                   "--process-id.")
+NUM_PROCESSES = typer.Option(None, envvar="JAX_NUM_PROCESSES", help="Processes in a multi-process run (--mesh then "
+                             "spans the devices of all of them).")
+PROCESS_ID = typer.Option(None, envvar="JAX_PROCESS_ID", help="This process's number, 0..N-1: process 0 writes --out, "
+                          "process k writes OUT/process-k.")
+
+
 def run_options(ctx: typer.Context, resume: Optional[Path], command: str) -> dict:
-    """The run's options: those given now, or with ``--resume`` the saved ones (nothing else may be given)."""
+    """The run's options: those given now, or with ``--resume`` the saved ones (nothing else may be given but the
+    mesh and where the processes are). A multi-process run joins its processes here, before JAX starts."""
+    from longhorizon.lm.processes import LAUNCH_OPTIONS, Launch, join, process_folder
     from longhorizon.lm.resume import reject_changes, resume_options
 
+    launch = Launch.of(ctx.params)
+    if ctx.params.get("dry_run"):
+        launch.check()
+    else:
+        join(launch)
     if resume is not None:
-        # the checkpoints hold whole arrays restored into the new run's shardings, so a run may continue on another mesh
-        reject_changes(ctx, allowed=("resume", "dry_run", "mesh"))
+        # the checkpoints hold whole arrays restored into the new run's shardings, so a run may continue on another
+        # mesh, or on another number of processes
+        reject_changes(ctx, allowed=("resume", "dry_run", "mesh", *LAUNCH_OPTIONS))
         options = {**resume_options(resume, command), "out": str(resume)}
         mesh = ctx.params.get("mesh")
         if mesh is not None and mesh != options.get("mesh"):
             options["mesh"] = mesh
             if not ctx.params.get("dry_run"):
-                _record_mesh_change(Path(resume), mesh)
+                _record_mesh_change(process_folder(resume), mesh)
         return options
     if ctx.params.get("out") is None:
         raise UsageError(f"--out is required: the results folder for `longhorizon {command}` (or --resume RUN_DIR).")
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items() if k not in ("resume", "dry_run")}
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()
+            if k not in ("resume", "dry_run", *LAUNCH_OPTIONS)}
 
 
 def _record_mesh_change(folder: Path, mesh: str) -> None:

@@ -381,7 +381,12 @@ class LMTrainable(Trainable):
 
     def __init__(self, spec, quiet: bool):
         self.spec, self.quiet = spec, quiet
-        self.out, self.num_chunks = Path(spec.out), spec.steps
+        from longhorizon.lm.processes import process_folder
+
+        # process 0 of a multi-process run writes spec.out, process k its own OUT/process-k; the checkpoints are
+        # orbax's multi-host ones in spec.out (lm.processes)
+        self.out, self.num_chunks = process_folder(spec.out), spec.steps
+        self.checkpoints = Path(spec.out) / "checkpoints"
         self.checkpoint_every = spec.checkpoint_interval
         self.resume_command = f"longhorizon {spec.record.get('command', 'lm rl')} --resume {spec.out}"
         self.config = spec.config()
@@ -394,7 +399,7 @@ class LMTrainable(Trainable):
     def has_checkpoint(self, directory: Path) -> bool:
         from longhorizon.lm import run_checkpoint
 
-        return run_checkpoint.latest_step(directory) is not None
+        return run_checkpoint.latest_step(self.checkpoints) is not None  # process k > 0 reads process 0's
 
     def init_state(self):
         from longhorizon.lm.run_checkpoint import RunCheckpoints
@@ -403,7 +408,7 @@ class LMTrainable(Trainable):
         self.parts = parts = self.spec.build(self.policy)
         self.progress_description = parts.task
         self.progress_headline = (parts.curve_keys[0], parts.curve_keys[0])
-        self.store = RunCheckpoints(self.out / "checkpoints")
+        self.store = RunCheckpoints(self.checkpoints)
         return None
 
     def _arrays(self) -> dict:

@@ -33,9 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from longhorizon.errors import UsageError
+from longhorizon.lm.processes import local_like, local_to_numpy, several
 
 KEEP = 2
 CHECKSUM = "sha256.json"
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
 
 
 def _orbax():
@@ -109,11 +116,14 @@ class RunCheckpoints:
         from longhorizon.runner.results import to_jsonable
 
         ocp = self._ocp
+        if several():  # every process calls save at the same step and writes its own shards
+            params, trainer = local_to_numpy(params), local_to_numpy(trainer)
         args = ocp.args.Composite(params=ocp.args.StandardSave(params), trainer=ocp.args.StandardSave(trainer),
                                   meta=ocp.args.JsonSave(to_jsonable(meta)))
         self._manager.save(step, args=args, force=True)
         self._manager.wait_until_finished()
-        _write_checksum(self.directory / str(step))  # after orbax's rename: the step's files are final
+        if not several() or _process_index() == 0:
+            _write_checksum(self.directory / str(step))  # after orbax's rename: the step's files are final
 
     def _readable_step(self, step: int | None, none_saved: str) -> tuple[int, bool]:
         """``(step, verified)``: ``step`` if given (refused when damaged), else the newest intact step.
@@ -153,8 +163,9 @@ class RunCheckpoints:
         step, verified = self._readable_step(step, "the run saved none before it stopped, so start it again "
                                                    "without --resume.")
 
-        def item(template):
-            return ocp.args.StandardRestore(template) if template is not None else ocp.args.StandardRestore()
+        def item(template):  # a multi-process run's local arrays (an RNG key) are saved as numpy (lm.processes)
+            return ocp.args.StandardRestore(local_to_numpy(template) if several() else template) \
+                if template is not None else ocp.args.StandardRestore()
 
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(params=item(params), trainer=item(trainer),
@@ -163,6 +174,9 @@ class RunCheckpoints:
             raise UsageError(f"checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}: "
                              f"{str(error)[:200]}); it does not match this configuration"
                              f"{'' if verified else ' or is damaged'}.") from None
+        if several():
+            return (out.params if params is None else local_like(out.params, params),
+                    out.trainer if trainer is None else local_like(out.trainer, trainer), dict(out.meta))
         return out.params, out.trainer, dict(out.meta)
 
     def restore_params(self, template: Any, step: int | None = None) -> Any:
@@ -170,11 +184,12 @@ class RunCheckpoints:
         ocp = self._ocp
         step, verified = self._readable_step(step, "that run saved none, so train it again or pick another folder.")
         try:
-            out = self._manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(template)))
+            read = local_to_numpy(template) if several() else template
+            out = self._manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(read)))
         except Exception as error:
             raise UsageError(f"checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}); it "
                              f"does not match this model configuration{'' if verified else ' or is damaged'}.") from None
-        return out.params
+        return local_like(out.params, template) if several() else out.params
 
     def close(self) -> None:
         self._manager.close()

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import UsageError
+from longhorizon.lm.command_line import COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID
 
 
 def agent(
@@ -65,6 +66,9 @@ def agent(
     mesh: Optional[str] = typer.Option(None, help="data=D,fsdp=F,tensor=T: shard the update over the local devices "
                                        "(parameters and optimiser state over fsdp, heads and MLP columns over tensor, "
                                        "the rows over data x fsdp; docs/scale.md)."),
+    coordinator_address: Optional[str] = COORDINATOR_ADDRESS,
+    num_processes: Optional[int] = NUM_PROCESSES,
+    process_id: Optional[int] = PROCESS_ID,
     eval_every: int = typer.Option(0, help="Evaluate every N steps (0: only at the end)."),
     checkpoint_every: int = typer.Option(0, help="Save a checkpoint every N steps (0: about ten per run)."),
     seed: int = typer.Option(0),
