@@ -250,3 +250,56 @@ class LayerStreamedUpdate:
                 stepped = _part_step(params[name], opt_state[name], grads[name], clip, optimizer=self.optimizer)
                 params[name], opt_state[name] = _on_host(stepped)
         return params, opt_state, update_metrics(sums, loss, np.float32(norm))
+
+
+# ----------------------------------------------------------------------------- device memory, from the compiled programs
+
+
+def compiled_footprint(compiled) -> int:
+    """Device bytes XLA's buffer assignment gives a compiled program: arguments + outputs not aliased to donated
+    arguments + temporaries."""
+    m = compiled.memory_analysis()
+    return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes)
+
+
+def device_memory(model_cfg: LlamaConfig, cfg: GRPOConfig, batch) -> dict:
+    """Device bytes of one GRPO optimiser step (one micro-batch) of ``model_cfg`` on ``batch`` (arrays or
+    ``jax.ShapeDtypeStruct`` leaves: nothing is allocated), read from the compiled programs:
+
+    * ``resident``: :func:`longhorizon.lm.grpo.update`, the whole model, AdamW state and activations on the device;
+    * ``streamed``: :class:`LayerStreamedUpdate`'s high-water mark, the largest of its programs (embedding, block
+      forward, head gradients, block pullback, embedding pullback) plus what waits beside it (the prefetched
+      block's weights and input); ``pieces`` gives each program's footprint.
+    """
+    from longhorizon.lm import llama
+    from longhorizon.lm.grpo import optimizer_for, update
+
+    if cfg.gradient_accumulation_steps != 1:
+        raise UsageError("device_memory measures one micro-batch; set gradient_accumulation_steps=1.")
+    params = jax.eval_shape(lambda: llama.init_params(jax.random.PRNGKey(0), model_cfg))
+    optimizer = optimizer_for(cfg)
+    opt_state = jax.eval_shape(optimizer.init, params)
+    batch = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), batch)
+    resident = compiled_footprint(update.lower(params, opt_state, batch, model_cfg=model_cfg, cfg=cfg,
+                                               optimizer=optimizer).compile())
+    static = {"cfg": model_cfg, "temperature": cfg.temperature}
+    block = jax.eval_shape(lambda p: layer(p, 0), params)
+    embed = params["embed"]
+    head = {name: params[name] for name in ("norm", "embed" if model_cfg.tie_embeddings else "lm_head")}
+    x = jax.eval_shape(functools.partial(embed_forward, **static), embed, batch)
+    total = jax.ShapeDtypeStruct((), jnp.float32)
+    pieces = {
+        "embed_forward": _embed_forward.lower(embed, batch, **static),
+        "block_forward": _block_forward.lower(block, x, batch, **static),
+        "head_gradients": _head_grads.lower(head, x, batch, total, cfg=model_cfg, grpo=cfg, n_micro=1),
+        "block_pullback": _block_pullback.lower(block, x, x, batch, **static),
+        "embed_pullback": _embed_pullback.lower(embed, x, batch, **static),
+    }
+    pieces = {name: compiled_footprint(lowered.compile()) for name, lowered in pieces.items()}
+
+    def nbytes(tree):
+        return int(sum(np.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree_util.tree_leaves(tree)))
+
+    waiting = nbytes(block) + nbytes(x)  # the next block's weights and input, put before the current one runs
+    return {"resident": resident, "streamed": max(pieces.values()) + waiting, "pieces": pieces,
+            "prefetched": waiting, "parameters": int(sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(params)))}

@@ -85,6 +85,9 @@ REPROS = {
                  "a PINN value for the epigraph HJB-VI, deployed decentralised, keeps many agents safe at low cost"),
     "pqn": ("longhorizon.repro.pqn",
             "LayerNorm + l2 keeps off-policy TD bounded on Baird's counterexample; PQN vs DQN on MinAtar in wall time"),
+    "horizon-lm": ("longhorizon.repro.horizon_lm",
+                   "Horizon-LM: the layer-streamed update's device memory is flat in depth, so a model whose resident "
+                   "update exceeds the device trains within it"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }

@@ -47,8 +47,7 @@ PAPERS: tuple[Paper, ...] = (
     Paper("Nash-MP", "Nash mirror prox for preference games (Tiapkin et al., 2025)", ("nash-mp",)),
     Paper("INPO", "Iterative Nash Policy Optimization (Zhang et al., 2024)", ("inpo",)),
     Paper("MiMo", "MiMo", note="no claim reproduction yet"),
-    Paper("Horizon-LM", "a RAM-centric architecture for LLM training",
-          note="implemented (`lm rl --offload host`, docs/lm.md); no claim reproduction yet"),
+    Paper("Horizon-LM", "a RAM-centric architecture for LLM training", ("horizon-lm",)),
     # agents
     Paper("Mobile-Agent-v3", "trajectory-aware relative policy optimisation (TRPO) for multi-turn agents", ("trpo-agent",)),
     Paper("IterResearch", "a rebuilt workspace bounds the context; EAPO's discounted outcome", ("iterresearch",)),
