@@ -298,6 +298,10 @@ def rl(
     beta: float = typer.Option(0.0, help="KL coefficient to the frozen reference (k3 estimator)."),
     reference_kl: bool = typer.Option(False, help="Log the KL to the reference at beta 0 too (keeps a second copy "
                                       "of the weights and scores each batch with it; the loss is unchanged)."),
+    rollout_dtype: str = typer.Option("float32", help="bfloat16: sample with a bfloat16 copy of the weights (refreshed "
+                                      "every step); the loss is corrected by truncated importance weights (docs/lm.md)."),
+    rollout_is_cap: float = typer.Option(2.0, help="--rollout-dtype bfloat16: the cap C of the importance weights "
+                                         "min(pi_old / pi_rollout, C)."),
     epsilon: float = typer.Option(0.2),
     epsilon_high: Optional[float] = typer.Option(None),
     loss_type: str = typer.Option("dapo", help="grpo, dr_grpo, dapo or bnpo."),
@@ -383,6 +387,12 @@ def _check_rl_options(o: dict, given: set[str]) -> None:
     else:
         for name in sorted(given & set(_DATASET_ONLY)):
             raise UsageError(f"--{name.replace('_', '-')} applies to --dataset runs only; add --dataset FILE or drop it.")
+    if "rollout_is_cap" in given and o.get("rollout_dtype", "float32") == "float32":
+        raise UsageError("--rollout-is-cap caps the importance weights of --rollout-dtype bfloat16 runs; add "
+                         "--rollout-dtype bfloat16 or drop it.")
+    if o.get("rollout_dtype") == "bfloat16" and o.get("dtype") == "bfloat16":
+        raise UsageError("--rollout-dtype bfloat16 samples with a bfloat16 copy of a float32 policy, and --dtype "
+                         "bfloat16 makes the policy itself bfloat16; drop one of them.")
     for name, needs, how in _RL_DEPENDS:
         if name in given and not o[needs]:
             raise UsageError(f"--{name.replace('_', '-')} applies to {how} runs only; add {how} or drop it.")
@@ -424,6 +434,7 @@ def _rl_spec(o: dict, out: str):
         lr_scheduler_type=o.get("lr_scheduler_type", "constant"),  # absent only from runs recorded before it existed
         temperature=o["temperature"], top_p=o["top_p"], dynamic_sampling=o["dynamic_sampling"],
         reference_kl=o.get("reference_kl", False),  # absent only from runs recorded before it existed
+        rollout_dtype=o.get("rollout_dtype", "float32"), rollout_is_cap=o.get("rollout_is_cap", 2.0),  # likewise
     )
     record = {"command": "lm rl", "options": o}
     if o.get("dataset") is not None:

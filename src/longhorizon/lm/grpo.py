@@ -33,6 +33,15 @@ generation batch holds ``steps_per_generation`` per-device batches; default
 step, and replayed ``num_iterations`` times; ``pi_old`` is the sampler's own log-probabilities (exact for the
 parameters that generated the batch, see :mod:`longhorizon.lm.generate`). Dynamic sampling
 (DAPO) drops groups whose rewards are all equal before the update and reports how many.
+Low-precision rollouts (``rollout_dtype="bfloat16"``): the completions are sampled by a bfloat16 copy of the
+weights (``mu``), so the sampler's log-probabilities are not ``pi_old``'s. The learner recomputes ``pi_old`` with
+its own weights (one teacher-forced pass) and weights each token's loss by the truncated importance ratio
+(TIS, Yao et al. 2025: "Your efficient RL framework secretly brings you off-policy RL training")::
+
+    l_t <- min(pi_old(o_t | .) / mu(o_t | .), C) l_t          C = rollout_is_cap
+
+which makes the objective's expectation under ``mu`` that under ``pi_old`` for every token whose ratio is
+below ``C`` (the cap bounds the variance, at a bias where the copies disagree most).
 ``kl`` (the k3 mean over completion tokens) is logged whenever the reference is kept: beta > 0, or
 ``reference_kl`` at beta = 0 (the loss is then unchanged).
 ``reward_std`` is TRL's: the mean over groups of the within-group (unbiased) standard deviation.
@@ -68,6 +77,7 @@ IMPORTANCE_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 ADVANTAGES = ("sequence", "segment")
 LR_SCHEDULERS = ("linear", "constant")
+ROLLOUT_DTYPES = ("float32", "bfloat16")
 STD_EPS = 1e-4
 
 
@@ -106,6 +116,11 @@ class GRPOConfig:
     # Keep the reference at beta = 0 too, only to log ``kl`` (k3 to it, per token): a teacher-forced pass
     # of each batch through a second copy of the weights (540 MB for SmolLM2); beta > 0 keeps it anyway.
     reference_kl: bool = False
+    # Generate with a low-precision copy of the weights ("bfloat16"; "float32": the policy itself), refreshed before
+    # every rollout. The learner then scores the sampled tokens with its own weights (pi_old) and weights each
+    # token's loss by the truncated importance ratio min(pi_old / pi_rollout, rollout_is_cap) (module docstring).
+    rollout_dtype: str = "float32"
+    rollout_is_cap: float = 2.0
 
     @property
     def keeps_reference(self) -> bool:
@@ -145,6 +160,11 @@ class GRPOConfig:
             raise UsageError(f"temperature={self.temperature} must be positive for RL sampling; use e.g. 1.0.")
         if not 0 < self.top_p <= 1:
             raise UsageError(f"top_p={self.top_p} must be in (0, 1].")
+        if self.rollout_dtype not in ROLLOUT_DTYPES:
+            raise UsageError(f"rollout_dtype={self.rollout_dtype!r} is unknown; use one of {ROLLOUT_DTYPES}.")
+        if self.rollout_is_cap < 1:
+            raise UsageError(f"rollout_is_cap={self.rollout_is_cap} must be at least 1 (a cap below 1 would shrink "
+                             "every token's weight); TIS uses 2.")
 
     @property
     def eps_high(self) -> float:
@@ -330,6 +350,8 @@ def completion_loss(logp, entropy, batch, total_tokens, *, cfg: GRPOConfig, n_mi
         logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
         epsilon=cfg.epsilon, epsilon_high=cfg.eps_high, beta=cfg.beta, mask=mask, level=cfg.importance_sampling_level,
     )
+    if "rollout_weight" in batch:  # low-precision rollouts: the truncated importance weight of each token
+        tok = tok * batch["rollout_weight"]
     loss = reduce_loss(tok, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length, total_tokens=total_tokens,
                        n_micro=n_micro, rows=batch.get("rows"))
     adv = batch["advantages"]
@@ -407,6 +429,20 @@ def _round_up(n: int, m: int) -> int:
     return max(m, -(-n // m) * m)
 
 
+def rollout_weights(old_logp, behaviour_logp, mask, cap: float) -> tuple[np.ndarray, dict]:
+    """TIS weights ``min(pi_old / mu, cap)`` per token (1 outside ``mask``) and what they say about the rollout
+    copy: the mean weight, the share of tokens truncated at the cap and the mean ``|log pi_old - log mu|``, over
+    the masked tokens."""
+    ratio = np.exp(np.asarray(old_logp, np.float64) - np.asarray(behaviour_logp, np.float64))
+    on = np.asarray(mask) > 0
+    weights = np.where(on, np.minimum(ratio, cap), 1.0).astype(np.float32)
+    tokens = max(int(on.sum()), 1)
+    gap = np.abs(np.asarray(old_logp, np.float64) - np.asarray(behaviour_logp, np.float64))
+    return weights, {"rollout_is_weight": float(weights[on].sum() / tokens),
+                     "rollout_is_truncated": float((ratio[on] > cap).sum() / tokens),
+                     "rollout_logp_gap": float(gap[on].sum() / tokens)}
+
+
 def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:
     """The update's completion width for a batch whose longest completion has ``longest`` columns: the next
     power of two from ``smallest``, at most ``cap`` (so a run compiles the update for at most log2(cap / 16) + 2
@@ -464,10 +500,26 @@ class GRPOTrainer(Trainer):
         self.token_weights = token_weights
         self.reward_fn = reward_fn
         self.batch_rewards = batch_rewards
+        self.rollout_stats = {}  # low-precision rollouts: the last batch's importance weights (rollout_weights)
         self.counters = {"generations": 0, "rollout_tokens": 0, "generated_tokens": 0, "update_tokens": 0,
                          "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0}
 
     # -- rollout -----------------------------------------------------------------------
+    @property
+    def low_precision_rollouts(self) -> bool:
+        """Whether a lower-precision copy of the weights samples (``rollout_dtype`` below the policy's own)."""
+        return self.cfg.rollout_dtype == "bfloat16" and self.model_cfg.dtype == "float32"
+
+    def rollout_policy(self):
+        """``(params, model_cfg)`` that sample: the policy itself, or its low-precision copy, made afresh from the
+        current weights (so it is refreshed after every update)."""
+        if not self.low_precision_rollouts:
+            return self.params, self.model_cfg
+        low = jnp.dtype(self.cfg.rollout_dtype)
+        params = jax.tree_util.tree_map(lambda w: w.astype(low) if jnp.issubdtype(w.dtype, jnp.floating) else w,
+                                        self.params)
+        return params, dataclasses.replace(self.model_cfg, dtype=self.cfg.rollout_dtype)
+
     def rollout(self, problems: Sequence[Problem], group_sizes: Sequence[int] | None = None):
         """Sample ``group_sizes[i]`` completions of each problem; returns a dict of host arrays."""
         cfg, tok = self.cfg, self.tokenizer
@@ -481,7 +533,8 @@ class GRPOTrainer(Trainer):
         b = _round_up(len(units), max(1, cfg.batch_multiple // group_size))
         ptok, pvalid = tok.encode_prompts([p.prompt for p in units] + [""] * (b - len(units)), cfg.max_prompt_length)
         self.key, sub = jax.random.split(self.key)
-        gen = generate(self.params, ptok, pvalid, sub, cfg=self.model_cfg, max_new_tokens=cfg.max_completion_length,
+        sampler_params, sampler_cfg = self.rollout_policy()
+        gen = generate(sampler_params, ptok, pvalid, sub, cfg=sampler_cfg, max_new_tokens=cfg.max_completion_length,
                        temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size,
                        eos_ids=tuple(tok.eos_ids), pad_id=tok.pad_id)
         ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
@@ -555,6 +608,8 @@ class GRPOTrainer(Trainer):
         train_metrics = []
         if keep.any():
             batch = self._train_batch(ro, adv, mask, keep)
+            if self.low_precision_rollouts:
+                metrics.update(self.rollout_stats)
             n_opt = cfg.optimizer_steps_per_generation
             prompts_run = ro["prompt_valid"][keep][:: ro["group_size"]] if ro["group_size"] else ro["prompt_valid"][keep]
             kept_tokens = int(ro["valid"][keep].sum() + prompts_run.sum())  # a shared prompt is run once
@@ -622,6 +677,13 @@ class GRPOTrainer(Trainer):
             batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], pad_id), take(completion_tokens, pad_id)], axis=1)
             batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(completion_valid, False)], axis=1)
             batch["valid"][len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
+        if self.low_precision_rollouts:  # pi_old from the policy's own weights; the sampler's log-probs give mu
+            behaviour = batch["old_logp"]
+            batch["old_logp"] = np.asarray(completion_logprobs(self.params, batch, model_cfg=self.model_cfg,
+                                                               temperature=cfg.temperature))
+            batch["ref_logp"] = batch["old_logp"]
+            batch["rollout_weight"], self.rollout_stats = rollout_weights(batch["old_logp"], behaviour, batch["mask"],
+                                                                          cfg.rollout_is_cap)
         if cfg.keeps_reference:
             batch["ref_logp"] = np.asarray(completion_logprobs(self.ref_params, batch, model_cfg=self.model_cfg,
                                                                temperature=cfg.temperature))
