@@ -88,9 +88,12 @@ def test_h1_verdict_rule_by_hand():
     assert verdicts(*wins, start_h1=0.5) == [C.NO_SIGNAL, C.NO_SIGNAL]
 
 
-@pytest.mark.parametrize("name, plot", [("h1-smollm2", "accuracy_by_horizon.png"), ("sgpo-smollm2", "accuracy_vs_tokens.png"),
+# one quick run of the family in the fast tier (R-HORIZON's, the cheapest); the others, 40-85 s each, in the full suite
+@pytest.mark.parametrize("name, plot", [pytest.param("h1-smollm2", "accuracy_by_horizon.png", marks=pytest.mark.slow),
+                                        pytest.param("sgpo-smollm2", "accuracy_vs_tokens.png", marks=pytest.mark.slow),
                                         ("rhorizon-smollm2", "accuracy_vs_composed.png"),
-                                        ("scaler-smollm2", "accuracy_by_horizon.png"), ("es-smollm2", "es_vs_grpo.png")])
+                                        pytest.param("scaler-smollm2", "accuracy_by_horizon.png", marks=pytest.mark.slow),
+                                        pytest.param("es-smollm2", "es_vs_grpo.png", marks=pytest.mark.slow)])
 def test_quick_runs_write_table_plot_and_verdict(name, plot, tmp_path, capsys):
     out = tmp_path / name
     assert main(["repro", name, "--quick", "--out", str(out)]) == 0
