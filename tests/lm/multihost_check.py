@@ -4,10 +4,12 @@ collectives) against the same run in one process of 4 devices; prints one JSON o
 Run by tests/lm/test_lm_multihost.py in a subprocess, which this script moves into a private network namespace
 whose only interface is ``lo`` (the coordinator and gloo listen on TCP ports)::
 
-    python tests/lm/multihost_check.py OUT [equal|unreachable]
+    python tests/lm/multihost_check.py OUT [equal|resume|unreachable]
 
 equal: both runs' last metrics (and process 1's), the largest parameter difference between the two-process
-run's checkpoint and the one-process run's, what process 1's own folder holds. unreachable: process 1 alone, whose
+run's checkpoint and the one-process run's, what process 1's own folder holds. resume: a two-process run of
+two steps in which only process 1 gets a Ctrl-C after step 1, resumed by one process of 4 devices, against two
+steps straight in that process: exit codes, metrics, parameter difference. unreachable: process 1 alone, whose
 coordinator never answers: its exit code, seconds and stderr.
 """
 
@@ -89,6 +91,51 @@ def equal(out: Path) -> dict:
             "config_has_launch": "process_id" in json.loads((out / "multi" / "config.json").read_text())["options"]}
 
 
+def resume(out: Path) -> dict:
+    """Two steps in one process of 4 devices, against the same run by 2 processes x 2 devices in which only process
+    1 gets a Ctrl-C after step 1 (both must stop there and save it), resumed by one process of 4 devices."""
+    steps = ["--checkpoint-every", "1"]
+    straight = subprocess.run([*command(out, "straight"), *steps], env=environment(4), capture_output=True, text=True,
+                              timeout=600)
+    if straight.returncode:
+        return {"straight_code": straight.returncode, "logs": [straight.stderr[-3000:]]}
+    launch = ["--coordinator-address", f"127.0.0.1:{free_port()}", "--num-processes", "2"]
+    workers = [subprocess.Popen([sys.executable, __file__, str(out), "cli", *command(out, "two")[3:], *steps, *launch,
+                                 "--process-id", str(i)],
+                                env={**environment(2), **({"MULTIHOST_CHECK_CTRL_C_AFTER_STEP": "1"} if i == 1 else {})},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    logs = [w.communicate(timeout=600)[0] for w in workers]
+    codes = [w.returncode for w in workers]
+    rows_after_stop = len((out / "two" / "metrics.jsonl").read_text().splitlines())
+    resumed = subprocess.run([sys.executable, "-m", "longhorizon", "lm", "rl", "--resume", str(out / "two")],
+                             env=environment(4), capture_output=True, text=True, timeout=600)
+    report = {"codes": codes, "rows_after_stop": rows_after_stop, "resumed_code": resumed.returncode}
+    if resumed.returncode:
+        return {**report, "logs": [log[-3000:] for log in logs] + [resumed.stderr[-3000:]]}
+    return {**report, "straight": last_metrics(out / "straight"), "resumed": last_metrics(out / "two"),
+            "max_param_difference": largest_difference(params(out / "two"), params(out / "straight"))}
+
+
+def ctrl_c_after_step(argv: list[str]) -> int:
+    """``longhorizon`` with ``argv``; with MULTIHOST_CHECK_CTRL_C_AFTER_STEP=N, a SIGINT after the N-th step."""
+    import signal
+
+    from longhorizon.cli import main as cli
+    from longhorizon.lm.grpo import GRPOTrainer
+
+    after, original, done = int(os.environ.get("MULTIHOST_CHECK_CTRL_C_AFTER_STEP", "0")), GRPOTrainer.step, []
+
+    def step(self, *args, **kwargs):
+        metrics = original(self, *args, **kwargs)
+        done.append(1)
+        if len(done) == after:
+            signal.raise_signal(signal.SIGINT)
+        return metrics
+
+    GRPOTrainer.step = step
+    return cli(argv)
+
+
 def unreachable(out: Path) -> dict:
     launch = ["--coordinator-address", f"127.0.0.1:{free_port()}", "--num-processes", "2", "--process-id", "1"]
     start = time.perf_counter()
@@ -98,13 +145,15 @@ def unreachable(out: Path) -> dict:
 
 
 def main(out: Path, mode: str) -> None:
+    if mode == "cli":  # one worker process of the resume check
+        sys.exit(ctrl_c_after_step(sys.argv[3:]))
     sys.path.insert(0, str(ROOT / "src"))
     from longhorizon.engine.ray_loopback import enter_loopback_namespace
 
     enter_loopback_namespace()  # the coordinator and gloo listen on ports: reachable only from this namespace
     out.mkdir(parents=True, exist_ok=True)
     (out / "reward.py").write_text(REWARD)
-    print(json.dumps(equal(out) if mode == "equal" else unreachable(out)))
+    print(json.dumps({"equal": equal, "resume": resume, "unreachable": unreachable}[mode](out)))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,20 @@ def test_two_processes_train_as_one_process_of_four_devices(tmp_path):
 
 
 @needs_root
+@pytest.mark.slow
+def test_a_ctrl_c_on_one_process_stops_all_and_the_run_resumes_on_one_process(tmp_path):
+    """Two processes, Ctrl-C on process 1 only after step 1 of 2: both stop at that step (exit 130, one metrics
+    row) and save it; one process of 4 devices resumes it and ends where two steps straight end (parameters within
+    1e-7 at lr 1e-6, metrics to 1e-5)."""
+    report = _check(tmp_path, "resume")
+    assert report["codes"] == [130, 130] and report["rows_after_stop"] == 1, report
+    assert report["resumed_code"] == 0, report
+    for key, value in report["straight"].items():
+        assert report["resumed"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert report["max_param_difference"] < 1e-7
+
+
+@needs_root
 def test_unreachable_coordinator_stops_with_one_sentence(tmp_path):
     """Process 1 of 2 whose coordinator never answers exits with code 2 after the join timeout (5 s here), saying
     what to start; no hang, no C++ abort."""

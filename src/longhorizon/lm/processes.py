@@ -106,6 +106,18 @@ def process_folder(out: str | os.PathLike) -> Path:
     return Path(out) if index == 0 else Path(out) / f"process-{index}"
 
 
+def any_process(flag: bool) -> bool:
+    """Whether ``flag`` is set in any process (a collective: every process calls it at the same point); ``flag``
+    itself in a one-process run. A Ctrl-C reaches the processes at different moments, so the run stops at the
+    first step boundary where any of them was asked to, and all of them save that step."""
+    if not several():
+        return bool(flag)
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.asarray([flag], np.int32))))
+
+
 def local_to_numpy(tree: Any) -> Any:
     """``tree`` with each array held by this process alone (an RNG key on its first device) as numpy: orbax writes a
     multi-process checkpoint from global arrays, and a numpy array once (process 0; every process holds the same)."""

@@ -401,6 +401,11 @@ class LMTrainable(Trainable):
 
         return run_checkpoint.latest_step(self.checkpoints) is not None  # process k > 0 reads process 0's
 
+    def agree_to_stop(self, requested: bool) -> bool:
+        from longhorizon.lm.processes import any_process
+
+        return any_process(requested)
+
     def init_state(self):
         from longhorizon.lm.run_checkpoint import RunCheckpoints
 

@@ -104,6 +104,11 @@ class Trainable:
         """One figure per seed (return, success rate), or None when the run does not evaluate."""
         return None
 
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether the run stops here, given whether this process was asked to (Ctrl-C): a run of several
+        processes stops only where all of them do, so each process saves the same chunk."""
+        return requested
+
     def target_reached(self, evaluation: list[float]) -> bool:
         """Whether the run may stop early after this evaluation."""
         return False
@@ -217,11 +222,12 @@ class _Loop:
                                                      "wall_seconds": self.wall()}))
         self.compile_seconds = t.compile(state) if first_chunk < t.num_chunks else 0.0
         resume_hint = f"continue with `{t.resume_command}`"
-        if self.stop.requested and started:  # the rows logged at step 0 are kept with a checkpoint to resume
+        stopping = t.agree_to_stop(self.stop.requested)
+        if stopping and started:  # the rows logged at step 0 are kept with a checkpoint to resume
             self.save(0, state)
             raise Interrupted(f"interrupted before the first chunk finished: chunk 0 of {t.num_chunks} is saved in "
                               f"{results.checkpoints}; {resume_hint}.", saved=0)
-        if self.stop.requested:  # Ctrl-C while starting: start-up was let finish, no chunk has run
+        if stopping:  # Ctrl-C while starting: start-up was let finish, no chunk has run
             raise Interrupted(f"interrupted before training resumed: {results.checkpoints} still holds chunk "
                               f"{first_chunk}; {resume_hint}." if resume else
                               f"interrupted before the first chunk finished: nothing was saved; run the same command "
@@ -256,14 +262,15 @@ class _Loop:
                             last_eval = evaluation
                             row.update(eval_return_mean=float(np.mean(evaluation)), eval_return_per_seed=evaluation)
                     self.loggers.log(results.append_metrics(row))
-                    if chunk % t.checkpoint_every == 0 or chunk == t.num_chunks or self.stop.requested:
+                    stopping = t.agree_to_stop(self.stop.requested)
+                    if chunk % t.checkpoint_every == 0 or chunk == t.num_chunks or stopping:
                         self.save(chunk, state)
                         saved = chunk
                     progress.update(t.step_after(chunk), row)
                     if last_eval is not None and t.target_reached(last_eval):
                         status = "target_reached"
                         break
-                    if self.stop.requested:
+                    if stopping:
                         status = "interrupted"
                         break
             if chunk < t.num_chunks and status == "completed":
