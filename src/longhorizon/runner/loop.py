@@ -262,15 +262,15 @@ class _Loop:
                             last_eval = evaluation
                             row.update(eval_return_mean=float(np.mean(evaluation)), eval_return_per_seed=evaluation)
                     self.loggers.log(results.append_metrics(row))
-                    stopping = t.agree_to_stop(self.stop.requested)
-                    if chunk % t.checkpoint_every == 0 or chunk == t.num_chunks or stopping:
+                    # every process of a multi-process run takes these two decisions alike (agree_to_stop)
+                    if t.agree_to_stop(self.stop.requested) or chunk % t.checkpoint_every == 0 or chunk == t.num_chunks:
                         self.save(chunk, state)
                         saved = chunk
                     progress.update(t.step_after(chunk), row)
                     if last_eval is not None and t.target_reached(last_eval):
                         status = "target_reached"
                         break
-                    if stopping:
+                    if t.agree_to_stop(self.stop.requested):
                         status = "interrupted"
                         break
             if chunk < t.num_chunks and status == "completed":
