@@ -44,6 +44,7 @@ def step_bytes(width: int, mesh_spec: str) -> dict:
 
     from longhorizon.lm import llama, sharding
     from longhorizon.lm.grpo import GRPOConfig, optimizer_for
+    from longhorizon.lm.offload import compiled_footprint
 
     cfg = llama.LlamaConfig(**family(width))
     params = jax.eval_shape(lambda: llama.init_params(jax.random.PRNGKey(0), cfg))
@@ -64,12 +65,12 @@ def step_bytes(width: int, mesh_spec: str) -> dict:
     mesh = sharding.parse_mesh(mesh_spec, cfg, jax.devices()[:int(np.prod(list(sharding.mesh_sizes(mesh_spec).values())))])
     step = sharding.ShardedUpdate(mesh, params, model_cfg=cfg, cfg=grpo, optimizer=optimizer)
     start = time.perf_counter()
-    memory = step.compile(params, opt_state, batch).memory_analysis()
-    argument, output = int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes)
-    alias, temp = int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes)
+    compiled = step.compile(params, opt_state, batch)
+    memory = compiled.memory_analysis()
     return {"width": width, "mesh": mesh_spec, "parameters": count, "config": family(width),
-            "argument_bytes": argument, "output_bytes": output, "alias_bytes": alias, "temp_bytes": temp,
-            "total_bytes": argument + output - alias + temp, "compile_seconds": time.perf_counter() - start}
+            "argument_bytes": int(memory.argument_size_in_bytes), "output_bytes": int(memory.output_size_in_bytes),
+            "alias_bytes": int(memory.alias_size_in_bytes), "temp_bytes": int(memory.temp_size_in_bytes),
+            "total_bytes": compiled_footprint(compiled), "compile_seconds": time.perf_counter() - start}
 
 
 def worker(budget: float, meshes: list[str]) -> list[dict]:

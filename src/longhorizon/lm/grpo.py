@@ -433,14 +433,14 @@ def rollout_weights(old_logp, behaviour_logp, mask, cap: float) -> tuple[np.ndar
     """TIS weights ``min(pi_old / mu, cap)`` per token (1 outside ``mask``) and what they say about the rollout
     copy: the mean weight, the share of tokens truncated at the cap and the mean ``|log pi_old - log mu|``, over
     the masked tokens."""
-    ratio = np.exp(np.asarray(old_logp, np.float64) - np.asarray(behaviour_logp, np.float64))
+    log_ratio = np.asarray(old_logp, np.float64) - np.asarray(behaviour_logp, np.float64)
+    ratio = np.exp(log_ratio)
     on = np.asarray(mask) > 0
     weights = np.where(on, np.minimum(ratio, cap), 1.0).astype(np.float32)
     tokens = max(int(on.sum()), 1)
-    gap = np.abs(np.asarray(old_logp, np.float64) - np.asarray(behaviour_logp, np.float64))
     return weights, {"rollout_is_weight": float(weights[on].sum() / tokens),
                      "rollout_is_truncated": float((ratio[on] > cap).sum() / tokens),
-                     "rollout_logp_gap": float(gap[on].sum() / tokens)}
+                     "rollout_logp_gap": float(np.abs(log_ratio[on]).sum() / tokens)}
 
 
 def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:

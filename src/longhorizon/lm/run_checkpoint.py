@@ -122,7 +122,7 @@ class RunCheckpoints:
                                   meta=ocp.args.JsonSave(to_jsonable(meta)))
         self._manager.save(step, args=args, force=True)
         self._manager.wait_until_finished()
-        if not several() or _process_index() == 0:
+        if _process_index() == 0:  # the one writer of the checksum (every process of a one-process run is 0)
             _write_checksum(self.directory / str(step))  # after orbax's rename: the step's files are final
 
     def _readable_step(self, step: int | None, none_saved: str) -> tuple[int, bool]:
