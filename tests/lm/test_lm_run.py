@@ -180,3 +180,23 @@ def test_run_rl_refuses_what_cannot_act_before_writing(policy, tmp_path):
         run_rl(_spec(policy, tmp_path / "b"), resume=True, quiet=True)
     with FolderLock(tmp_path / "c"), pytest.raises(UsageError, match="being written by another run"):
         run_rl(_spec(policy, tmp_path / "c"), quiet=True)
+
+
+def test_resume_check_reads_a_setting_added_since_the_run_started_as_its_default():
+    from longhorizon.lm.run import _saved_config_matches
+    from longhorizon.runner.results import to_jsonable
+
+    config = {"grpo": grpo.GRPOConfig(learning_rate=1e-5), "steps": 30}
+    saved = json.loads(json.dumps(to_jsonable(config)))
+    _saved_config_matches(saved, config)
+    del saved["grpo"]["rollout_is_cap"]  # a run started before the field existed behaved as its default
+    _saved_config_matches(saved, config)
+    with pytest.raises(UsageError, match="'grpo.rollout_is_cap'"):  # but not as another value
+        _saved_config_matches(saved, {**config, "grpo": grpo.GRPOConfig(learning_rate=1e-5, rollout_is_cap=3.0)})
+    with pytest.raises(UsageError, match="'grpo.learning_rate'"):
+        _saved_config_matches(saved, {**config, "grpo": grpo.GRPOConfig(learning_rate=3e-5)})
+    with pytest.raises(UsageError, match="'steps'"):
+        _saved_config_matches(saved, {**config, "steps": 31})
+    saved["grpo"]["retired_setting"] = 1  # a field longhorizon no longer has: not the run it was
+    with pytest.raises(UsageError, match="'grpo.retired_setting'"):
+        _saved_config_matches(saved, config)

@@ -361,13 +361,40 @@ def run_rl(spec: RLSpec, *, resume: bool = False, quiet: bool = False) -> dict:
 
 
 def _saved_config_matches(saved: dict, config: dict) -> None:
+    """Refuse a resume whose settings differ from the folder's config.json, naming the first setting that
+    differs. A field of a settings dataclass (``grpo``) that the saved record lacks was added to longhorizon
+    after the run started: the run behaved as its default, so the default matches it."""
+    import dataclasses
+
     from longhorizon.runner.results import to_jsonable
 
-    now = json.loads(json.dumps(to_jsonable(config)))
-    for key in sorted((set(saved) | set(now)) - {"meshes_before"}):  # the folder's history, not a setting
-        if saved.get(key) != now.get(key):
-            raise UsageError(f"the run in this folder was started with another {key!r} than the one given now; "
-                             "resume it with the settings it was started with (or start a new run elsewhere).")
+    def plain(value):
+        return json.loads(json.dumps(to_jsonable(value)))
+
+    for key in sorted((set(saved) | set(config)) - {"meshes_before"}):  # the folder's history, not a setting
+        value, before = config.get(key), saved.get(key)
+        if dataclasses.is_dataclass(value) and isinstance(before, dict):
+            for field in dataclasses.fields(value):
+                now = plain(getattr(value, field.name))
+                if field.name in before:
+                    differs = before[field.name] != now
+                elif field.default is not dataclasses.MISSING:
+                    differs = plain(field.default) != now
+                elif field.default_factory is not dataclasses.MISSING:
+                    differs = plain(field.default_factory()) != now
+                else:
+                    differs = True
+                if differs:
+                    _refuse_resume(f"{key}.{field.name}")
+            if set(before) - {f.name for f in dataclasses.fields(value)}:
+                _refuse_resume(f"{key}.{sorted(set(before) - {f.name for f in dataclasses.fields(value)})[0]}")
+        elif before != plain(value):
+            _refuse_resume(key)
+
+
+def _refuse_resume(setting: str):
+    raise UsageError(f"the run in this folder was started with another {setting!r} than the one given now; "
+                     "resume it with the settings it was started with (or start a new run elsewhere).")
 
 
 class LMTrainable(Trainable):
