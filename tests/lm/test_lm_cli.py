@@ -72,3 +72,15 @@ def test_curriculum_gates_that_cannot_act_are_refused(tmp_path):
                            (["--curriculum", "--gate-window", "3"], "--gate-window")):
         r = CliRunner().invoke(_app(), [*rl, *extra])
         assert isinstance(r.exception, UsageError) and message in str(r.exception), (extra, r.exception)
+
+
+def test_rollout_worker_options_that_cannot_act_are_refused(tmp_path):
+    from longhorizon.errors import UsageError
+
+    rl = ["lm", "rl", "--init", str(tmp_path), "--out", str(tmp_path / "x")]
+    for extra, message in ((["--mode", "async"], "--mode applies to Ray rollout workers; add --actors N"),
+                           (["--actors", "2", "--max-staleness", "2"], "--max-staleness bounds asynchronous batches"),
+                           (["--rollout-is-cap", "3"], "add one of them or drop it"),
+                           (["--actors", "0", "--mode", "async"], "add --actors N")):
+        r = CliRunner().invoke(_app(), [*rl, *extra])
+        assert isinstance(r.exception, UsageError) and message in str(r.exception), (extra, r.exception)

@@ -13,8 +13,8 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.command_line import (COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID, interrupted, plan_or_run,
-                                         run_options)
+from longhorizon.lm.command_line import (ACTORS, COORDINATOR_ADDRESS, MAX_STALENESS, MODE, NUM_PROCESSES, PROCESS_ID,
+                                         check_worker_options, interrupted, plan_or_run, run_options, workers_config)
 from longhorizon.runner.command_line import given_options, print_json
 
 lm_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Language-model policies: SFT, GRPO-family RL, evaluation.")
@@ -300,7 +300,7 @@ def rl(
                                       "of the weights and scores each batch with it; the loss is unchanged)."),
     rollout_dtype: str = typer.Option("float32", help="bfloat16: sample with a bfloat16 copy of the weights (refreshed "
                                       "every step); the loss is corrected by truncated importance weights (docs/lm.md)."),
-    rollout_is_cap: float = typer.Option(2.0, help="--rollout-dtype bfloat16: the cap C of the importance weights "
+    rollout_is_cap: float = typer.Option(2.0, help="--rollout-dtype bfloat16 or --mode async: the cap C of the importance weights "
                                          "min(pi_old / pi_rollout, C)."),
     epsilon: float = typer.Option(0.2),
     epsilon_high: Optional[float] = typer.Option(None),
@@ -330,6 +330,9 @@ def rl(
     mesh: Optional[str] = typer.Option(None, help="data=D,fsdp=F,tensor=T: shard the update over the local devices "
                                        "(parameters and optimiser state over fsdp, heads and MLP columns over tensor, "
                                        "the batch over data x fsdp; docs/scale.md)."),
+    actors: int = ACTORS,
+    mode: str = MODE,
+    max_staleness: int = MAX_STALENESS,
     coordinator_address: Optional[str] = COORDINATOR_ADDRESS,
     num_processes: Optional[int] = NUM_PROCESSES,
     process_id: Optional[int] = PROCESS_ID,
@@ -387,9 +390,10 @@ def _check_rl_options(o: dict, given: set[str]) -> None:
     else:
         for name in sorted(given & set(_DATASET_ONLY)):
             raise UsageError(f"--{name.replace('_', '-')} applies to --dataset runs only; add --dataset FILE or drop it.")
-    if "rollout_is_cap" in given and o.get("rollout_dtype", "float32") == "float32":
-        raise UsageError("--rollout-is-cap caps the importance weights of --rollout-dtype bfloat16 runs; add "
-                         "--rollout-dtype bfloat16 or drop it.")
+    check_worker_options(o, given)
+    if "rollout_is_cap" in given and o.get("rollout_dtype", "float32") == "float32" and o.get("mode") != "async":
+        raise UsageError("--rollout-is-cap caps the importance weights of --rollout-dtype bfloat16 or --mode async "
+                         "runs; add one of them or drop it.")
     if o.get("rollout_dtype") == "bfloat16" and o.get("dtype") == "bfloat16":
         raise UsageError("--rollout-dtype bfloat16 samples with a bfloat16 copy of a float32 policy, and --dtype "
                          "bfloat16 makes the policy itself bfloat16; drop one of them.")
@@ -453,7 +457,7 @@ def _rl_spec(o: dict, out: str):
                               eval_every=o["eval_every"], max_prompt_length=o["max_prompt_length"], seed=seed)
         return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=sampler, steps=steps,
                       prompts_per_step=o["prompts_per_step"], checkpoint_every=o["checkpoint_every"], seed=seed,
-                      record=record, offload=o.get("offload", "none"), mesh=o.get("mesh"))
+                      record=record, offload=o.get("offload", "none"), mesh=o.get("mesh"), workers=workers_config(o))
     base_config = policy_config(o["init"]) if o["init"] is not None else {}
     task = o["task"]
     task_cfg = _task_cfg(base_config.get("task_config"), None, None, None, None, o["reward"], o["gamma"])
@@ -491,7 +495,7 @@ def _rl_spec(o: dict, out: str):
     return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=sampler, steps=steps,
                   prompts_per_step=o["prompts_per_step"], evaluation=evaluation,
                   checkpoint_every=o["checkpoint_every"], seed=seed, record=record, offload=o.get("offload", "none"),
-                  mesh=o.get("mesh"))
+                  mesh=o.get("mesh"), workers=workers_config(o))
 
 
 # ----------------------------------------------------------------------------- eval

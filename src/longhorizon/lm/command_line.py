@@ -23,6 +23,32 @@ NUM_PROCESSES = typer.Option(None, envvar="JAX_NUM_PROCESSES", help="Processes i
 PROCESS_ID = typer.Option(None, envvar="JAX_PROCESS_ID", help="This process's number, 0..N-1: process 0 writes --out, "
                           "process k writes OUT/process-k.")
 
+# rollout workers on Ray (lm.agents.async_rollout): the same three options on `lm rl` and `lm agent`
+ACTORS = typer.Option(0, help="Ray rollout workers sampling the completions (0: in this process).")
+MODE = typer.Option("sync", help="--actors: sync (every batch sampled by the current policy, bit-identical to "
+                    "--actors 0) or async (the workers sample ahead; docs/scale.md).")
+MAX_STALENESS = typer.Option(1, help="--mode async: the largest policy-version lag of a batch (corrected by the "
+                             "truncated importance weights of the decoupled objective).")
+
+
+def check_worker_options(o: dict, given: set[str]) -> None:
+    """Refuse a rollout-worker option that nothing in this run would read."""
+    for name in ("mode", "max_staleness"):
+        if name in given and not o.get("actors"):
+            raise UsageError(f"--{name.replace('_', '-')} applies to Ray rollout workers; add --actors N or drop it.")
+    if "max_staleness" in given and o.get("mode") != "async":
+        raise UsageError("--max-staleness bounds asynchronous batches; add --mode async or drop --max-staleness.")
+
+
+def workers_config(o: dict, requests_per_batch: int = 1):
+    """The rollout workers' :class:`longhorizon.lm.agents.async_rollout.Config` of a run's options (None: none)."""
+    if not o.get("actors"):
+        return None
+    from longhorizon.lm.agents.async_rollout import Config
+
+    return Config(actors=o["actors"], mode=o["mode"], max_staleness=o["max_staleness"] if o["mode"] == "async" else 0,
+                  requests_per_batch=requests_per_batch)
+
 
 def run_options(ctx: typer.Context, resume: Optional[Path], command: str) -> dict:
     """The run's options: those given now, or with ``--resume`` the saved ones (nothing else may be given but the

@@ -453,6 +453,34 @@ def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:
     return min(width, cap)
 
 
+def sample_completions(params, model_cfg, tokenizer, cfg: GRPOConfig, problems: Sequence[Problem],
+                       group_sizes: Sequence[int] | None, key) -> dict:
+    """Sample ``group_sizes[i]`` completions of each problem with ``params`` (the generation half of a rollout:
+    what a rollout worker runs); returns a dict of host arrays, unscored."""
+    sizes = [cfg.num_generations] * len(problems) if group_sizes is None else [int(g) for g in group_sizes]
+    rows = [(q, p) for q, (p, g) in enumerate(zip(problems, sizes)) for _ in range(g)]
+    if not rows:
+        raise UsageError("a rollout needs at least one problem with a positive group size.")
+    # Equal groups share their prompt: prefilled once, continued by every row of the group.
+    group_size = sizes[0] if cfg.share_prompts and len(set(sizes)) == 1 and sizes[0] > 1 else 1
+    units = problems if group_size > 1 else [p for _, p in rows]
+    b = _round_up(len(units), max(1, cfg.batch_multiple // group_size))
+    ptok, pvalid = tokenizer.encode_prompts([p.prompt for p in units] + [""] * (b - len(units)), cfg.max_prompt_length)
+    gen = generate(params, ptok, pvalid, key, cfg=model_cfg, max_new_tokens=cfg.max_completion_length,
+                   temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size,
+                   eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id)
+    ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
+    prompt_tokens = int(pvalid[: len(units)].sum())  # a shared prompt is run (and counted) once
+    ptok, pvalid = (np.repeat(x, group_size, axis=0) if group_size > 1 else x for x in (ptok, pvalid))
+    return {
+        "rows": rows, "texts": tokenizer.decode_batch(ctok), "group_ids": np.array([q for q, _ in rows]),
+        "prompt_tokens": ptok[: len(rows)], "prompt_valid": pvalid[: len(rows)],
+        "tokens": ctok, "valid": cvalid, "logprobs": clp, "prompt_tokens_run": prompt_tokens,
+        "truncated": ~(np.isin(ctok, tokenizer.eos_ids) & cvalid).any(axis=1),
+        "group_size": group_size if group_size > 1 else 0,  # > 0: rows g*S .. g*S+S-1 are group g
+    }
+
+
 class GRPOTrainer(Trainer):
     """Holds policy, reference and optimiser; :meth:`step` runs one generation batch end to end.
 
@@ -500,7 +528,8 @@ class GRPOTrainer(Trainer):
         self.token_weights = token_weights
         self.reward_fn = reward_fn
         self.batch_rewards = batch_rewards
-        self.rollout_stats = {}  # low-precision rollouts: the last batch's importance weights (rollout_weights)
+        self.rollout_stats = {}  # low-precision or stale rollouts: the last batch's importance weights (rollout_weights)
+        self.workers = None  # lm.grpo_workers.GRPOWorkers: completions sampled on Ray rollout workers
         self.counters = {"generations": 0, "rollout_tokens": 0, "generated_tokens": 0, "update_tokens": 0,
                          "ref_tokens": 0, "optimizer_steps": 0, "groups_dropped": 0}
 
@@ -521,44 +550,31 @@ class GRPOTrainer(Trainer):
         return params, dataclasses.replace(self.model_cfg, dtype=self.cfg.rollout_dtype)
 
     def rollout(self, problems: Sequence[Problem], group_sizes: Sequence[int] | None = None):
-        """Sample ``group_sizes[i]`` completions of each problem; returns a dict of host arrays."""
-        cfg, tok = self.cfg, self.tokenizer
-        sizes = [cfg.num_generations] * len(problems) if group_sizes is None else [int(g) for g in group_sizes]
-        rows = [(q, p) for q, (p, g) in enumerate(zip(problems, sizes)) for _ in range(g)]
-        if not rows:
-            raise UsageError("a rollout needs at least one problem with a positive group size.")
-        # Equal groups share their prompt: prefilled once, continued by every row of the group.
-        group_size = sizes[0] if cfg.share_prompts and len(set(sizes)) == 1 and sizes[0] > 1 else 1
-        units = problems if group_size > 1 else [p for _, p in rows]
-        b = _round_up(len(units), max(1, cfg.batch_multiple // group_size))
-        ptok, pvalid = tok.encode_prompts([p.prompt for p in units] + [""] * (b - len(units)), cfg.max_prompt_length)
+        """Sample ``group_sizes[i]`` completions of each problem (here, or on the rollout workers) and score them;
+        returns a dict of host arrays."""
         self.key, sub = jax.random.split(self.key)
-        sampler_params, sampler_cfg = self.rollout_policy()
-        gen = generate(sampler_params, ptok, pvalid, sub, cfg=sampler_cfg, max_new_tokens=cfg.max_completion_length,
-                       temperature=cfg.temperature, top_p=cfg.top_p, group_size=group_size,
-                       eos_ids=tuple(tok.eos_ids), pad_id=tok.pad_id)
-        ctok, cvalid, clp = (np.asarray(x)[: len(rows)] for x in (gen.tokens, gen.valid, gen.logprobs))
-        prompt_tokens = int(pvalid[: len(units)].sum())  # a shared prompt is run (and counted) once
-        ptok, pvalid = (np.repeat(x, group_size, axis=0) if group_size > 1 else x for x in (ptok, pvalid))
-        texts = tok.decode_batch(ctok)
+        if self.workers is not None:
+            ro = self.workers.run(self, problems, group_sizes, sub)
+        else:
+            sampler_params, sampler_cfg = self.rollout_policy()
+            ro = sample_completions(sampler_params, sampler_cfg, self.tokenizer, self.cfg, problems, group_sizes, sub)
+        return self.score(ro)
+
+    def score(self, ro: dict) -> dict:
+        """Add the rewards of a rollout's completions (and count its tokens)."""
+        rows, texts = ro["rows"], ro["texts"]
         reward_metrics = {}
         if self.batch_rewards is not None:
-            completion_ids = [row[v].tolist() for row, v in zip(ctok, cvalid)]
+            completion_ids = [row[v].tolist() for row, v in zip(ro["tokens"], ro["valid"])]
             rewards, reward_metrics = self.batch_rewards([p for _, p in rows], texts, completion_ids)
             rewards = np.asarray(rewards, np.float64)
         else:
             rewards = np.array([self.reward_fn(p, t) for (_, p), t in zip(rows, texts)], np.float64)
-        n_real = len(rows)
-        self.counters["generations"] += n_real
-        self.counters["generated_tokens"] += int(cvalid.sum())
-        self.counters["rollout_tokens"] += int(cvalid.sum()) + prompt_tokens
-        return {
-            "rows": rows, "texts": texts, "rewards": rewards, "group_ids": np.array([q for q, _ in rows]),
-            "prompt_tokens": ptok[:n_real], "prompt_valid": pvalid[:n_real],
-            "tokens": ctok, "valid": cvalid, "logprobs": clp, "reward_metrics": reward_metrics,
-            "truncated": ~(np.isin(ctok, tok.eos_ids) & cvalid).any(axis=1),
-            "group_size": group_size if group_size > 1 else 0,  # > 0: rows g*S .. g*S+S-1 are group g
-        }
+        generated = int(ro["valid"].sum())
+        self.counters["generations"] += len(rows)
+        self.counters["generated_tokens"] += generated
+        self.counters["rollout_tokens"] += generated + ro.pop("prompt_tokens_run")
+        return {**ro, "rewards": rewards, "reward_metrics": reward_metrics}
 
     def advantages(self, ro) -> np.ndarray:
         """Token-level advantages ``[B, N]`` (sequence-level broadcast, or SLCA per segment)."""
@@ -576,6 +592,15 @@ class GRPOTrainer(Trainer):
             ids = segment_ids(text, len(p.answers))[:n]
             seg_ids[i, : len(ids)] = ids
         return segment_advantages(seg_r, seg_ids, ro["group_ids"], seq_adv, cfg.scale_rewards)
+
+    @property
+    def samples_itself(self) -> bool:
+        """True with asynchronous rollout workers: they draw their problems from the sampler ahead of the steps."""
+        return self.workers is not None and self.workers.samples_itself
+
+    def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
 
     # -- one generation batch ------------------------------------------------------------
     def step(self, problems: Sequence[Problem], group_sizes: Sequence[int] | None = None) -> dict:
@@ -604,12 +629,12 @@ class GRPOTrainer(Trainer):
             "groups_dropped": dropped,
             "completion_length": float(ro["valid"].sum(1).mean()),
             "truncated_fraction": float(ro["truncated"].mean()),
+            **ro.get("worker_metrics", {}),
         }
         train_metrics = []
         if keep.any():
             batch = self._train_batch(ro, adv, mask, keep)
-            if self.low_precision_rollouts:
-                metrics.update(self.rollout_stats)
+            metrics.update(self.rollout_stats)
             n_opt = cfg.optimizer_steps_per_generation
             prompts_run = ro["prompt_valid"][keep][:: ro["group_size"]] if ro["group_size"] else ro["prompt_valid"][keep]
             kept_tokens = int(ro["valid"][keep].sum() + prompts_run.sum())  # a shared prompt is run once
@@ -677,7 +702,10 @@ class GRPOTrainer(Trainer):
             batch["tokens"] = np.concatenate([take(ro["prompt_tokens"], pad_id), take(completion_tokens, pad_id)], axis=1)
             batch["valid"] = np.concatenate([take(ro["prompt_valid"], False), take(completion_valid, False)], axis=1)
             batch["valid"][len(idx):, cfg.max_prompt_length - 1] = True  # padding rows: one valid token, zero loss mask
-        if self.low_precision_rollouts:  # pi_old from the policy's own weights; the sampler's log-probs give mu
+        self.rollout_stats = {}
+        # pi_old from the policy's own weights when another policy sampled (a low-precision copy, or an older version on
+        # asynchronous rollout workers); the sampler's log-probs give mu
+        if self.low_precision_rollouts or ro.get("lag_max", 0) > 0:
             behaviour = batch["old_logp"]
             batch["old_logp"] = np.asarray(completion_logprobs(self.params, batch, model_cfg=self.model_cfg,
                                                                temperature=cfg.temperature))

@@ -216,6 +216,7 @@ class RLSpec:
     agent: Any = None  # longhorizon.lm.agents.spec.AgentSpec: multi-turn episodes of a tool environment
     offload: str = "none"
     mesh: str | None = None  # "data=D,fsdp=F,tensor=T": the update sharded over the local devices (lm.sharding)
+    workers: Any = None  # lm.agents.async_rollout.Config: completions sampled on Ray workers (lm.grpo_workers)
 
     def __post_init__(self):
         # the learning-rate schedule spans the run: TRL's linear decay reaches 0 at the last optimiser step
@@ -240,6 +241,9 @@ class RLSpec:
                              "model; start from a pretrained --model or drop --offload.")
         if self.agent is not None:
             self.agent.check()
+            if self.workers is not None:
+                raise UsageError("an agent run takes its rollout workers from its AgentSpec (`lm agent --actors`); "
+                                 "drop RLSpec.workers.")
         if self.steps < 1:
             raise UsageError(f"--steps must be at least 1 (got {self.steps}).")
         if self.prompts_per_step < 1:
@@ -286,6 +290,8 @@ class RLSpec:
         else:
             trainer = GRPOTrainer(policy.model_cfg, policy.params, policy.tokenizer, grpo, seed=self.seed,
                                   batch_rewards=rewards, updater=updater)
+            if self.workers is not None:
+                trainer.workers = _grpo_workers(self.workers, trainer, sampler, self.prompts_per_step)
         # the reference is saved only when it is kept (beta > 0, or reference_kl to log the KL to it)
         arrays = ("opt_state", "key", *(("ref_params",) if grpo.keeps_reference else ()))
         return Parts(trainer, sampler, ev_spec, arrays, self.prompts_per_step, _grpo_progress,
@@ -300,7 +306,29 @@ class RLSpec:
                 "evaluation": self.evaluation.describe() if self.evaluation is not None else None,
                 "checkpoint_every": self.checkpoint_interval, "seed": self.seed,
                 **({"offload": self.offload} if self.offload != "none" else {}),
-                **({"mesh": self.mesh} if self.mesh is not None else {})}
+                **({"mesh": self.mesh} if self.mesh is not None else {}),
+                **({"workers": self.workers} if self.workers is not None else {})}
+
+
+def _grpo_workers(config, trainer, sampler, prompts_per_step: int):
+    """The trainer's rollouts on Ray workers; in async mode they draw the problems from ``sampler`` and the keys from
+    the trainer's key, ahead of the steps."""
+    import jax
+    import numpy as np
+
+    from longhorizon.lm.grpo_workers import CompletionSource, GRPOWorkers
+
+    sampler_cfg = trainer.model_cfg
+    if trainer.low_precision_rollouts:  # the workers sample with the low-precision copy rollout_policy() publishes
+        sampler_cfg = dataclasses.replace(sampler_cfg, dtype=trainer.cfg.rollout_dtype)
+    pull = None
+    if config.mode == "async":
+        def pull():
+            problems, sizes = sampler.sample(prompts_per_step)
+            trainer.key, key = jax.random.split(trainer.key)
+            return list(problems), sizes, np.asarray(key)
+
+    return GRPOWorkers(CompletionSource(sampler_cfg, trainer.tokenizer, trainer.cfg), config, pull)
 
 
 def _is_llama(init) -> bool:

@@ -14,7 +14,8 @@ from typing import Optional
 import typer
 
 from longhorizon.errors import UsageError
-from longhorizon.lm.command_line import COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID
+from longhorizon.lm.command_line import (ACTORS, COORDINATOR_ADDRESS, MAX_STALENESS, MODE, NUM_PROCESSES, PROCESS_ID,
+                                         check_worker_options, workers_config)
 
 
 def agent(
@@ -58,11 +59,9 @@ def agent(
     reward_weights: Optional[str] = typer.Option(None, help="Learn from a weighted sum of the environment's reward "
                                                  "terms, e.g. format=1,outcome=1,cost=-0.5 (default: its reward)."),
     latency: float = typer.Option(0.0, help="Seconds every tool call sleeps (a slow environment)."),
-    actors: int = typer.Option(0, help="Ray rollout workers generating episodes (0: in this process)."),
-    mode: str = typer.Option("sync", help="--actors: sync (every batch from the current policy, bit-identical to "
-                             "--actors 0 for the same request split) or async (workers generate ahead)."),
-    max_staleness: int = typer.Option(1, help="--mode async: the largest policy-version lag of a batch (corrected "
-                                      "by decoupled PPO)."),
+    actors: int = ACTORS,
+    mode: str = MODE,
+    max_staleness: int = MAX_STALENESS,
     mesh: Optional[str] = typer.Option(None, help="data=D,fsdp=F,tensor=T: shard the update over the local devices "
                                        "(parameters and optimiser state over fsdp, heads and MLP columns over tensor, "
                                        "the rows over data x fsdp; docs/scale.md)."),
@@ -147,11 +146,7 @@ def _check_agent_options(o: dict, given: set[str]) -> None:
     if "gamma" in given and o["credit"] == "trajectory":
         raise UsageError("--gamma discounts turns under --credit turn or eapo; --credit trajectory has one value per "
                          "episode, so add --credit turn/eapo or drop --gamma.")
-    for name in ("mode", "max_staleness"):
-        if name in given and not o.get("actors"):
-            raise UsageError(f"--{name.replace('_', '-')} applies to Ray rollout workers; add --actors N or drop it.")
-    if "max_staleness" in given and o.get("mode") != "async":
-        raise UsageError("--max-staleness bounds asynchronous batches; add --mode async or drop --max-staleness.")
+    check_worker_options(o, given)
     if "train_tasks" in given and o.get("tasks") is not None:
         raise UsageError("--train-tasks sizes generated tasks; with --tasks the rows are given, so drop --train-tasks.")
 
@@ -240,14 +235,8 @@ def agent_spec(o: dict, out: str):
                           loss_type=o["loss_type"], scale_rewards=o["scale_rewards"], learning_rate=o["learning_rate"],
                           gradient_accumulation_steps=o.get("gradient_accumulation_steps", 1),
                           lr_scheduler_type=o.get("lr_scheduler_type", "constant"), temperature=o["temperature"], max_prompt_length=1, max_completion_length=o["max_context_tokens"] - 1)
-    workers = None
-    if o.get("actors"):
-        from longhorizon.lm.agents.async_rollout import Config as WorkersConfig
-
-        workers = WorkersConfig(actors=o["actors"], mode=o["mode"],
-                                max_staleness=o["max_staleness"] if o["mode"] == "async" else 0,
-                                requests_per_batch=o["prompts_per_step"])
-    spec = AgentSpec(o["env"], agent_cfg, credit_cfg, latency_s=o["latency"], workers=workers)
+    spec = AgentSpec(o["env"], agent_cfg, credit_cfg, latency_s=o["latency"],
+                     workers=workers_config(o, requests_per_batch=o["prompts_per_step"]))
     # the held-out episodes are also played before the first step, so every curve starts at the starting policy
     evaluation = AgentEval(tuple(held), o["env"], agent_cfg, o["eval_every"], o["latency"], at_start=True) if held else None
     return RLSpec(out=str(out), init=init, grpo=grpo_cfg, sampler=samplers.ShuffledPool(tuple(train), seed=o["seed"]),
