@@ -88,6 +88,9 @@ REPROS = {
     "horizon-lm": ("longhorizon.repro.horizon_lm",
                    "Horizon-LM: the layer-streamed update's device memory is flat in depth, so a model whose resident "
                    "update exceeds the device trains within it"),
+    "mimo": ("longhorizon.repro.mimo",
+             "MiMo / AReaL: asynchronous GRPO on Ray rollout workers trains faster than synchronous at equal samples "
+             "and equal accuracy"),
     "effective-horizon": ("longhorizon.repro.effective_horizon",
                           "deep RL's sample complexity grows exponentially with the effective horizon; SQIRL succeeds where PPO/PQN do"),
 }

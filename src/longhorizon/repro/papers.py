@@ -46,7 +46,7 @@ PAPERS: tuple[Paper, ...] = (
     Paper("CANOPY", "large same-task groups with a KL anchor to the initial policy", ("canopy",)),
     Paper("Nash-MP", "Nash mirror prox for preference games (Tiapkin et al., 2025)", ("nash-mp",)),
     Paper("INPO", "Iterative Nash Policy Optimization (Zhang et al., 2024)", ("inpo",)),
-    Paper("MiMo", "MiMo", note="no claim reproduction yet"),
+    Paper("MiMo", "MiMo-7B's RL infrastructure: rollouts decoupled from training (Xiaomi, 2025)", ("mimo",)),
     Paper("Horizon-LM", "a RAM-centric architecture for LLM training", ("horizon-lm",)),
     # agents
     Paper("Mobile-Agent-v3", "trajectory-aware relative policy optimisation (TRPO) for multi-turn agents", ("trpo-agent",)),

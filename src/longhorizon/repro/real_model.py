@@ -98,31 +98,36 @@ def _evaluate(policy, params, held: tuple, task: str, plen: int, completion: int
                             max_prompt_length=plen, max_new_tokens=completion, batch_size=16)
 
 
-CURVE_KEYS = ("step", "reward", "reward_std", "groups_all_equal", "groups", "completion_length", "step_s")
+CURVE_KEYS = ("step", "reward", "reward_std", "groups_all_equal", "groups", "completion_length", "step_s",
+              "generated_tokens", "staleness", "rollout_wait_s")
 
 
 def train_arm(run: Path, policy, grpo, sampler, *, steps: int, prompts_per_step: int, held: tuple, eval_new_tokens: int,
-              task: str, seed: int, checkpoint_every: int, eval_every: int = 0, es=None) -> dict:
+              task: str, seed: int, checkpoint_every: int, eval_every: int = 0, es=None, rewards=None,
+              workers=None) -> dict:
     """One arm of a protocol, one seed: RL through the one LM loop (:func:`longhorizon.lm.run.run_rl`), continuing
     from ``run``'s checkpoint when an earlier sitting was interrupted; returns what the protocol keeps (accuracy by
     horizon on ``held`` after the last step, also every ``eval_every`` steps in the run's metrics; the
     training-reward curve, the share of groups with a GRPO signal, tokens, wall time) and deletes the weights
     (about 1.6 GB with the optimiser state). ``es`` (an :class:`longhorizon.evolution.es_lm.ESLMConfig`): the arm
-    is ES fine-tuning instead of GRPO (``grpo`` then only gives the prompt length), through the same loop."""
+    is ES fine-tuning instead of GRPO (``grpo`` then only gives the prompt length), through the same loop.
+    ``rewards``: the reward functions (default: ``task``'s); ``workers``: rollout workers on Ray
+    (:class:`longhorizon.lm.agents.async_rollout.Config`, :mod:`longhorizon.lm.grpo_workers`)."""
     from longhorizon.lm import run_checkpoint
     from longhorizon.lm.run import EvalSpec, RLSpec, run_rl
 
-    evaluation = EvalSpec(held, grpo.max_prompt_length, eval_new_tokens, every=eval_every, rewards=_rewards(task),
+    rewards = rewards or _rewards(task)
+    evaluation = EvalSpec(held, grpo.max_prompt_length, eval_new_tokens, every=eval_every, rewards=rewards,
                           at_start=False)  # the protocol evaluates its starting policy once, before the arms
     if es is None:
         spec = RLSpec(out=str(run), init=policy, grpo=grpo, sampler=sampler, steps=steps,
                       prompts_per_step=prompts_per_step, evaluation=evaluation, checkpoint_every=checkpoint_every,
-                      seed=seed, rewards=_rewards(task))
+                      seed=seed, rewards=rewards, workers=workers)
     else:
         from longhorizon.evolution.es_lm import ESSpec
 
         spec = ESSpec(out=str(run), init=policy, es=es, sampler=sampler, steps=steps, evaluation=evaluation,
-                      rewards=_rewards(task), checkpoint_every=checkpoint_every, seed=seed)
+                      rewards=rewards, checkpoint_every=checkpoint_every, seed=seed)
     resume = run_checkpoint.latest_step(run / "checkpoints") is not None
     if not resume:
         shutil.rmtree(run, ignore_errors=True)
