@@ -39,11 +39,10 @@ def family(width: int) -> dict:
 def step_bytes(width: int, mesh_spec: str) -> dict:
     """Per-device bytes of the compiled sharded step of ``family(width)`` on ``mesh_spec``."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from longhorizon.lm import llama, sharding
-    from longhorizon.lm.grpo import GRPOConfig, optimizer_for
+    from longhorizon.lm.grpo import GRPOConfig, batch_shapes, optimizer_for
     from longhorizon.lm.offload import compiled_footprint
 
     cfg = llama.LlamaConfig(**family(width))
@@ -53,15 +52,7 @@ def step_bytes(width: int, mesh_spec: str) -> dict:
                       lr_scheduler_type="constant")
     optimizer = optimizer_for(grpo)
     opt_state = jax.eval_shape(optimizer.init, params)
-    n = PROMPT + COMPLETION
-
-    def spec(shape, dtype):
-        return jax.ShapeDtypeStruct(shape, dtype)
-
-    batch = {"tokens": spec((ROWS, n), jnp.int32), "valid": spec((ROWS, n), jnp.bool_),
-             "mask": spec((ROWS, COMPLETION), jnp.float32), "advantages": spec((ROWS, COMPLETION), jnp.float32),
-             "rows": spec((ROWS,), jnp.float32), "old_logp": spec((ROWS, COMPLETION), jnp.float32),
-             "ref_logp": spec((ROWS, COMPLETION), jnp.float32)}
+    batch = batch_shapes(ROWS, PROMPT, COMPLETION)
     mesh = sharding.parse_mesh(mesh_spec, cfg, jax.devices()[:int(np.prod(list(sharding.mesh_sizes(mesh_spec).values())))])
     step = sharding.ShardedUpdate(mesh, params, model_cfg=cfg, cfg=grpo, optimizer=optimizer)
     start = time.perf_counter()

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 
-import jax
-import jax.numpy as jnp
 import pytest
 
-from longhorizon.lm.grpo import GRPOConfig
+from longhorizon.lm.grpo import GRPOConfig, batch_shapes
 from longhorizon.lm.llama import LlamaConfig
 from longhorizon.lm.offload import device_memory
 from longhorizon.repro import claims as C
@@ -19,11 +17,7 @@ ROWS, PROMPT, COMPLETION, D = 2, 8, 8, 32
 
 
 def _batch():
-    spec, n = jax.ShapeDtypeStruct, PROMPT + COMPLETION
-    return {"tokens": spec((ROWS, n), jnp.int32), "valid": spec((ROWS, n), jnp.bool_),
-            "mask": spec((ROWS, COMPLETION), jnp.float32), "advantages": spec((ROWS, COMPLETION), jnp.float32),
-            "rows": spec((ROWS,), jnp.float32), "old_logp": spec((ROWS, COMPLETION), jnp.float32),
-            "ref_logp": spec((ROWS, COMPLETION), jnp.float32)}
+    return batch_shapes(ROWS, PROMPT, COMPLETION)
 
 
 def _memory(layers: int) -> dict:

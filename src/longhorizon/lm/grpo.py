@@ -41,7 +41,9 @@ its own weights (one teacher-forced pass) and weights each token's loss by the t
     l_t <- min(pi_old(o_t | .) / mu(o_t | .), C) l_t          C = rollout_is_cap
 
 which makes the objective's expectation under ``mu`` that under ``pi_old`` for every token whose ratio is
-below ``C`` (the cap bounds the variance, at a bias where the copies disagree most).
+below ``C`` (the cap bounds the variance, at a bias where the copies disagree most). Asynchronous rollout
+workers (:mod:`longhorizon.lm.grpo_workers`) correct a batch sampled by an older policy version the same way
+(AReaL's decoupled objective: ``pi_old`` is the current, proximal policy and ``mu`` the one that sampled).
 ``kl`` (the k3 mean over completion tokens) is logged whenever the reference is kept: beta > 0, or
 ``reference_kl`` at beta = 0 (the loss is then unchanged).
 ``reward_std`` is TRL's: the mean over groups of the within-group (unbiased) standard deviation.
@@ -389,6 +391,15 @@ def update(params, opt_state, batch, *, model_cfg: ModelConfig, cfg: GRPOConfig,
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     return params, opt_state, update_metrics(sums, loss, optax.tree.norm(grads))
+
+
+def batch_shapes(rows: int, prompt: int, completion: int) -> dict:
+    """The shapes of an update batch of ``rows`` unshared prompts of ``prompt`` tokens and completions of ``completion``
+    (``jax.ShapeDtypeStruct`` leaves: to compile the update, or measure its memory, without data)."""
+    spec = jax.ShapeDtypeStruct
+    per_token = {name: spec((rows, completion), jnp.float32) for name in ("mask", "advantages", "old_logp", "ref_logp")}
+    return {"tokens": spec((rows, prompt + completion), jnp.int32), "valid": spec((rows, prompt + completion), jnp.bool_),
+            "rows": spec((rows,), jnp.float32), **per_token}
 
 
 def update_metrics(sums, loss, grad_norm) -> dict:

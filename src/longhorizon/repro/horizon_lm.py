@@ -63,17 +63,11 @@ def model(width: int, depth: int, vocab: int):
 
 
 def measure(setup: Setup, width: int, depth: int) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    from longhorizon.lm.grpo import GRPOConfig
+    from longhorizon.lm.grpo import GRPOConfig, batch_shapes
     from longhorizon.lm.offload import device_memory
 
-    r, p, n = setup.rows, setup.prompt, setup.completion
-    spec = jax.ShapeDtypeStruct
-    batch = {"tokens": spec((r, p + n), jnp.int32), "valid": spec((r, p + n), jnp.bool_),
-             "mask": spec((r, n), jnp.float32), "advantages": spec((r, n), jnp.float32), "rows": spec((r,), jnp.float32),
-             "old_logp": spec((r, n), jnp.float32), "ref_logp": spec((r, n), jnp.float32)}
+    p, n = setup.prompt, setup.completion
+    batch = batch_shapes(setup.rows, p, n)
     cfg = GRPOConfig(lr_scheduler_type="constant", max_prompt_length=p, max_completion_length=n,
                      bucket_completions=False)
     start = time.perf_counter()
