@@ -11,8 +11,8 @@ the one LM loop, at equal samples per arm: ``sync`` samples in the learner's pro
 ``async-K`` samples on 2 Ray rollout workers (:mod:`longhorizon.lm.grpo_workers`) that run up to K policy
 versions ahead, each stale batch corrected by the learner's own log-probabilities and truncated importance
 weights. Each finished run is saved under ``partial/`` and read back by a rerun (the protocol spans sittings);
-the claim arms (``sync``, ``async-2``) run ``seeds`` seeds first, the staleness sweep (``async-1``,
-``async-4``) ``sweep_seeds``.
+the runs go seed by seed (every arm's seed 0 first), the claim arms (``sync``, ``async-2``) for ``seeds`` seeds,
+the staleness sweep (``async-1``, ``async-4``) for ``sweep_seeds``.
 
 Verdicts (:mod:`longhorizon.repro.claims`, rules set before any arm ran): the speed-up is each seed's mean
 training-step time of ``sync`` over ``async-2`` (steps 2..N: the first step compiles), a Student-t interval
