@@ -35,11 +35,11 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
+
+from longhorizon.engine.ray_cluster import SimulatedCluster, loopback_scratch
 
 
 def parse_args() -> argparse.Namespace:
@@ -60,35 +60,6 @@ def parse_setting(text: str) -> tuple[str, int, int]:
     mode, _, shape = text.partition(":")
     nodes, _, per_node = shape.partition("x")
     return mode, int(nodes), int(per_node)
-
-
-class SimulatedCluster:
-    """A head node without CPUs and ``nodes`` worker nodes named ``worker1..N`` (a custom resource each)."""
-
-    def __init__(self, nodes: int, cpus_per_node: int):
-        import ray
-        from ray.cluster_utils import Cluster
-
-        args = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=200 * 2**20)
-        self.cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, resources={"head": 1}, **args))
-        self.workers = {f"worker{i}": self.cluster.add_node(num_cpus=cpus_per_node, resources={f"worker{i}": 1}, **args)
-                        for i in range(1, nodes + 1)}
-        ray.init(address=self.cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
-
-    def names(self, node_ids: list[str]) -> list[str]:
-        by_id = {node.node_id: name for name, node in self.workers.items()}
-        return [by_id.get(node, "head") for node in node_ids]
-
-    def remove(self, name: str) -> float:
-        start = time.perf_counter()
-        self.cluster.remove_node(self.workers.pop(name))
-        return time.perf_counter() - start
-
-    def shutdown(self) -> None:
-        import ray
-
-        ray.shutdown()
-        self.cluster.shutdown()
 
 
 def timed_updates(engine, state, before_update: dict | None = None):
@@ -207,29 +178,22 @@ def main() -> None:
     args = parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from longhorizon.engine.ray_loopback import enter_loopback_namespace
-
-    enter_loopback_namespace()
-    scratch = tempfile.mkdtemp(prefix="lhray", dir="/tmp")  # short: Ray's socket paths have a length limit
-    os.environ["RAY_TMPDIR"] = scratch  # the clusters' sessions and address file, away from other Ray instances
     import jax
     import ray
 
-    # As the CLI does: a persistent compilation cache (private and cold here), which the actors share,
-    # so the first compile is cold and a replacement actor's compile is a cache hit.
-    jax.config.update("jax_compilation_cache_dir", os.path.join(scratch, "jax-cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     rows = []
-    try:
+    with loopback_scratch() as scratch:  # a private loopback-only network namespace, Ray's files in scratch
+        # As the CLI does: a persistent compilation cache (private and cold here), which the actors share,
+        # so the first compile is cold and a replacement actor's compile is a cache hit.
+        jax.config.update("jax_compilation_cache_dir", os.path.join(scratch, "jax-cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         for text in args.settings.split(","):
             mode, nodes, per_node = parse_setting(text)
             row = measure(args, mode, nodes, per_node)
             row["max_staleness"] = args.max_staleness if mode == "async" else 0
             rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     print(table(rows))
     meta = {"python": sys.version.split()[0], "jax": jax.__version__, "ray": ray.__version__,
             "machine": platform.machine(), "cpus": os.cpu_count(), "args": vars(args)}

@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from longhorizon.engine.ray_cluster import match_priority
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -70,26 +72,6 @@ def engines(config, seeds: int, updates: int, address: str):
     fused = FusedEngine(ppo, env, config, seeds, updates)
     ray = RayEngine(ppo, "CartPole-v1", {}, config, seeds, updates, RayOptions(actors=seeds, address=address), env=env)
     return fused, ray
-
-
-def match_priority(pids: list[int]) -> int:
-    """Give every thread of the actor processes this process's niceness. Ray starts its workers 15
-    niceness steps below the driver's priority; on an idle machine that changes nothing, but when
-    other jobs run it starves the actors while the fused engine (this process) keeps its priority,
-    which would be counted as Ray overhead. Lowering niceness needs root; returns threads changed."""
-    mine, changed = os.getpriority(os.PRIO_PROCESS, 0), 0
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), mine)
-                changed += 1
-            except OSError:
-                pass
-    return changed
 
 
 def timed_chunk(engine, state) -> tuple[object, float]:

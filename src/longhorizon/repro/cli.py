@@ -88,6 +88,9 @@ REPROS = {
     "horizon-lm": ("longhorizon.repro.horizon_lm",
                    "Horizon-LM: the layer-streamed update's device memory is flat in depth, so a model whose resident "
                    "update exceeds the device trains within it"),
+    "srl": ("longhorizon.repro.srl",
+            "SRL: the Ray engine's throughput grows near-linearly with actors until the learner saturates, then "
+            "the learner bounds it"),
     "mimo": ("longhorizon.repro.mimo",
              "MiMo / AReaL: asynchronous GRPO on Ray rollout workers trains faster than synchronous at equal samples "
              "and equal accuracy"),

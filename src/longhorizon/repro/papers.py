@@ -56,8 +56,8 @@ PAPERS: tuple[Paper, ...] = (
     Paper("Router-R1", "a cost-weighted reward traces an accuracy-cost frontier", ("router-r1",)),
     Paper("FEEs", "feedback-enriched environments as scaffolds for agent RL", ("fees",)),
     # scale
-    Paper("SRL", "scalable RL dataflow of actors, learners and streams",
-          note="its actor/learner streams shape the Ray engine (docs/ray.md); no claim reproduction yet"),
+    Paper("SRL", "scalable RL dataflow of actors, learners and streams (Mei et al., ICLR 2024)", ("srl",),
+          note="its actor/learner streams shape the Ray engine (docs/ray.md)"),
     # games, theory, structure
     Paper("Horizon-free RFE", "horizon-free reward-free exploration in linear mixture MDPs (Zhang, Zhang, Gu, 2023)",
           ("horizon-free-rfe",)),
