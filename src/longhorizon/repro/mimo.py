@@ -102,7 +102,7 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
     """The two claims from the recorded numbers ``L``: ``base`` (the base model's held-out accuracy) and
     ``results[arm]`` (per seed: ``accuracy``, the training ``curve`` and ``rewards``)."""
     base, results, setup = L["base"]["accuracy"], L["results"], L["setup"]
-    acc = {a: [r["accuracy"] for r in results[a]] for a in CLAIM_ARMS}
+    acc = {a: [r["accuracy"] for r in results[a]] for a in results}
     sig = {a: C.arm_signal(a, [r["rewards"] for r in results[a]], eval_start=base, eval_end=acc[a],
                            what="training reward") for a in results if results[a]}
     n = min(len(results["sync"]), len(results["async-2"]))
