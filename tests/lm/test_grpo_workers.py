@@ -65,6 +65,27 @@ def test_sync_workers_on_ray_train_bit_identically_to_the_trainer(tiny, ray_sess
 
 
 @pytest.mark.slow
+def test_a_killed_worker_is_replaced_and_the_run_stays_bit_identical(tiny, ray_session):
+    """Sync, one actor: its process is killed between two steps; the second step's request meets the dead actor, a
+    new actor samples it again with the same parameters and key, and the run still equals the trainer's."""
+    import os
+    import signal
+
+    here, there = _trainer(tiny), _trainer(tiny, Config(actors=1))
+    try:
+        for step in range(2):
+            if step == 1:
+                os.kill(there.workers.rollouts.actor_pids()[0], signal.SIGKILL)
+            a, b = here.step(_problems(step)), there.step(_problems(step))
+            assert a["loss"] == b["loss"] and a["generated_tokens"] == b["generated_tokens"]
+        assert (b["worker_restarts"], b["worker_retries"]) == (1, 1)
+        for x, y in zip(jax.tree_util.tree_leaves(here.params), jax.tree_util.tree_leaves(there.params)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    finally:
+        there.close()
+
+
+@pytest.mark.slow
 def test_async_workers_stay_within_the_bound_and_a_stale_batch_is_corrected(tiny, ray_session, monkeypatch):
     """Two workers, max staleness 1: every batch is at most one version old; where one is, the update's old_logp are
     the current weights' log-probs of the sampled tokens, each weighted by min(exp(old - mu), cap)."""
