@@ -52,7 +52,6 @@ not judged.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 
@@ -128,46 +127,15 @@ def ppo_config(setup: Setup):
 
 # ----------------------------------------------------------------------------- one measurement
 def measure(setup: Setup, actors: int, seed: int) -> dict:
-    """T(N) and the learner's share for ``actors`` actors and one seed, on a fresh simulated cluster."""
+    """T(N) and the learner's share for ``actors`` actors and one seed, on a fresh simulated cluster
+    (:func:`longhorizon.runner.throughput.async_ray_throughput`)."""
     from longhorizon.algos import ppo
-    from longhorizon.engine.ray import RayEngine, RayOptions
-    from longhorizon.engine.ray_cluster import SimulatedCluster, match_priority
-    from longhorizon.envs import make
+    from longhorizon.runner.throughput import async_ray_throughput
 
-    overrides = {"step_cost_s": setup.step_cost_s}
-    env, config = make(ENV_ID, **overrides), ppo_config(setup)
-    batch = setup.num_envs * setup.num_steps
-    start = time.perf_counter()
-    with SimulatedCluster(setup.nodes, -(-max(setup.actors) // setup.nodes)) as cluster:
-        cluster_seconds = time.perf_counter() - start
-        options = RayOptions(actors=actors, mode="async", max_staleness=setup.max_staleness)
-        per_chunk = max(setup.warmup_updates, setup.updates)
-        engine = RayEngine(ppo, ENV_ID, overrides, config, 1, per_chunk, options, env=env)
-        try:
-            state = engine.init(seed)
-            compile_seconds = engine.compile(state)
-            match_priority(engine.actor_pids())  # the actors compete for the cores on the learner's terms
-            placed_on = cluster.names(engine.actor_nodes())
-            state, _ = engine.run_chunk(state, setup.warmup_updates)
-            waited, load = engine.wait_seconds, os.getloadavg()[0]
-            start = time.perf_counter()
-            state, metrics = engine.run_chunk(state, setup.updates)
-            wall = time.perf_counter() - start
-            wait = engine.wait_seconds - waited
-            work = engine.actor_work()  # only now: a call waits behind the collects queued on its actor
-            staleness = {int(k): v for k, v in sorted(engine.staleness_seen.items())}
-        finally:
-            engine.close()
-    learner = (wall - wait) / setup.updates
-    calls = sum(c for c, _ in work)
-    return {"actors": actors, "seed": seed, "steps": setup.updates * batch, "wall_seconds": wall,
-            "steps_per_second": setup.updates * batch / wall, "wait_seconds": wait,
-            "learner_share": 1.0 - wait / wall, "learner_seconds_per_update": learner, "learner_bound": batch / learner,
-            "collect_seconds_per_call": sum(s for _, s in work) / max(calls, 1),
-            "calls_per_actor": [c for c, _ in work],
-            "staleness_seen": staleness, "placed_on": placed_on, "cluster_seconds": cluster_seconds,
-            "compile_seconds": compile_seconds, "load_1min": load,
-            "finite": bool(np.all(metrics["finite"]))}
+    return async_ray_throughput(ppo, ENV_ID, {"step_cost_s": setup.step_cost_s}, ppo_config(setup), actors=actors,
+                                seed=seed, nodes=setup.nodes, cpus_per_node=-(-max(setup.actors) // setup.nodes),
+                                max_staleness=setup.max_staleness, warmup_updates=setup.warmup_updates,
+                                updates=setup.updates)
 
 
 # ----------------------------------------------------------------------------- the claims
@@ -228,7 +196,7 @@ def judge(L: dict, quick: bool = False) -> tuple[list, dict]:
 
 # ----------------------------------------------------------------------------- the run
 def run(out_dir: str, quick: bool = False, setup: Setup | None = None) -> dict:
-    from longhorizon.engine.ray_cluster import loopback_scratch
+    from longhorizon.runner.throughput import loopback_scratch
 
     setup = setup or (QUICK if quick else Setup())
     out = Path(out_dir)
