@@ -558,7 +558,14 @@ class GRPOTrainer(Trainer):
         low = jnp.dtype(self.cfg.rollout_dtype)
         params = jax.tree_util.tree_map(lambda w: w.astype(low) if jnp.issubdtype(w.dtype, jnp.floating) else w,
                                         self.params)
-        return params, dataclasses.replace(self.model_cfg, dtype=self.cfg.rollout_dtype)
+        return params, self.rollout_model_cfg
+
+    @property
+    def rollout_model_cfg(self):
+        """The model config the completions are sampled with (the low-precision copy's, or the policy's own)."""
+        if not self.low_precision_rollouts:
+            return self.model_cfg
+        return dataclasses.replace(self.model_cfg, dtype=self.cfg.rollout_dtype)
 
     def rollout(self, problems: Sequence[Problem], group_sizes: Sequence[int] | None = None):
         """Sample ``group_sizes[i]`` completions of each problem (here, or on the rollout workers) and score them;

@@ -318,9 +318,6 @@ def _grpo_workers(config, trainer, sampler, prompts_per_step: int):
 
     from longhorizon.lm.grpo_workers import CompletionSource, GRPOWorkers
 
-    sampler_cfg = trainer.model_cfg
-    if trainer.low_precision_rollouts:  # the workers sample with the low-precision copy rollout_policy() publishes
-        sampler_cfg = dataclasses.replace(sampler_cfg, dtype=trainer.cfg.rollout_dtype)
     pull = None
     if config.mode == "async":
         def pull():
@@ -328,7 +325,7 @@ def _grpo_workers(config, trainer, sampler, prompts_per_step: int):
             trainer.key, key = jax.random.split(trainer.key)
             return list(problems), sizes, np.asarray(key)
 
-    return GRPOWorkers(CompletionSource(sampler_cfg, trainer.tokenizer, trainer.cfg), config, pull)
+    return GRPOWorkers(CompletionSource(trainer.rollout_model_cfg, trainer.tokenizer, trainer.cfg), config, pull)
 
 
 def _is_llama(init) -> bool:
@@ -392,8 +389,6 @@ def _saved_config_matches(saved: dict, config: dict) -> None:
     """Refuse a resume whose settings differ from the folder's config.json, naming the first setting that
     differs. A field of a settings dataclass (``grpo``) that the saved record lacks was added to longhorizon
     after the run started: the run behaved as its default, so the default matches it."""
-    import dataclasses
-
     from longhorizon.runner.results import to_jsonable
 
     def plain(value):
